@@ -1,0 +1,118 @@
+"""State assignment: which restored state each new subtask gets (at restore and on rescale).
+
+Pure functions from a snapshot's per-subtask state and the new parallelism to per-subtask
+state, with no I/O, so restore planning can be tested exhaustively (DESIGN.md sections 6, 7):
+
+* operator list state is concatenated in old-subtask order and split into contiguous chunks
+  (Flink's ``SPLIT_DISTRIBUTE``);
+* union list state goes whole to every new subtask (Flink's ``UNION``);
+* keyed state moves in whole key groups: a new subtask reads the old handles whose key-group
+  ranges intersect its own range, restricted to the intersection;
+* the max parallelism (the number of key groups) is fixed by the job's first run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, key_group_range
+
+T = TypeVar("T")
+H = TypeVar("H")
+
+
+def _check_new_parallelism(new_parallelism: int) -> None:
+    if new_parallelism < 1:
+        raise ValueError(f"new_parallelism must be at least 1, got {new_parallelism}")
+
+
+def redistribute_list_state(old: Sequence[Sequence[T]], new_parallelism: int) -> list[list[T]]:
+    """Split the old subtasks' list-state entries over `new_parallelism` subtasks.
+
+    The entries of all old subtasks are concatenated in subtask order and cut into contiguous,
+    near-equal chunks, earlier chunks taking the remainder, so order is preserved and sizes
+    differ by at most one. Example, 2 -> 3 subtasks:
+    ``[[a0, a1, a2], [b0, b1]] -> [[a0, a1], [a2, b0], [b1]]``.
+    """
+    _check_new_parallelism(new_parallelism)
+    entries = [entry for subtask_entries in old for entry in subtask_entries]
+    base, remainder = divmod(len(entries), new_parallelism)
+    chunks: list[list[T]] = []
+    start = 0
+    for index in range(new_parallelism):
+        end = start + base + (1 if index < remainder else 0)
+        chunks.append(entries[start:end])
+        start = end
+    return chunks
+
+
+def redistribute_union_state(old: Sequence[Sequence[T]], new_parallelism: int) -> list[list[T]]:
+    """Give every one of `new_parallelism` subtasks all old entries, in old-subtask order.
+
+    Each new subtask gets its own list, so one subtask's changes are not seen by another.
+    """
+    _check_new_parallelism(new_parallelism)
+    entries = [entry for subtask_entries in old for entry in subtask_entries]
+    return [list(entries) for _ in range(new_parallelism)]
+
+
+def keyed_handles_for_subtask(
+    handles: Sequence[tuple[range, H]],
+    subtask_index: int,
+    parallelism: int,
+    max_parallelism: int,
+) -> list[tuple[range, H]]:
+    """The old keyed-state handles new subtask `subtask_index` reads, each with its key groups.
+
+    Each old handle covers a contiguous key-group range (end exclusive). The result keeps the
+    handles whose range intersects the subtask's own ``key_group_range``, in their given order,
+    each paired with the intersection: the subtask reads only those key groups of that handle.
+    Raises ``ValueError`` for a handle range that is not a step-1 range inside
+    ``[0, max_parallelism)``, which means the snapshot used another max parallelism.
+    """
+    owned = key_group_range(subtask_index, parallelism, max_parallelism)
+    assigned: list[tuple[range, H]] = []
+    for key_groups, handle in handles:
+        if key_groups.step != 1 or key_groups.start < 0 or key_groups.stop > max_parallelism:
+            raise ValueError(
+                f"keyed-state handle {handle!r} covers key groups {key_groups}, which is not a "
+                f"contiguous range inside [0, {max_parallelism}); the snapshot was written "
+                "with a different max parallelism"
+            )
+        overlap = range(max(key_groups.start, owned.start), min(key_groups.stop, owned.stop))
+        if overlap:
+            assigned.append((overlap, handle))
+    return assigned
+
+
+def check_max_parallelism(
+    snapshot_max: int, new_parallelism: int, configured_max: int | None
+) -> int:
+    """Return the max parallelism to restore with: the snapshot's, fixed by the first run.
+
+    Keyed state is partitioned into `snapshot_max` key groups, so a restore cannot change that
+    number, and it cannot run more subtasks than there are key groups. Raises ``ValueError``
+    saying what to change if `configured_max` is set and differs from `snapshot_max`, or if
+    `new_parallelism` exceeds it.
+    """
+    if not 1 <= snapshot_max <= UPPER_BOUND_MAX_PARALLELISM:
+        raise ValueError(
+            f"the snapshot's max parallelism {snapshot_max} is outside "
+            f"[1, {UPPER_BOUND_MAX_PARALLELISM}]; the snapshot metadata is corrupt"
+        )
+    if configured_max is not None and configured_max != snapshot_max:
+        raise ValueError(
+            f"the configured max parallelism {configured_max} differs from the snapshot's "
+            f"{snapshot_max}; the max parallelism (the number of key groups) is fixed by a "
+            f"job's first run and cannot change on restore. Set it to {snapshot_max} or remove "
+            "the setting to restore from this snapshot"
+        )
+    _check_new_parallelism(new_parallelism)
+    if new_parallelism > snapshot_max:
+        raise ValueError(
+            f"cannot restore with parallelism {new_parallelism}: the snapshot has "
+            f"{snapshot_max} key groups (max parallelism {snapshot_max}), and each subtask "
+            f"needs at least one. Use a parallelism of at most {snapshot_max}"
+        )
+    return snapshot_max

@@ -1,0 +1,262 @@
+"""Where checkpoint files live: `<base>/<job-id>/chk-<n>/` on any fsspec filesystem.
+
+Paths handed out and accepted here are strings in the form the user gave the base in: a URI
+(`s3://bucket/ckpt/job/chk-3`, `memory://...`, `file:///...`) or, for a plain local path, an
+absolute path, so they can be stored in metadata and used from any process (driver or slot).
+A checkpoint is *completed* exactly when its directory holds `_metadata`, which is written last
+and atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from fsspec import AbstractFileSystem
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from tidegate.checkpoint.errors import CheckpointNotFoundError, CheckpointStorageError
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata, encode_metadata
+
+_CHK_DIR = re.compile(r"chk-(\d+)")
+#: stores where one put is atomic (readers see all of the object or none of it)
+_ATOMIC_PUT_PROTOCOLS = frozenset(
+    {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory"}
+)
+#: job directories probed when a checkpoint base directory is passed to a restore (for the hint)
+_MAX_HINTED_JOB_DIRS = 20
+
+
+class CheckpointStorage:
+    """The checkpoint directory of one job. Safe to use from several threads."""
+
+    def __init__(
+        self, base_uri: str, job_id: str, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        if not job_id or "/" in job_id or job_id in (".", ".."):
+            raise ValueError(f"invalid job id {job_id!r}: it is used as a directory name")
+        self.fs, root = url_to_fs(base_uri, **dict(storage_options or {}))
+        self.base_uri = base_uri if "://" in base_uri else root
+        self.job_id = job_id
+        self.job_dir = _join(self.base_uri, job_id)
+
+    def checkpoint_dir(self, checkpoint_id: int) -> str:
+        return _join(self.job_dir, f"chk-{checkpoint_id}")
+
+    def create_checkpoint_dir(self, checkpoint_id: int) -> str:
+        path = self.checkpoint_dir(checkpoint_id)
+        self.fs.makedirs(self._fs_path(path), exist_ok=True)
+        return path
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file (creating its directory); not atomic, for state files."""
+        fs_path = self._fs_path(path)
+        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        self.fs.pipe_file(fs_path, data)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.fs.cat_file(self._fs_path(path))
+
+    def open_write(self, path: str) -> BinaryIO:
+        """Open a new file for writing (creating its directory)."""
+        fs_path = self._fs_path(path)
+        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        return self.fs.open(fs_path, "wb")
+
+    def open_read(self, path: str) -> BinaryIO:
+        """Open a file for reading; the file is seekable."""
+        return self.fs.open(self._fs_path(path), "rb")
+
+    def size_of(self, path: str) -> int:
+        """Total bytes of a file or of everything under a directory."""
+        return int(self.fs.du(self._fs_path(path), total=True))
+
+    def write_metadata(self, checkpoint_dir: str, metadata: dict[str, Any]) -> str:
+        """Write `<checkpoint_dir>/_metadata` atomically and return its path.
+
+        Readers see either no `_metadata` (or the previous one) or the complete new file, never
+        a partial one: locally it is written to `_metadata.tmp-<uuid>`, fsynced and renamed
+        over; on object stores a single put is atomic already. Raises CheckpointStorageError.
+        """
+        data = encode_metadata(metadata)
+        final = _join(checkpoint_dir, METADATA_FILE_NAME)
+        fs_final = self._fs_path(final)
+        try:
+            self.fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
+            if isinstance(self.fs, LocalFileSystem):
+                _write_local_atomically(fs_final, data)
+            elif _protocols(self.fs) & _ATOMIC_PUT_PROTOCOLS:
+                self.fs.pipe_file(fs_final, data)
+            else:
+                self._write_via_rename(fs_final, data)
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"could not write checkpoint metadata {final}: {exc}. Check that the checkpoint "
+                "directory is writable and has free space; this checkpoint is not completed."
+            ) from exc
+        return final
+
+    def read_metadata(self, checkpoint_dir: str) -> dict[str, Any]:
+        """Read and validate `<checkpoint_dir>/_metadata`."""
+        path = _join(checkpoint_dir, METADATA_FILE_NAME)
+        try:
+            data = self.fs.cat_file(self._fs_path(path))
+        except FileNotFoundError as exc:
+            raise CheckpointNotFoundError(
+                f"{checkpoint_dir} holds no {METADATA_FILE_NAME}: the checkpoint did not "
+                "complete or was discarded; restore from a completed one."
+            ) from exc
+        return decode_metadata(data, path)
+
+    def discard_checkpoint_dir(self, path: str) -> None:
+        """Delete a checkpoint directory and everything in it; a missing one is fine.
+
+        Refuses paths outside this job's directory: this is a recursive delete.
+        """
+        fs_path = self._fs_path(path).rstrip("/")
+        if not fs_path.startswith(self._fs_path(self.job_dir).rstrip("/") + "/"):
+            raise ValueError(f"refusing to delete {path}: it is not inside {self.job_dir}")
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(fs_path, recursive=True)
+
+    def list_checkpoints(self) -> list[tuple[int, str]]:
+        """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
+        return _completed_checkpoints(self.fs, self._fs_path(self.job_dir), self.job_dir)
+
+    def verify_writable(self) -> None:
+        """Create the job directory and write a probe file, or raise CheckpointStorageError
+        saying which path failed and what to do. Run it before starting the job."""
+        probe = self._fs_path(_join(self.job_dir, f".write-probe-{uuid.uuid4().hex}"))
+        try:
+            self.fs.makedirs(self._fs_path(self.job_dir), exist_ok=True)
+            self.fs.pipe_file(probe, b"")
+            self.fs.rm_file(probe)
+        except Exception as exc:
+            raise CheckpointStorageError(
+                f"cannot write checkpoints to {self.job_dir} ({type(exc).__name__}: {exc}). "
+                "Set the checkpoint directory to a location this process can create and write; "
+                "on a cluster it must be a shared filesystem (HDFS, S3, NFS, ...) that every "
+                "executor can reach."
+            ) from exc
+
+    def _fs_path(self, path: str) -> str:
+        return self.fs._strip_protocol(path)
+
+    def _write_via_rename(self, fs_final: str, data: bytes) -> None:
+        tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
+        try:
+            self.fs.pipe_file(tmp, data)
+            self.fs.mv(tmp, fs_final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(tmp)
+            raise
+
+
+def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None = None) -> str:
+    """Return the checkpoint directory to restore from, given one of:
+
+    - a checkpoint (or savepoint) directory holding `_metadata`,
+    - a `_metadata` file,
+    - a job directory `<checkpoint-dir>/<job-id>`: its latest completed `chk-<n>`.
+
+    Raises CheckpointNotFoundError saying what was looked for, and where, otherwise.
+    """
+    fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
+    uri = path.rstrip("/") if "://" in path else fs_path
+    name = posixpath.basename(fs_path.rstrip("/"))
+    if name == METADATA_FILE_NAME:
+        if fs.isfile(fs_path):
+            return uri.rsplit("/", 1)[0]
+        raise CheckpointNotFoundError(f"checkpoint metadata file {path} does not exist.")
+    if not fs.isdir(fs_path):
+        what = "is a file, not a checkpoint directory" if fs.exists(fs_path) else "does not exist"
+        raise CheckpointNotFoundError(
+            f"cannot restore from {path}: it {what}. Pass a chk-<n> directory, its "
+            f"{METADATA_FILE_NAME} file, or the job directory <checkpoint-dir>/<job-id>."
+        )
+    if fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME)):
+        return uri
+    completed = _completed_checkpoints(fs, fs_path, uri)
+    if completed:
+        return completed[-1][1]
+    if _CHK_DIR.fullmatch(name):
+        raise CheckpointNotFoundError(
+            f"{path} holds no {METADATA_FILE_NAME}: that checkpoint did not complete (or was "
+            "being discarded). Restore from a completed one, e.g. pass the job directory "
+            f"{uri.rsplit('/', 1)[0]} to use its latest completed checkpoint."
+        )
+    raise CheckpointNotFoundError(
+        f"no completed checkpoint in {path}: looked for {METADATA_FILE_NAME} and for "
+        f"chk-<n>/{METADATA_FILE_NAME}.{_job_dirs_hint(fs, fs_path, uri)}"
+    )
+
+
+def _completed_checkpoints(
+    fs: AbstractFileSystem, fs_dir: str, uri_dir: str
+) -> list[tuple[int, str]]:
+    try:
+        entries = fs.ls(fs_dir, detail=True)
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in entries:
+        name = posixpath.basename(entry["name"].rstrip("/"))
+        match = _CHK_DIR.fullmatch(name)
+        if (
+            match
+            and entry["type"] == "directory"
+            and fs.isfile(posixpath.join(fs_dir, name, METADATA_FILE_NAME))
+        ):
+            found.append((int(match.group(1)), _join(uri_dir, name)))
+    return sorted(found)
+
+
+def _job_dirs_hint(fs: AbstractFileSystem, fs_dir: str, uri_dir: str) -> str:
+    """If `fs_dir` looks like a checkpoint base directory, name its job directories."""
+    subdirs = [e for e in fs.ls(fs_dir, detail=True) if e["type"] == "directory"]
+    jobs = []
+    for entry in subdirs[:_MAX_HINTED_JOB_DIRS]:
+        name = posixpath.basename(entry["name"].rstrip("/"))
+        if _completed_checkpoints(fs, posixpath.join(fs_dir, name), ""):
+            jobs.append(_join(uri_dir, name))
+    if not jobs:
+        return " Is this the right directory? The job may not have completed a checkpoint yet."
+    return f" This looks like a checkpoint base directory; pass a job directory: {', '.join(jobs)}"
+
+
+def _write_local_atomically(final: str, data: bytes) -> None:
+    directory = os.path.dirname(final)
+    tmp = os.path.join(directory, f"{METADATA_FILE_NAME}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    # make the rename itself durable
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _protocols(fs: AbstractFileSystem) -> frozenset[str]:
+    protocol = fs.protocol
+    return frozenset([protocol] if isinstance(protocol, str) else protocol)
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base}{name}" if base.endswith("/") else f"{base}/{name}"

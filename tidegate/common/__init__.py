@@ -1,0 +1,25 @@
+"""PyFlink-shaped helpers: Types, Configuration, WatermarkStrategy, Duration, restart strategies."""
+
+from tidegate.common.configuration import Configuration
+from tidegate.common.job_client import JobClient, JobExecutionException, JobExecutionResult
+from tidegate.common.job_status import JobStatus
+from tidegate.common.restart_strategy import RestartStrategies
+from tidegate.common.serialization import Encoder, SimpleStringSchema
+from tidegate.common.time import Duration, Time
+from tidegate.common.typeinfo import Types
+from tidegate.common.watermark_strategy import WatermarkStrategy
+
+__all__ = [
+    "Configuration",
+    "Duration",
+    "Encoder",
+    "JobClient",
+    "JobExecutionException",
+    "JobExecutionResult",
+    "JobStatus",
+    "RestartStrategies",
+    "SimpleStringSchema",
+    "Time",
+    "Types",
+    "WatermarkStrategy",
+]

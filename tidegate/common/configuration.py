@@ -1,0 +1,52 @@
+"""`Configuration`: string key/value settings (PyFlink's shape), plus tidegate's own keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: keys tidegate reads; documented in docs/configuration.md
+RUNNER = "execution.runner"  # "spark" (default) | "local"
+SPARK_MASTER = "spark.master"  # default local[N]
+BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1
+BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
+BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
+QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64
+
+
+class Configuration:
+    def __init__(self, other: Configuration | None = None) -> None:
+        self._data: dict[str, str] = dict(other._data) if other else {}
+
+    def set_string(self, key: str, value: str) -> Configuration:
+        self._data[key] = str(value)
+        return self
+
+    def get_string(self, key: str, default_value: str | None = None) -> str | None:
+        return self._data.get(key, default_value)
+
+    def set_integer(self, key: str, value: int) -> Configuration:
+        return self.set_string(key, str(int(value)))
+
+    def get_integer(self, key: str, default_value: int) -> int:
+        value = self._data.get(key)
+        if value is None:
+            return default_value
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"configuration {key!r} must be an integer, got {value!r}") from None
+
+    def contains_key(self, key: str) -> bool:
+        return key in self._data
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._data)
+
+    def add_all(self, other: Configuration | dict[str, Any]) -> Configuration:
+        items = other.to_dict() if isinstance(other, Configuration) else other
+        for k, v in items.items():
+            self.set_string(k, v)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Configuration({self._data!r})"

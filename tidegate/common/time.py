@@ -1,0 +1,36 @@
+"""`Duration` and `Time` with PyFlink's factory names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Duration:
+    millis: int
+
+    @staticmethod
+    def of_millis(millis: int) -> Duration:
+        return Duration(int(millis))
+
+    @staticmethod
+    def of_seconds(seconds: float) -> Duration:
+        return Duration(int(seconds * 1000))
+
+    @staticmethod
+    def of_minutes(minutes: float) -> Duration:
+        return Duration(int(minutes * 60_000))
+
+    @staticmethod
+    def of_hours(hours: float) -> Duration:
+        return Duration(int(hours * 3_600_000))
+
+    def to_milliseconds(self) -> int:
+        return self.millis
+
+
+class Time:
+    milliseconds = staticmethod(Duration.of_millis)
+    seconds = staticmethod(Duration.of_seconds)
+    minutes = staticmethod(Duration.of_minutes)
+    hours = staticmethod(Duration.of_hours)

@@ -1,0 +1,103 @@
+"""Contracts between the runtime and connectors (sources and sinks).
+
+Sources follow a small FLIP-27 shape: the job plans *splits* once, splits are handed to readers,
+and a reader's progress is the set of splits it holds with their positions. Splits live in
+operator list state, so they are checkpointed, restored exactly, and redistributed on rescale.
+
+Sinks follow Flink's two-phase-commit Sink V2 shape: a writer pre-commits at each checkpoint
+(returning *committables*), and a committer makes them visible only when the checkpoint is
+complete.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Protocol, runtime_checkable
+
+
+class Boundedness(enum.Enum):
+    BOUNDED = "bounded"
+    CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+class SourceReader(Protocol):
+    """Reads the splits of one source subtask. All methods run on the subtask's loop thread."""
+
+    def poll_batch(self, max_records: int) -> list[Any] | None:
+        """Return up to `max_records` records.
+
+        An empty list means "nothing right now" (an unbounded source waiting for data or held
+        back by a rate limit); `None` means every split is exhausted and the reader is finished.
+        Must not block for long (at most ~50 ms), so checkpoints are not delayed.
+        """
+        ...
+
+    def snapshot_splits(self) -> list[Any]:
+        """The reader's splits with their current positions (picklable, immutable values).
+
+        Called in the synchronous phase of a checkpoint, between two batches: restoring a reader
+        from this list must resume exactly after the last record returned by `poll_batch`.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    boundedness: Boundedness
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        """Plan the initial splits (deterministically) for a first run without restored state."""
+        ...
+
+    def create_reader(
+        self, splits: list[Any], subtask_index: int, parallelism: int
+    ) -> SourceReader:
+        """Create a reader over `splits` (fresh from `create_splits` or restored from state)."""
+        ...
+
+
+class SinkWriter(Protocol):
+    """Writes records of one sink subtask. All methods run on the subtask's loop thread."""
+
+    def write_batch(self, records: list[Any]) -> None: ...
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        """Pre-commit (phase 1): make everything written so far durable but not yet visible.
+
+        Called in the synchronous phase of checkpoint `checkpoint_id`. Returns the committables
+        (picklable values) that the committer will later commit; the runtime stores them in the
+        checkpoint, so they survive a failure.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release resources. Uncommitted data stays where it is: a restore decides its fate."""
+        ...
+
+
+class Committer(Protocol):
+    def commit(self, committables: list[Any]) -> None:
+        """Phase 2: make committables visible. Must be idempotent: a committable that was already
+        committed (before a failure) is committed again without error and without duplicates."""
+        ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> SinkWriter:
+        """`attempt` counts restarts of the job (0 on the first run); writers put it in the names
+        of what they create so leftovers of earlier attempts can be told apart."""
+        ...
+
+    def create_committer(self) -> Committer: ...
+
+    def recover(
+        self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
+    ) -> None:
+        """Called once per sink subtask before its writer is created, after a restore or on a
+        first run (`restored` empty). `restored` are the committables of the restored
+        checkpoint that belong to this subtask; the runtime commits them right after this call.
+        Remove uncommitted leftovers of earlier attempts that are not in `restored`."""
+        ...

@@ -1,0 +1,400 @@
+"""Exactly-once row-format file sink by two-phase commit (Flink's FileSink), on any fsspec fs.
+
+The protocol per sink subtask (steps marked in the code); finished output is exactly the files
+whose names do not start with '.', so a plain glob reads it:
+
+1. Write: records go, per bucket, into one open hidden in-progress part file
+   `<base>/<bucket>/.<prefix>-<subtask>-<attempt>-<counter><suffix>.inprogress`.
+2. Roll: the rolling policy may close a part file between checkpoints; it becomes pending.
+3. Pre-commit (`prepare_commit`): every open part file is flushed, fsync'd and closed; the
+   committables `(in-progress path, final path)` of all pending files are returned.
+4. Commit (once the checkpoint completed): rename each in-progress file to its final name
+   `<base>/<bucket>/<prefix>-<subtask>-<attempt>-<counter><suffix>`; idempotent.
+5. Recover (before a restarted writer starts): delete this subtask index's in-progress files
+   of earlier attempts not referenced by the restored checkpoint (the job re-produces them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import io
+import os
+import posixpath
+import re
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, field, replace
+from datetime import datetime
+from typing import IO, Any
+from zoneinfo import ZoneInfo
+
+from fsspec import AbstractFileSystem
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from tidegate.common.serialization import Encoder
+
+
+@dataclass(frozen=True, slots=True)
+class FileSinkCommittable:
+    """A closed (pending) part file and the name it becomes visible under when committed."""
+
+    in_progress_path: str
+    final_path: str
+
+
+class CommitAction(enum.Enum):
+    RENAME = "rename"
+    ALREADY_COMMITTED = "already_committed"
+    LOST = "lost"
+
+
+def commit_action(in_progress_exists: bool, final_exists: bool) -> CommitAction:
+    """What committing one committable means, given which of its two files exist.
+
+    If both exist, an earlier non-atomic move was interrupted: renaming again replaces the copy.
+    """
+    if in_progress_exists:
+        return CommitAction.RENAME
+    return CommitAction.ALREADY_COMMITTED if final_exists else CommitAction.LOST
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFileConfig:
+    """Part file names: `<part_prefix>-<subtask>-<attempt>-<counter><part_suffix>`."""
+
+    part_prefix: str = "part"
+    part_suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.part_prefix or "/" in self.part_prefix + self.part_suffix:
+            raise ValueError(f"need a part prefix, and no '/' in prefix or suffix: {self}")
+
+    @staticmethod
+    def builder() -> OutputFileConfigBuilder:
+        return OutputFileConfigBuilder()
+
+
+@dataclass(slots=True)
+class OutputFileConfigBuilder:
+    part_prefix: str = "part"
+    part_suffix: str = ""
+
+    def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        self.part_prefix = prefix
+        return self
+
+    def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        self.part_suffix = suffix
+        return self
+
+    def build(self) -> OutputFileConfig:
+        return OutputFileConfig(self.part_prefix, self.part_suffix)
+
+
+@dataclass(frozen=True, slots=True)
+class RollingPolicy:
+    """When to close a part file before the next checkpoint (every checkpoint closes them all).
+
+    `part_size` in bytes: a part file holding at least this much is rolled before its next
+    record. `rollover_interval` (age) and `inactivity_interval` (time since the last write) in
+    milliseconds, checked whenever the writer receives a batch. None disables a rule.
+    """
+
+    part_size: int | None = None
+    rollover_interval: int | None = None
+    inactivity_interval: int | None = None
+
+    def __post_init__(self) -> None:
+        if any(value is not None and value <= 0 for value in astuple(self)):
+            raise ValueError(f"part size and intervals must be > 0: {self}")
+
+    @staticmethod
+    def default_rolling_policy(
+        part_size: int = 128 * 1024 * 1024,
+        rollover_interval: int = 60 * 1000,
+        inactivity_interval: int = 60 * 1000,
+    ) -> RollingPolicy:
+        return RollingPolicy(part_size, rollover_interval, inactivity_interval)
+
+    @staticmethod
+    def on_checkpoint_rolling_policy() -> RollingPolicy:
+        """Roll only on checkpoints."""
+        return RollingPolicy()
+
+    @property
+    def has_time_limits(self) -> bool:
+        return self.rollover_interval is not None or self.inactivity_interval is not None
+
+    def should_roll_on_event(self, size: int) -> bool:
+        return self.part_size is not None and size >= self.part_size
+
+    def should_roll_on_processing_time(self, age_ms: int, idle_ms: int) -> bool:
+        too_old = self.rollover_interval is not None and age_ms >= self.rollover_interval
+        too_idle = self.inactivity_interval is not None and idle_ms >= self.inactivity_interval
+        return too_old or too_idle
+
+
+class BucketAssigner:
+    """Chooses a record's bucket: a relative directory under the base path.
+
+    This base class puts every record into the base path (bucket ''); subclass and override
+    `get_bucket_id` to bucket otherwise (`now_ms` is the processing time of the batch).
+    """
+
+    def get_bucket_id(self, element: Any, now_ms: int) -> str:
+        return ""
+
+    @staticmethod
+    def base_path_bucket_assigner() -> BucketAssigner:
+        """Every record goes directly into the base path."""
+        return BucketAssigner()
+
+    @staticmethod
+    def date_time_bucket_assigner(
+        format_str: str = "%Y-%m-%d--%H", timezone_id: str | None = None
+    ) -> BucketAssigner:
+        """Buckets named by processing time with `format_str` (strftime directives) in
+        `timezone_id` (an IANA name such as `UTC` or `Europe/Berlin`; None = local time)."""
+        return DateTimeBucketAssigner(format_str, timezone_id)
+
+
+class DateTimeBucketAssigner(BucketAssigner):
+    """Buckets by processing time, hourly by default (Flink's `yyyy-MM-dd--HH`)."""
+
+    def __init__(self, format_str: str = "%Y-%m-%d--%H", timezone_id: str | None = None) -> None:
+        self.format_str = format_str
+        self.timezone_id = timezone_id
+        if "%" not in format_str and re.search("[A-Za-z]", format_str):
+            raise ValueError(f"format_str takes strftime directives ('%Y-%m-%d'): {format_str!r}")
+        self._tz = ZoneInfo(timezone_id) if timezone_id else None
+        self._last: tuple[int, str] = (-1, "")  # one batch shares one timestamp
+
+    def get_bucket_id(self, element: Any, now_ms: int) -> str:
+        last = self._last
+        if last[0] == now_ms:
+            return last[1]
+        bucket = datetime.fromtimestamp(now_ms / 1000, tz=self._tz).strftime(self.format_str)
+        self._last = (now_ms, bucket)
+        return bucket
+
+
+def _open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
+    if isinstance(fs, LocalFileSystem):
+        return open(path, mode)  # fewer layers than fsspec's LocalFileOpener
+    return fs.open(path, mode)
+
+
+def _close_durably(stream: IO[bytes]) -> None:
+    stream.flush()
+    with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # no OS file behind it
+        os.fsync(stream.fileno())
+    stream.close()
+
+
+def _fsync_dir(fs: AbstractFileSystem, directory: str) -> None:
+    """Make renames in a local directory durable (no-op elsewhere)."""
+    if isinstance(fs, LocalFileSystem) and hasattr(os, "O_DIRECTORY"):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class FileSink:
+    """Writes `encoder`-encoded records into part files under `base_path`, exactly once."""
+
+    base_path: str
+    encoder: Encoder
+    output_file_config: OutputFileConfig = OutputFileConfig()
+    bucket_assigner: BucketAssigner = field(default_factory=DateTimeBucketAssigner)
+    rolling_policy: RollingPolicy = field(default_factory=RollingPolicy.default_rolling_policy)
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
+        return RowFormatBuilder(base_path, encoder)
+
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> FileSinkWriter:
+        return FileSinkWriter(self, subtask_index, attempt)
+
+    def create_committer(self) -> FileSinkCommitter:
+        return FileSinkCommitter(self.base_path)
+
+    def in_progress_pattern(self, subtask_index: int) -> re.Pattern[str]:
+        """Matches the names of in-progress files of one subtask index (any attempt)."""
+        prefix, suffix = map(re.escape, astuple(self.output_file_config))
+        return re.compile(rf"\.{prefix}-{subtask_index}-(?P<attempt>\d+)-\d+{suffix}\.inprogress")
+
+    def recover(
+        self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
+    ) -> None:
+        """Step 5: delete this subtask index's in-progress files of attempts before `attempt`
+        that are not in `restored` (the runtime commits those right after this call).
+
+        Requires that the restored committables of files written by subtask `i` are handed to
+        subtask `i` (when it still exists), or another subtask's restored files could go.
+        """
+        fs, base = url_to_fs(self.base_path)
+        if not fs.isdir(base):
+            return
+        keep = {posixpath.normpath(c.in_progress_path) for c in restored}
+        pattern = self.in_progress_pattern(subtask_index)
+        for path in fs.find(base):
+            match = pattern.fullmatch(posixpath.basename(path))
+            if match and int(match["attempt"]) < attempt and posixpath.normpath(path) not in keep:
+                fs.rm_file(path)
+
+
+class RowFormatBuilder:
+    """PyFlink's `FileSink.RowFormatBuilder`."""
+
+    def __init__(self, base_path: str, encoder: Encoder) -> None:
+        self._sink = FileSink(str(base_path), encoder)
+
+    def _with(self, **changes: Any) -> RowFormatBuilder:
+        self._sink = replace(self._sink, **changes)
+        return self
+
+    def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> RowFormatBuilder:
+        return self._with(bucket_assigner=bucket_assigner)
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
+        return self._with(rolling_policy=rolling_policy)
+
+    def with_output_file_config(self, output_file_config: OutputFileConfig) -> RowFormatBuilder:
+        return self._with(output_file_config=output_file_config)
+
+    def with_bucket_check_interval(self, interval: int) -> RowFormatBuilder:
+        """Accepted for PyFlink compatibility: time-based rolling is checked on every batch."""
+        return self
+
+    def build(self) -> FileSink:
+        return self._sink
+
+
+@dataclass(slots=True)
+class _PartFile:
+    committable: FileSinkCommittable
+    stream: IO[bytes]
+    created_ms: int
+    last_write_ms: int
+    size: int = 0
+
+
+class FileSinkWriter:
+    """Steps 1-3 of the protocol for one sink subtask. `clock` returns seconds (tests inject it)."""
+
+    def __init__(
+        self,
+        sink: FileSink,
+        subtask_index: int,
+        attempt: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._sink = sink
+        self._fs, self._base = url_to_fs(sink.base_path)
+        self._subtask = subtask_index
+        self._attempt = attempt
+        self._clock = clock
+        self._open: dict[str, _PartFile] = {}
+        self._pending: list[FileSinkCommittable] = []
+        self._counter = 0
+        self._dirs: set[str] = set()
+
+    def write_batch(self, records: list[Any]) -> None:
+        now_ms = int(self._clock() * 1000)
+        policy = self._sink.rolling_policy
+        if self._open and policy.has_time_limits:  # Step 2: roll by age / inactivity
+            for bucket, part in list(self._open.items()):
+                age, idle = now_ms - part.created_ms, now_ms - part.last_write_ms
+                if policy.should_roll_on_processing_time(age, idle):
+                    self._roll(bucket)
+        assign = self._sink.bucket_assigner.get_bucket_id
+        encode = self._sink.encoder.encode
+        for record in records:  # Step 1: write into the bucket's open in-progress file
+            bucket = assign(record, now_ms)
+            data = encode(record)
+            part = self._open.get(bucket)
+            if part is not None and policy.should_roll_on_event(part.size):
+                self._roll(bucket)  # Step 2: roll by size
+                part = None
+            if part is None:
+                part = self._open_part(bucket, now_ms)
+            part.stream.write(data)
+            part.size += len(data)
+            part.last_write_ms = now_ms
+
+    def prepare_commit(self, checkpoint_id: int) -> list[FileSinkCommittable]:
+        """Step 3: close every open part file durably; hand over all pending committables."""
+        for bucket in list(self._open):
+            self._roll(bucket)
+        committables, self._pending = self._pending, []
+        return committables
+
+    def close(self) -> None:
+        """Close open part files without committing them (a restore decides their fate)."""
+        for part in self._open.values():
+            part.stream.close()
+        self._open.clear()
+
+    def _bucket_dir(self, bucket: str) -> str:
+        if bucket.startswith("/") or ".." in bucket.split("/"):
+            raise ValueError(f"bucket id must be a relative path without '..': {bucket!r}")
+        return posixpath.join(self._base, bucket) if bucket else self._base
+
+    def _open_part(self, bucket: str, now_ms: int) -> _PartFile:
+        directory = self._bucket_dir(bucket)
+        if directory not in self._dirs:
+            self._fs.makedirs(directory, exist_ok=True)
+            self._dirs.add(directory)
+        cfg = self._sink.output_file_config
+        stem = f"{cfg.part_prefix}-{self._subtask}-{self._attempt}-"
+        while True:  # skip names taken by an earlier run (e.g. a new job from a savepoint)
+            name = f"{stem}{self._counter}{cfg.part_suffix}"
+            self._counter += 1
+            final = posixpath.join(directory, name)
+            in_progress = posixpath.join(directory, f".{name}.inprogress")
+            if not (self._fs.exists(final) or self._fs.exists(in_progress)):
+                break
+        stream = _open_binary(self._fs, in_progress, "wb")
+        committable = FileSinkCommittable(in_progress, final)
+        part = self._open[bucket] = _PartFile(committable, stream, now_ms, now_ms)
+        return part
+
+    def _roll(self, bucket: str) -> None:
+        part = self._open.pop(bucket)
+        _close_durably(part.stream)
+        self._pending.append(part.committable)
+
+
+class FileSinkCommitter:
+    """Step 4: rename pending in-progress files to their final names, idempotently."""
+
+    def __init__(self, base_path: str) -> None:
+        self.base_path = base_path  # names the filesystem that committables' paths are on
+
+    def commit(self, committables: list[FileSinkCommittable]) -> None:
+        if not committables:
+            return
+        fs, _ = url_to_fs(self.base_path)
+        renamed_in: set[str] = set()
+        for c in committables:
+            match commit_action(fs.exists(c.in_progress_path), fs.exists(c.final_path)):
+                case CommitAction.RENAME:
+                    if isinstance(fs, LocalFileSystem):
+                        os.replace(c.in_progress_path, c.final_path)  # atomic
+                    else:
+                        fs.mv(c.in_progress_path, c.final_path)
+                    renamed_in.add(posixpath.dirname(c.final_path))
+                case CommitAction.ALREADY_COMMITTED:
+                    pass
+                case CommitAction.LOST:
+                    raise FileNotFoundError(
+                        f"cannot commit {c.final_path}: neither it nor its in-progress file "
+                        f"{c.in_progress_path} exists; the pre-committed records are lost"
+                    )
+        for directory in renamed_in:
+            _fsync_dir(fs, directory)

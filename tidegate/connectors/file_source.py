@@ -1,0 +1,223 @@
+"""A bounded source reading text lines from files on any fsspec filesystem (Flink's FileSource).
+
+Build it like PyFlink:
+`FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import posixpath
+from collections import deque
+from dataclasses import dataclass, replace
+from itertools import islice
+from typing import IO
+
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from tidegate.connectors.base import Boundedness
+
+__all__ = [
+    "FileSource",
+    "FileSourceBuilder",
+    "FileSourceReader",
+    "FileSourceSplit",
+    "StreamFormat",
+    "TextLineFormat",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FileSourceSplit:
+    """One whole file; reading resumes at byte `offset`, which is the start of line
+    `line_number` (0-based: the number of lines already read)."""
+
+    split_id: str
+    path: str
+    offset: int = 0
+    line_number: int = 0
+
+
+class StreamFormat:
+    """How a file's byte stream becomes records (PyFlink's StreamFormat)."""
+
+    @staticmethod
+    def text_line_format(
+        charset_name: str = "UTF-8", *, charset: str | None = None
+    ) -> TextLineFormat:
+        """Lines of text without their `\\n` / `\\r\\n` ending (`charset` is an alias)."""
+        return TextLineFormat(charset or charset_name)
+
+
+@dataclass(frozen=True, slots=True)
+class TextLineFormat(StreamFormat):
+    """Text lines decoded one by one, so byte offsets stay exact.
+
+    Only charsets in which `\\n` is the single byte 0x0A and never part of another character
+    (UTF-8, ASCII, Latin-1, cp1252, ...) are supported; UTF-16/32 are rejected.
+    """
+
+    charset: str = "UTF-8"
+
+    def __post_init__(self) -> None:
+        try:
+            codecs.lookup(self.charset)
+        except LookupError:
+            raise ValueError(f"unknown charset {self.charset!r}") from None
+        if "\n".encode(self.charset) != b"\n" or "a".encode(self.charset) != b"a":
+            raise ValueError(f"charset {self.charset!r} is not ASCII-compatible")
+
+    def read_lines(
+        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
+    ) -> tuple[list[str], int, bool]:
+        """Read up to `max_records` lines: (lines, bytes consumed, reached end of file)."""
+        raws = list(islice(stream, max(max_records, 0)))
+        eof = len(raws) < max_records
+        try:
+            text = b"".join(raws).decode(self.charset)
+        except UnicodeDecodeError:
+            for number, raw in enumerate(raws, start=first_line + 1):
+                try:
+                    raw.decode(self.charset)
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{where}: line {number} is not valid {self.charset}") from exc
+            raise
+        lines = text.split("\n")
+        last = lines.pop()  # '' after a final '\n', else a last line without one (kept as is)
+        if "\r" in text:
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        if last:
+            lines.append(last)
+        return lines, sum(map(len, raws)), eof
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def _enumerate_files(path: str) -> list[str]:
+    """The files under `path` (itself if it is a file), sorted; hidden entries below it skipped."""
+    fs, root = url_to_fs(path)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"file source path does not exist: {path}")
+    if not fs.isdir(root):
+        found = [root]
+    else:
+        found = []
+        for dirpath, dirnames, filenames in fs.walk(root, topdown=True):
+            dirnames[:] = sorted(d for d in dirnames if not _is_hidden(d))
+            found.extend(posixpath.join(dirpath, f) for f in filenames if not _is_hidden(f))
+        found.sort()
+    if isinstance(fs, LocalFileSystem):
+        return found
+    return [fs.unstrip_protocol(p) for p in found]
+
+
+class FileSource:
+    """Reads every line of every file under `paths` once (bounded).
+
+    Each path is a file or a directory (enumerated recursively in sorted order, skipping files
+    and directories whose names start with '.' or '_', as Flink's default file filter does;
+    paths given explicitly are always read). One split per file; readers read their files in
+    split order. Paths are fsspec URLs or local paths.
+    """
+
+    boundedness = Boundedness.BOUNDED
+
+    def __init__(self, stream_format: TextLineFormat, paths: tuple[str, ...]) -> None:
+        if not paths:
+            raise ValueError("a FileSource needs at least one path")
+        self.stream_format = stream_format
+        self.paths = tuple(str(p) for p in paths)
+
+    @staticmethod
+    def for_record_stream_format(stream_format: TextLineFormat, *paths: str) -> FileSourceBuilder:
+        return FileSourceBuilder(stream_format, tuple(paths))
+
+    def create_splits(self, parallelism: int) -> list[FileSourceSplit]:
+        seen: dict[str, None] = {}
+        for path in self.paths:
+            seen.update(dict.fromkeys(_enumerate_files(path)))
+        return [FileSourceSplit(str(i), file) for i, file in enumerate(seen)]
+
+    def create_reader(
+        self, splits: list[FileSourceSplit], subtask_index: int, parallelism: int
+    ) -> FileSourceReader:
+        return FileSourceReader(self.stream_format, splits)
+
+    def __repr__(self) -> str:
+        return f"FileSource({self.stream_format!r}, paths={list(self.paths)!r})"
+
+
+class FileSourceBuilder:
+    """PyFlink's FileSourceBuilder; only the static (bounded) file set is supported."""
+
+    def __init__(self, stream_format: TextLineFormat, paths: tuple[str, ...]) -> None:
+        self._stream_format = stream_format
+        self._paths = paths
+
+    def process_static_file_set(self) -> FileSourceBuilder:
+        """Read the files present when the job starts, then finish (the default)."""
+        return self
+
+    def build(self) -> FileSource:
+        """Check every path exists (FileNotFoundError naming it otherwise) and build."""
+        for path in self._paths:
+            fs, root = url_to_fs(str(path))
+            if not fs.exists(root):
+                raise FileNotFoundError(f"file source path does not exist: {path}")
+        return FileSource(self._stream_format, self._paths)
+
+
+class FileSourceReader:
+    """Reads its files one after another from their split offsets."""
+
+    def __init__(self, stream_format: TextLineFormat, splits: list[FileSourceSplit]) -> None:
+        self._format = stream_format
+        self._splits = deque(splits)
+        self._stream: IO[bytes] | None = None
+
+    def _open_current(self) -> IO[bytes]:
+        split = self._splits[0]
+        fs, path = url_to_fs(split.path)
+        try:  # the builtin open() skips a wrapper layer on local files
+            stream = open(path, "rb") if isinstance(fs, LocalFileSystem) else fs.open(path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            raise FileNotFoundError(f"file source file does not exist: {split.path}") from None
+        stream.seek(split.offset)
+        return stream
+
+    def _finish_current(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        self._splits.popleft()
+
+    def poll_batch(self, max_records: int) -> list[str] | None:
+        while self._splits:
+            if self._stream is None:
+                self._stream = self._open_current()
+            split = self._splits[0]
+            lines, consumed, eof = self._format.read_lines(
+                self._stream, max_records, split.path, split.line_number
+            )
+            if eof:
+                self._finish_current()
+            else:
+                self._splits[0] = replace(
+                    split,
+                    offset=split.offset + consumed,
+                    line_number=split.line_number + len(lines),
+                )
+            if lines or max_records <= 0:
+                return lines
+        return None
+
+    def snapshot_splits(self) -> list[FileSourceSplit]:
+        return list(self._splits)
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None

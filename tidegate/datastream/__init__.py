@@ -1,0 +1,49 @@
+"""The DataStream API, with PyFlink's names and import paths."""
+
+from tidegate.datastream.checkpoint_config import (
+    CheckpointConfig,
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
+from tidegate.datastream.checkpoint_storage import FileSystemCheckpointStorage
+from tidegate.datastream.checkpointing_mode import CheckpointingMode
+from tidegate.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
+from tidegate.datastream.functions import (
+    AggregateFunction,
+    CheckpointedFunction,
+    CheckpointListener,
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+    RuntimeContext,
+)
+from tidegate.datastream.state_backend import HashMapStateBackend
+from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
+
+__all__ = [
+    "AggregateFunction",
+    "CheckpointConfig",
+    "CheckpointListener",
+    "CheckpointedFunction",
+    "CheckpointingMode",
+    "DataStream",
+    "DataStreamSink",
+    "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention",
+    "FileSystemCheckpointStorage",
+    "FilterFunction",
+    "FlatMapFunction",
+    "HashMapStateBackend",
+    "KeySelector",
+    "KeyedProcessFunction",
+    "KeyedStream",
+    "MapFunction",
+    "ProcessFunction",
+    "ReduceFunction",
+    "RuntimeContext",
+    "StreamExecutionEnvironment",
+]

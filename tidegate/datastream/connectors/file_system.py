@@ -1,0 +1,13 @@
+"""PyFlink's `pyflink.datastream.connectors.file_system`."""
+
+from tidegate.connectors.file_sink import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
+from tidegate.connectors.file_source import FileSource, StreamFormat
+
+__all__ = [
+    "BucketAssigner",
+    "FileSink",
+    "FileSource",
+    "OutputFileConfig",
+    "RollingPolicy",
+    "StreamFormat",
+]

@@ -1,0 +1,240 @@
+"""DataStream, KeyedStream and DataStreamSink with PyFlink's method names."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from tidegate.connectors.base import Sink
+from tidegate.connectors.print_sink import PrintSink
+from tidegate.datastream.functions import (
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+)
+from tidegate.graph.stream_graph import Transformation
+from tidegate.runtime.connector_operators import SinkOperator
+from tidegate.runtime.operators import (
+    FilterOperator,
+    FlatMapOperator,
+    KeyedReduceOperator,
+    MapOperator,
+    ProcessOperator,
+)
+from tidegate.runtime.partitioners import (
+    BroadcastPartitioner,
+    ForwardPartitioner,
+    KeyGroupStreamPartitioner,
+    Partitioner,
+    RebalancePartitioner,
+    ShufflePartitioner,
+)
+
+if TYPE_CHECKING:
+    from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
+
+
+def _callable(func: Any, cls: type, method: str, what: str):
+    """(function object for open/close hooks, the per-record callable)."""
+    if isinstance(func, cls):
+        return func, getattr(func, method)
+    if callable(func):
+        return None, func
+    raise TypeError(f"{what} expects a {cls.__name__} or a callable, got {type(func).__name__}")
+
+
+class DataStream:
+    """A stream of records; `inputs` are the upstream transformations with the partitioner the
+    next operator reads them with (several after `union`)."""
+
+    def __init__(
+        self,
+        env: StreamExecutionEnvironment,
+        inputs: list[tuple[Transformation, Partitioner | None]],
+    ) -> None:
+        self._env = env
+        self._inputs = inputs
+
+    # the transformation this stream is the output of (for name/uid/parallelism) ----------------
+    @property
+    def _transformation(self) -> Transformation:
+        if len(self._inputs) != 1 or self._inputs[0][1] is not None:
+            raise ValueError(
+                "set_parallelism/uid/name apply to an operator; this stream is a union or a "
+                "repartitioning (rebalance/shuffle/broadcast/forward/key_by) of one"
+            )
+        return self._inputs[0][0]
+
+    def name(self, name: str) -> DataStream:
+        self._transformation.name = name
+        return self
+
+    def get_name(self) -> str:
+        return self._transformation.name
+
+    def uid(self, uid: str) -> DataStream:
+        """A stable id for this operator's state: give every stateful operator one, so a
+        checkpoint or savepoint maps onto a changed job."""
+        self._transformation.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        if int(parallelism) < 1:
+            raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+        t = self._transformation
+        if t.kind == "source" and getattr(t, "non_parallel", False) and parallelism != 1:
+            raise ValueError(f"{t.name} is a non-parallel source; its parallelism must be 1")
+        t.parallelism = int(parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._transformation.parallelism or self._env.get_parallelism()
+
+    def disable_chaining(self) -> DataStream:
+        self._transformation.chaining = False
+        return self
+
+    def start_new_chain(self) -> DataStream:
+        self._transformation.start_new_chain = True
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> DataStream:
+        """Accepted for PyFlink compatibility: every slot shares all vertices in tidegate."""
+        return self
+
+    # operators ---------------------------------------------------------------------------------
+    def _add(
+        self, kind: str, name: str, make_operator, *, keyed: bool = False, inputs=None
+    ) -> DataStream:
+        t = self._env._stream_graph.add(
+            kind=kind,
+            name=name,
+            make_operator=make_operator,
+            inputs=list(inputs if inputs is not None else self._inputs),
+            keyed=keyed,
+        )
+        return DataStream(self._env, [(t, None)])
+
+    def _key_selector(self):
+        return None
+
+    def map(self, func: Any, output_type: Any = None) -> DataStream:
+        fn, call = _callable(func, MapFunction, "map", "map")
+        sel = self._key_selector()
+        op = partial(MapOperator, fn, call, sel)
+        return self._add("map", "Map", op, keyed=sel is not None)
+
+    def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        fn, call = _callable(func, FlatMapFunction, "flat_map", "flat_map")
+        sel = self._key_selector()
+        op = partial(FlatMapOperator, fn, call, sel)
+        return self._add("flat_map", "FlatMap", op, keyed=sel is not None)
+
+    def filter(self, func: Any) -> DataStream:
+        fn, call = _callable(func, FilterFunction, "filter", "filter")
+        sel = self._key_selector()
+        op = partial(FilterOperator, fn, call, sel)
+        return self._add("filter", "Filter", op, keyed=sel is not None)
+
+    def process(self, func: ProcessFunction, output_type: Any = None) -> DataStream:
+        if not isinstance(func, ProcessFunction | KeyedProcessFunction):
+            raise TypeError("process() expects a ProcessFunction or KeyedProcessFunction")
+        if isinstance(func, KeyedProcessFunction) and self._key_selector() is None:
+            raise TypeError("a KeyedProcessFunction needs a KeyedStream: call key_by(...) first")
+        sel = self._key_selector()
+        op = partial(ProcessOperator, func, func.process_element, sel)
+        return self._add("process", "Process", op, keyed=sel is not None)
+
+    def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
+        _fn, select = _callable(key_selector, KeySelector, "get_key", "key_by")
+        return KeyedStream(self._env, self._plain_inputs(), select)
+
+    def union(self, *streams: DataStream) -> DataStream:
+        inputs = list(self._inputs)
+        for s in streams:
+            inputs.extend(s._inputs)
+        return DataStream(self._env, inputs)
+
+    def _plain_inputs(self) -> list[tuple[Transformation, Partitioner | None]]:
+        return list(self._inputs)
+
+    def _repartition(self, partitioner: Partitioner) -> DataStream:
+        return DataStream(self._env, [(t, partitioner) for t, _ in self._inputs])
+
+    def rebalance(self) -> DataStream:
+        return self._repartition(RebalancePartitioner())
+
+    def shuffle(self) -> DataStream:
+        return self._repartition(ShufflePartitioner())
+
+    def broadcast(self) -> DataStream:
+        return self._repartition(BroadcastPartitioner())
+
+    def forward(self) -> DataStream:
+        return self._repartition(ForwardPartitioner())
+
+    # sinks -------------------------------------------------------------------------------------
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        if not isinstance(sink, Sink):
+            raise TypeError(
+                f"sink_to expects a Sink (e.g. FileSink.for_row_format(...).build()), "
+                f"got {type(sink).__name__}"
+            )
+        t = self._add("sink", f"Sink: {type(sink).__name__}", partial(SinkOperator, sink))
+        return DataStreamSink(t)
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        t = self._add(
+            "sink", "Sink: Print to Std. Out", partial(SinkOperator, PrintSink(sink_identifier))
+        )
+        return DataStreamSink(t)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: operators on it may use keyed state, scoped to each key."""
+
+    def __init__(self, env, inputs, key_selector) -> None:
+        super().__init__(env, [(t, KeyGroupStreamPartitioner(key_selector)) for t, _ in inputs])
+        self._selector = key_selector
+
+    def _key_selector(self):
+        return self._selector
+
+    def reduce(self, func: Any) -> DataStream:
+        fn, call = _callable(func, ReduceFunction, "reduce", "reduce")
+        op = partial(KeyedReduceOperator, fn, call, self._selector)
+        return self._add("reduce", "Keyed Reduce", op, keyed=True)
+
+    def _plain_inputs(self):
+        return [(t, None) for t, _ in self._inputs]
+
+    def _repartition(self, partitioner: Partitioner) -> DataStream:
+        raise TypeError("a KeyedStream cannot be repartitioned; repartition before key_by")
+
+    def union(self, *streams: DataStream) -> DataStream:
+        raise TypeError("union() a KeyedStream's input streams, then key_by the union")
+
+
+class DataStreamSink:
+    def __init__(self, stream: DataStream) -> None:
+        self._stream = stream
+
+    def name(self, name: str) -> DataStreamSink:
+        self._stream.name(name)
+        return self
+
+    def uid(self, uid: str) -> DataStreamSink:
+        self._stream.uid(uid)
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStreamSink:
+        self._stream.set_parallelism(parallelism)
+        return self
+
+    def disable_chaining(self) -> DataStreamSink:
+        self._stream.disable_chaining()
+        return self

@@ -1,0 +1,171 @@
+"""User function classes with PyFlink's names and signatures.
+
+Plain callables work everywhere a function class does (`ds.map(lambda x: x + 1)`); a class is
+needed for `open(runtime_context)` (to create state) and `close()`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+
+class RuntimeContext(abc.ABC):
+    """What a function sees of the subtask that runs it (PyFlink's method names)."""
+
+    @abc.abstractmethod
+    def get_task_name(self) -> str: ...
+
+    @abc.abstractmethod
+    def get_number_of_parallel_subtasks(self) -> int: ...
+
+    @abc.abstractmethod
+    def get_max_number_of_parallel_subtasks(self) -> int: ...
+
+    @abc.abstractmethod
+    def get_index_of_this_subtask(self) -> int: ...
+
+    @abc.abstractmethod
+    def get_attempt_number(self) -> int: ...
+
+    def get_task_name_with_subtasks(self) -> str:
+        return (
+            f"{self.get_task_name()} ({self.get_index_of_this_subtask() + 1}/"
+            f"{self.get_number_of_parallel_subtasks()})"
+        )
+
+    @abc.abstractmethod
+    def get_state(self, state_descriptor): ...
+
+    @abc.abstractmethod
+    def get_list_state(self, state_descriptor): ...
+
+    @abc.abstractmethod
+    def get_map_state(self, state_descriptor): ...
+
+    @abc.abstractmethod
+    def get_reducing_state(self, state_descriptor): ...
+
+    @abc.abstractmethod
+    def get_aggregating_state(self, state_descriptor): ...
+
+
+class Function:
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Called once per subtask before the first record (after state was restored)."""
+
+    def close(self) -> None:
+        """Called once when the subtask ends or is cancelled."""
+
+
+class MapFunction(Function):
+    @abc.abstractmethod
+    def map(self, value: Any) -> Any: ...
+
+
+class FlatMapFunction(Function):
+    @abc.abstractmethod
+    def flat_map(self, value: Any) -> Iterable[Any]: ...
+
+
+class FilterFunction(Function):
+    @abc.abstractmethod
+    def filter(self, value: Any) -> bool: ...
+
+
+class ReduceFunction(Function):
+    @abc.abstractmethod
+    def reduce(self, value1: Any, value2: Any) -> Any: ...
+
+
+class AggregateFunction(Function):
+    @abc.abstractmethod
+    def create_accumulator(self) -> Any: ...
+
+    @abc.abstractmethod
+    def add(self, value: Any, accumulator: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def get_result(self, accumulator: Any) -> Any: ...
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement merge()")
+
+
+class KeySelector(Function):
+    @abc.abstractmethod
+    def get_key(self, value: Any) -> Any: ...
+
+
+class ProcessFunction(Function):
+    class Context(abc.ABC):
+        @abc.abstractmethod
+        def timestamp(self) -> int | None: ...
+
+        @abc.abstractmethod
+        def timer_service(self): ...
+
+    @abc.abstractmethod
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
+        """Yield (or return an iterable of) output records; returning None emits nothing."""
+
+
+class KeyedProcessFunction(Function):
+    class Context(ProcessFunction.Context):
+        @abc.abstractmethod
+        def get_current_key(self) -> Any: ...
+
+    class OnTimerContext(Context):
+        @abc.abstractmethod
+        def time_domain(self): ...
+
+    @abc.abstractmethod
+    def process_element(
+        self, value: Any, ctx: KeyedProcessFunction.Context
+    ) -> Iterable[Any] | None: ...
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        return None
+
+
+class FunctionSnapshotContext(Protocol):
+    checkpoint_id: int
+    checkpoint_timestamp: int
+
+
+class FunctionInitializationContext(Protocol):
+    """Given to `CheckpointedFunction.initialize_state`."""
+
+    def is_restored(self) -> bool: ...
+
+    @property
+    def operator_state_store(self): ...
+
+    @property
+    def keyed_state_store(self): ...
+
+
+class CheckpointedFunction(abc.ABC):
+    """A function with operator state of its own (Flink's CheckpointedFunction).
+
+    `initialize_state` runs before `open`, on every (re)start; `snapshot_state` runs in the
+    synchronous phase of each checkpoint, so list states must hold what to restore from.
+    """
+
+    @abc.abstractmethod
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None: ...
+
+    @abc.abstractmethod
+    def initialize_state(self, context: FunctionInitializationContext) -> None: ...
+
+
+class CheckpointListener:
+    """Told when a checkpoint completed (all subtasks acked and `_metadata` is durable) or was
+    aborted. Notifications can be lost on failure: after a restore, act on the restored state."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Called on the subtask's loop thread after checkpoint `checkpoint_id` completed."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Called when checkpoint `checkpoint_id` was aborted (best effort)."""

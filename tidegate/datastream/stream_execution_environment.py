@@ -1,0 +1,195 @@
+"""`StreamExecutionEnvironment`: builds a job with the DataStream API and runs it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from functools import partial
+from typing import Any, ClassVar
+
+from tidegate.common.configuration import (
+    BATCH_SIZE,
+    BIND_HOST,
+    BUFFER_TIMEOUT_MS,
+    QUEUE_CAPACITY,
+    RUNNER,
+    SPARK_MASTER,
+    Configuration,
+)
+from tidegate.common.job_client import JobClient, JobExecutionResult
+from tidegate.common.restart_strategy import RestartStrategies
+from tidegate.connectors.base import Source
+from tidegate.connectors.collection import CollectionSource
+from tidegate.datastream.checkpoint_config import CheckpointConfig
+from tidegate.datastream.checkpointing_mode import CheckpointingMode
+from tidegate.datastream.data_stream import DataStream
+from tidegate.datastream.state_backend import HashMapStateBackend
+from tidegate.deploy.job_spec import JobSpec
+from tidegate.deploy.jobmaster import JobMaster
+from tidegate.graph.job_graph import build_job_graph
+from tidegate.graph.stream_graph import StreamGraph
+from tidegate.runtime.connector_operators import SourceOperator
+
+DEFAULT_JOB_NAME = "tidegate job"
+
+
+class StreamExecutionEnvironment:
+    #: set by `tidegate run` before it runs the job script (CLI options win over the script)
+    cli_overrides: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, configuration: Configuration | None = None) -> None:
+        self._config = Configuration(configuration)
+        self._parallelism = min(os.cpu_count() or 1, 4)
+        self._max_parallelism: int | None = None
+        self._checkpoint_config = CheckpointConfig()
+        self._restart_strategy = None
+        self._state_backend: Any = HashMapStateBackend()
+        self._stream_graph = StreamGraph()
+        self._spark_session = None
+
+    @staticmethod
+    def get_execution_environment(configuration: Configuration | None = None):
+        return StreamExecutionEnvironment(configuration)
+
+    # settings ----------------------------------------------------------------------------------
+    def configure(self, configuration: Configuration) -> StreamExecutionEnvironment:
+        self._config.add_all(configuration)
+        return self
+
+    def get_config(self) -> Configuration:
+        return self._config
+
+    def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        if int(parallelism) < 1:
+            raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+        self._parallelism = int(parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
+        if not 0 < int(max_parallelism) <= 32768:
+            raise ValueError(f"max parallelism must be in [1, 32768], got {max_parallelism}")
+        self._max_parallelism = int(max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._max_parallelism or -1
+
+    def enable_checkpointing(self, interval: int, mode: CheckpointingMode | None = None):
+        self._checkpoint_config.set_checkpoint_interval(interval)
+        if mode is not None:
+            self._checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self._checkpoint_config
+
+    def get_checkpoint_interval(self) -> int:
+        return self._checkpoint_config.get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    def set_restart_strategy(self, restart_strategy_configuration) -> StreamExecutionEnvironment:
+        self._restart_strategy = restart_strategy_configuration
+        return self
+
+    def get_restart_strategy(self):
+        if self._restart_strategy is not None:
+            return self._restart_strategy
+        # Flink's defaults: exponential delay when checkpointing is on, otherwise no restart.
+        if self._checkpoint_config.is_checkpointing_enabled():
+            return RestartStrategies.exponential_delay_restart()
+        return RestartStrategies.no_restart()
+
+    def set_state_backend(self, state_backend: Any) -> StreamExecutionEnvironment:
+        if not isinstance(state_backend, HashMapStateBackend):
+            raise ValueError(
+                f"unsupported state backend {type(state_backend).__name__}; "
+                "tidegate supports HashMapStateBackend"
+            )
+        self._state_backend = state_backend
+        return self
+
+    def get_state_backend(self):
+        return self._state_backend
+
+    def set_spark_session(self, spark: Any) -> StreamExecutionEnvironment:
+        """Run on this SparkSession instead of the active or an embedded local one."""
+        self._spark_session = spark
+        return self
+
+    # sources -----------------------------------------------------------------------------------
+    def from_source(
+        self,
+        source: Source,
+        watermark_strategy: Any = None,
+        source_name: str = "Source",
+        type_info: Any = None,
+    ) -> DataStream:
+        if not isinstance(source, Source):
+            raise TypeError(
+                f"from_source expects a Source (NumberSequenceSource, FileSource, "
+                f"DataGeneratorSource, ...), got {type(source).__name__}"
+            )
+        t = self._stream_graph.add(
+            kind="source",
+            name=f"Source: {source_name}",
+            make_operator=partial(SourceOperator, source),
+            is_source=True,
+        )
+        return DataStream(self, [(t, None)])
+
+    def from_collection(self, collection: Any, type_info: Any = None) -> DataStream:
+        ds = self.from_source(CollectionSource(list(collection)), None, "Collection Source")
+        ds._transformation.parallelism = 1
+        ds._transformation.non_parallel = True
+        return ds
+
+    # execution ---------------------------------------------------------------------------------
+    def _job_spec(self, job_name: str | None) -> JobSpec:
+        overrides = self.cli_overrides
+        parallelism = overrides.get("parallelism") or self._parallelism
+        name = job_name or DEFAULT_JOB_NAME
+        graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
+        settings = self._checkpoint_config.settings
+        if settings.storage is None:
+            from dataclasses import replace
+
+            settings = replace(
+                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
+            )
+        cfg = self._config
+        return JobSpec(
+            job_name=name,
+            graph=graph,
+            checkpoint=settings,
+            restart_strategy=self.get_restart_strategy(),
+            runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
+            spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
+            bind_host=cfg.get_string(BIND_HOST, "127.0.0.1"),
+            batch_size=cfg.get_integer(BATCH_SIZE, 512),
+            buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
+            queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
+            restore_path=overrides.get("restore_path"),
+            spark_session=self._spark_session,
+        )
+
+    def execute_async(self, job_name: str | None = None) -> JobClient:
+        spec = self._job_spec(job_name)
+        if spec.runner not in ("spark", "local"):
+            raise ValueError(f"unknown runner {spec.runner!r}: use 'spark' or 'local'")
+        client = JobClient(JobMaster(spec))
+        hook = self.cli_overrides.get("on_submit")
+        if hook is not None:
+            hook(client)
+        return client
+
+    def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        """Run the job and wait for it; raises JobExecutionException if it fails."""
+        return self.execute_async(job_name).get_job_execution_result().result()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,88 @@
+"""The driver's control server: slots connect (HMAC-authenticated with the job secret),
+register, and exchange control messages. Every incoming message is handed to one callback."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+from tidegate.runtime.messages import RegisterSlot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotLost:
+    """The control connection of a registered slot closed (its process died or it ended)."""
+
+    attempt: int
+    slot: int
+
+
+class ControlServer:
+    def __init__(self, secret: bytes, bind_host: str, on_message: Callable[[Any], None]) -> None:
+        self.listener = Listener((bind_host, 0), authkey=secret, backlog=256)
+        self.address: tuple[str, int] = self.listener.address
+        self.on_message = on_message
+        self._slots: dict[tuple[int, int], tuple[Connection, threading.Lock]] = {}
+        self._closed = False
+        threading.Thread(
+            target=self._accept_loop, name="tidegate-control-accept", daemon=True
+        ).start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn = self.listener.accept()
+            except OSError:
+                return
+            except Exception as e:  # failed authentication: refuse, keep serving
+                log.warning("refused a control connection: %s", e)
+                continue
+            threading.Thread(target=self._read_loop, args=(conn,), daemon=True).start()
+
+    def _read_loop(self, conn: Connection) -> None:
+        key = None
+        try:
+            first = conn.recv()
+            if not isinstance(first, RegisterSlot):
+                conn.close()
+                return
+            key = (first.attempt, first.slot)
+            self._slots[key] = (conn, threading.Lock())
+            self.on_message(first)
+            while True:
+                self.on_message(conn.recv())
+        except (EOFError, OSError):
+            pass
+        finally:
+            if key is not None:
+                self._slots.pop(key, None)
+                self.on_message(SlotLost(*key))
+
+    def send(self, attempt: int, slot: int, message: Any) -> bool:
+        entry = self._slots.get((attempt, slot))
+        if entry is None:
+            return False
+        conn, lock = entry
+        try:
+            with lock:
+                conn.send(message)
+            return True
+        except OSError:
+            return False
+
+    def broadcast(self, attempt: int, message: Any) -> None:
+        for a, slot in list(self._slots):
+            if a == attempt:
+                self.send(a, slot, message)
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+        for conn, _ in list(self._slots.values()):
+            conn.close()

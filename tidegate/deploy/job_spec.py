@@ -1,0 +1,50 @@
+"""Everything the JobMaster needs to run a job: the graph and its settings (built by
+`StreamExecutionEnvironment.execute`, or by the CLI)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidegate.runtime.plan import JobGraph
+
+
+class CheckpointRetention(enum.Enum):
+    """What happens to retained checkpoints when the job ends (Flink's externalized-checkpoint
+    retention): all are deleted when a job FINISHES; on FAILED they stay unless
+    NO_EXTERNALIZED_CHECKPOINTS; on CANCELED only RETAIN_ON_CANCELLATION keeps them."""
+
+    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"
+    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"
+    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    interval_ms: int | None = None
+    exactly_once: bool = True
+    timeout_ms: int = 600_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    max_retained: int = 1
+    storage: str | None = None
+    retention: CheckpointRetention = CheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_name: str
+    graph: JobGraph
+    checkpoint: CheckpointSettings
+    restart_strategy: Any
+    runner: str = "spark"
+    spark_master: str | None = None
+    bind_host: str = "127.0.0.1"
+    batch_size: int = 512
+    buffer_timeout_ms: int = 10
+    queue_capacity: int = 64
+    restore_path: str | None = None
+    job_id: str | None = None
+    spark_session: Any = field(default=None, compare=False)

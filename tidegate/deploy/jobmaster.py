@@ -1,0 +1,472 @@
+"""The JobMaster: deploys a job's slots, runs its CheckpointCoordinator, and restarts the job
+from the latest completed checkpoint after a failure (DESIGN §2 step 6, §3).
+
+Everything the slots, the runner and the coordinator report arrives as an event on one queue
+and is handled on the JobMaster's own thread, so the attempt's state needs no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
+from tidegate.checkpoint.metadata import decode_metadata
+from tidegate.checkpoint.pending import PendingCheckpoint
+from tidegate.checkpoint.scheduling import ThreadScheduler
+from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
+from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
+from tidegate.common.job_status import JobStatus
+from tidegate.deploy import runners
+from tidegate.deploy.control_server import ControlServer, SlotLost
+from tidegate.deploy.job_spec import CheckpointRetention, JobSpec
+from tidegate.deploy.restore import build_metadata, plan_restore
+from tidegate.runtime.deployment import Deployment
+from tidegate.runtime.events import CheckpointOptions
+from tidegate.runtime.messages import (
+    AcknowledgeCheckpoint,
+    CancelSlot,
+    DeclineCheckpoint,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    RegisterSlot,
+    SlotAddresses,
+    SlotFailed,
+    SlotFinished,
+    SlotMetrics,
+    SourceFinished,
+    TriggerCheckpoint,
+)
+
+log = logging.getLogger("tidegate.jobmaster")
+
+REGISTRATION_TIMEOUT_S = 180.0
+TEARDOWN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunnerEnded:
+    attempt: int
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class FailJob:
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True)
+class RetryFinalCheckpoint:
+    attempt: int
+
+
+class JobFailure(Exception):
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+@dataclass
+class JobStats:
+    """What `tidegate run` shows while the job runs."""
+
+    records_in: int = 0
+    records_out: int = 0
+    records_per_s: float = 0.0
+    restarts: int = 0
+    completed_checkpoints: int = 0
+    failed_checkpoints: int = 0
+    last_checkpoint: CompletedCheckpoint | None = None
+    restored_from: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class JobMaster:
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.job_id = spec.job_id or uuid.uuid4().hex
+        self.status = JobStatus.INITIALIZING
+        self.stats = JobStats()
+        self.error: JobFailure | None = None
+        self.events: queue.Queue = queue.Queue()
+        self.secret = secrets.token_bytes(32)
+        base = spec.checkpoint.storage
+        self.storage = CheckpointStorage(base, self.job_id)
+        self.store = CompletedCheckpointStore(spec.checkpoint.max_retained)
+        self.scheduler = ThreadScheduler()
+        self.attempt = 0
+        self.failure_times: list[float] = []
+        self.next_checkpoint_id = 1
+        self.slot_pids: dict[int, int] = {}
+        self.done = threading.Event()
+        self._cancelled = threading.Event()
+        self._slot_counts: dict[tuple[int, int], tuple[int, int]] = {}
+        self._rate_window: tuple[float, int] | None = None
+        self.server: ControlServer | None = None
+
+    # public ---------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self.events.put(Cancel())
+
+    def run(self) -> None:
+        """Run the job to a terminal status (FINISHED, CANCELED or FAILED); never raises."""
+        try:
+            self.storage.verify_writable()
+            restore = self._initial_restore()
+            self.server = ControlServer(self.secret, self.spec.bind_host, self.events.put)
+            while True:
+                outcome = self._run_attempt(restore)
+                if outcome is not None:
+                    self.status = outcome
+                    break
+                if not self._await_restart():
+                    break
+                self.attempt += 1
+                self.stats.restarts += 1
+                latest = self.store.latest()
+                if latest is not None:
+                    restore = (latest.metadata, latest.path)
+        except JobFailure as e:
+            self.error = e
+            self.status = JobStatus.FAILED
+        except Exception as e:  # a bug or an environment problem: report, don't hang the client
+            log.exception("JobMaster crashed")
+            self.error = JobFailure(f"{type(e).__name__}: {e}")
+            self.status = JobStatus.FAILED
+        finally:
+            self._shutdown()
+            self.done.set()
+
+    # attempts ---------------------------------------------------------------------------------
+    def _initial_restore(self) -> tuple[dict, str] | None:
+        path = self.spec.restore_path
+        if path is None:
+            return None
+        directory = resolve_checkpoint_path(path)
+        metadata = decode_metadata(self.storage.read_bytes(f"{directory}/_metadata"), directory)
+        self.next_checkpoint_id = int(metadata["checkpoint_id"]) + 1
+        return metadata, directory
+
+    def _await_restart(self) -> bool:
+        now = time.monotonic()
+        self.failure_times.append(now)
+        delay = self.spec.restart_strategy.restart_delay_s(self.failure_times, now)
+        if delay is None or self._cancelled.is_set():
+            if self._cancelled.is_set():
+                self.status = JobStatus.CANCELED
+            else:
+                self.status = JobStatus.FAILED
+            return False
+        self.status = JobStatus.RESTARTING
+        log.warning("restarting job in %.1fs (attempt %d)", delay, self.attempt + 1)
+        if self._cancelled.wait(delay):
+            self.status = JobStatus.CANCELED
+            return False
+        return True
+
+    def _run_attempt(self, restore: tuple[dict, str] | None) -> JobStatus | None:
+        """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
+        graph = self.spec.graph
+        attempt = self.attempt
+        plan, restored_id = {}, None
+        if restore is not None:
+            metadata, directory = restore
+            plan = plan_restore(graph, metadata, directory)
+            restored_id = int(metadata["checkpoint_id"])
+            self.stats.restored_from = restored_id
+        deployment = Deployment(
+            job_id=self.job_id,
+            attempt=attempt,
+            graph=graph,
+            secret=self.secret,
+            driver_address=self.server.address,
+            bind_host=self.spec.bind_host,
+            checkpoint_base=self.spec.checkpoint.storage,
+            exactly_once=self.spec.checkpoint.exactly_once,
+            batch_size=self.spec.batch_size,
+            buffer_timeout_ms=self.spec.buffer_timeout_ms,
+            queue_capacity=self.spec.queue_capacity,
+            restore=plan,
+            restored_checkpoint_id=restored_id,
+        )
+        payload = cloudpickle.dumps(deployment)
+        on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
+        num_slots = graph.num_slots
+        if self.spec.runner == "local":
+            slots = runners.start_local(payload, num_slots, on_end)
+        else:
+            from tidegate.deploy.spark_session import get_spark
+
+            spark = self.spec.spark_session or get_spark(self.spec.spark_master, num_slots)
+            slots = runners.start_spark(spark, payload, num_slots, on_end)
+        attempt_state = _Attempt(self, attempt, slots)
+        try:
+            return attempt_state.run()
+        finally:
+            attempt_state.teardown()
+
+    def _shutdown(self) -> None:
+        self.scheduler.shutdown()
+        if self.server is not None:
+            self.server.close()
+        retention = self.spec.checkpoint.retention
+        keep = {
+            JobStatus.FINISHED: False,
+            JobStatus.CANCELED: retention is CheckpointRetention.RETAIN_ON_CANCELLATION,
+            JobStatus.FAILED: retention is not CheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+        }.get(self.status, True)
+        if not keep:
+            for cp in self.store.all():
+                self.storage.discard_checkpoint_dir(cp.path)
+
+    def update_metrics(self, msg: SlotMetrics) -> None:
+        for subtask, counts in msg.counts.items():
+            self._slot_counts[subtask] = counts
+        sources = {v.vertex_id for v in self.spec.graph.vertices.values() if v.is_source}
+        total_in = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v not in sources)
+        total_out = sum(o for (v, _), (_i, o) in self._slot_counts.items() if v in sources)
+        now = time.monotonic()
+        if self._rate_window is not None:
+            t0, n0 = self._rate_window
+            if now - t0 >= 1.0:
+                self.stats.records_per_s = max(total_out - n0, 0) / (now - t0)
+                self._rate_window = (now, total_out)
+        else:
+            self._rate_window = (now, total_out)
+        self.stats.records_in, self.stats.records_out = total_in, total_out
+
+
+class _Attempt:
+    """The state of one deployment; also the coordinator's hooks (CoordinatorHooks)."""
+
+    def __init__(self, jm: JobMaster, attempt: int, slots: Any) -> None:
+        self.jm = jm
+        self.attempt = attempt
+        self.slots = slots
+        self.graph = jm.spec.graph
+        self.registered: dict[int, RegisterSlot] = {}
+        self.finished_slots: set[int] = set()
+        self.finished_sources: set[tuple[int, int]] = set()
+        self.sources = {
+            (v.vertex_id, i)
+            for v in self.graph.vertices.values()
+            if v.is_source
+            for i in range(v.parallelism)
+        }
+        self.final_ids: set[int] = set()
+        self.final_completed = False
+        self.runner_ended = False
+        self.coordinator: CheckpointCoordinator | None = None
+
+    # Step 1: wait until every slot registered, then send the address book.
+    def run(self) -> JobStatus | None:
+        jm, deadline = self.jm, time.monotonic() + REGISTRATION_TIMEOUT_S
+        num_slots = self.graph.num_slots
+        while len(self.registered) < num_slots:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._fail(
+                    f"only {len(self.registered)} of {num_slots} slots started within "
+                    f"{REGISTRATION_TIMEOUT_S:.0f}s; does the cluster have enough free task slots?"
+                )
+            try:
+                event = jm.events.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            outcome = self._handle(event)
+            if outcome is not _CONTINUE:
+                return outcome
+        addresses = {s: r.data_address for s, r in self.registered.items()}
+        jm.slot_pids = {s: r.pid for s, r in self.registered.items()}
+        jm.server.broadcast(self.attempt, SlotAddresses(addresses))
+        jm.status = JobStatus.RUNNING
+        # Step 2: start checkpointing.
+        settings = jm.spec.checkpoint
+        config = CheckpointCoordinatorConfig(
+            interval_ms=settings.interval_ms,
+            timeout_ms=settings.timeout_ms,
+            min_pause_ms=settings.min_pause_ms,
+            max_concurrent=settings.max_concurrent,
+            tolerable_failures=settings.tolerable_failures,
+            max_retained=settings.max_retained,
+        )
+        self.coordinator = CheckpointCoordinator(
+            config,
+            frozenset(self.graph.all_subtasks()),
+            self,
+            jm.scheduler,
+            time.monotonic,
+            lambda: int(time.time() * 1000),
+            jm.store,
+            first_checkpoint_id=jm.next_checkpoint_id,
+        )
+        self.coordinator.on_complete.append(self._on_complete)
+        self.coordinator.start()
+        # Step 3: run until the job finishes, fails or is cancelled.
+        while True:
+            outcome = self._handle(jm.events.get())
+            if outcome is not _CONTINUE:
+                return outcome
+
+    def _handle(self, event: Any):
+        jm = self.jm
+        if getattr(event, "attempt", self.attempt) != self.attempt:
+            return _CONTINUE  # a message from an earlier attempt (a zombie slot): ignore it
+        match event:
+            case RegisterSlot(slot=slot):
+                self.registered[slot] = event
+            case AcknowledgeCheckpoint(subtask=subtask, checkpoint_id=cid, state=state):
+                jm.stats.history.append(
+                    {
+                        "checkpoint_id": cid,
+                        "subtask": subtask,
+                        "sync_ms": event.sync_ms,
+                        "async_ms": event.async_ms,
+                    }
+                )
+                del jm.stats.history[:-1000]
+                self.coordinator.receive_ack(subtask, cid, state)
+            case DeclineCheckpoint(subtask=subtask, checkpoint_id=cid, reason=reason):
+                if self.coordinator is not None:
+                    self.coordinator.receive_decline(subtask, cid, reason)
+            case SourceFinished(subtask=subtask):
+                self.finished_sources.add(subtask)
+                self._maybe_trigger_final()
+            case RetryFinalCheckpoint():
+                self._maybe_trigger_final()
+            case SlotMetrics():
+                jm.update_metrics(event)
+            case SlotFinished(slot=slot):
+                self.finished_slots.add(slot)
+                return self._check_finished()
+            case SlotFailed(slot=slot, error=error, traceback=tb):
+                return self._fail(f"slot {slot} failed: {error}", tb)
+            case SlotLost(slot=slot):
+                if slot not in self.finished_slots:
+                    pid = self.registered.get(slot)
+                    who = f" (pid {pid.pid} on {pid.host})" if pid else ""
+                    return self._fail(f"slot {slot}{who} was lost: its worker process died")
+            case RunnerEnded(error=error):
+                self.runner_ended = True
+                if error is None and len(self.finished_slots) == self.graph.num_slots:
+                    return self._check_finished()
+                return self._fail(
+                    "the slots' runner ended before the job finished"
+                    + (f": {_first_line(error)}" if error else "")
+                )
+            case FailJob(reason=reason):
+                return self._fail(reason)
+            case Cancel():
+                return JobStatus.CANCELED
+        return _CONTINUE
+
+    def _check_finished(self):
+        if len(self.finished_slots) == self.graph.num_slots and self.final_completed:
+            # wait for the runner, so the next job on this Spark context starts clean
+            self.slots.join(TEARDOWN_TIMEOUT_S)
+            return JobStatus.FINISHED
+        if len(self.finished_slots) == self.graph.num_slots:
+            return self._fail("every slot ended but the final checkpoint never completed")
+        return _CONTINUE
+
+    def _fail(self, message: str, detail: str = ""):
+        self.jm.error = JobFailure(message, detail)
+        log.warning("attempt %d failed: %s", self.attempt, message)
+        return None
+
+    def _maybe_trigger_final(self) -> None:
+        if self.finished_sources != self.sources or self.final_completed:
+            return
+        if self.coordinator is None:
+            return
+        if any(cid in self.final_ids for cid in self.coordinator.pending_ids):
+            return
+        cid = self.coordinator.trigger_checkpoint(CheckpointOptions(is_final=True), force=True)
+        if cid is not None:
+            self.final_ids.add(cid)
+
+    def _on_complete(self, cp: CompletedCheckpoint) -> None:
+        self.jm.stats.completed_checkpoints += 1
+        self.jm.stats.last_checkpoint = cp
+        if cp.checkpoint_id in self.final_ids:
+            self.final_completed = True
+
+    def teardown(self) -> None:
+        jm = self.jm
+        if self.coordinator is not None:
+            self.coordinator.stop("job attempt ended")
+            jm.next_checkpoint_id = self.coordinator.next_checkpoint_id
+        jm.server.broadcast(self.attempt, CancelSlot("the job attempt ended"))
+        if not self.runner_ended:
+            self.slots.cancel()
+            if not self.slots.join(TEARDOWN_TIMEOUT_S):
+                log.warning(
+                    "slots of attempt %d did not stop within %ss", self.attempt, TEARDOWN_TIMEOUT_S
+                )
+
+    # CoordinatorHooks -------------------------------------------------------------------------
+    def trigger(self, checkpoint_id: int, timestamp_ms: int, options: CheckpointOptions) -> None:
+        self.jm.storage.create_checkpoint_dir(checkpoint_id)
+        slots = {i for (_v, i) in self.sources}
+        for slot in slots:
+            self.jm.server.send(
+                self.attempt, slot, TriggerCheckpoint(checkpoint_id, timestamp_ms, options)
+            )
+
+    def finalize(self, pending: PendingCheckpoint) -> CompletedCheckpoint:
+        jm = self.jm
+        directory = jm.storage.checkpoint_dir(pending.checkpoint_id)
+        completed_ms = int(time.time() * 1000)
+        metadata = build_metadata(
+            self.graph, jm.job_id, pending, completed_ms, attempt=self.attempt
+        )
+        jm.storage.write_metadata(directory, metadata)
+        return CompletedCheckpoint.of(
+            pending,
+            completed_ms=completed_ms,
+            path=directory,
+            size_bytes=metadata["size_bytes"],
+            metadata=metadata,
+        )
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        self.jm.server.broadcast(self.attempt, NotifyCheckpointComplete(checkpoint_id))
+
+    def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
+        self.jm.stats.failed_checkpoints += 1
+        log.info("checkpoint %d aborted: %s", checkpoint_id, reason)
+        self.jm.server.broadcast(self.attempt, NotifyCheckpointAborted(checkpoint_id))
+        if checkpoint_id in self.final_ids:
+            self.jm.scheduler.schedule(
+                0.2, lambda: self.jm.events.put(RetryFinalCheckpoint(self.attempt))
+            )
+
+    def discard(self, cp: CompletedCheckpoint | PendingCheckpoint) -> None:
+        path = getattr(cp, "path", None) or self.jm.storage.checkpoint_dir(cp.checkpoint_id)
+        self.jm.storage.discard_checkpoint_dir(path)
+
+    def fail_job(self, reason: str) -> None:
+        self.jm.events.put(FailJob(self.attempt, reason))
+
+
+_CONTINUE = object()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

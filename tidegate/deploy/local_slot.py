@@ -1,0 +1,11 @@
+"""Entry point of a local-runner slot process: `python -m tidegate.deploy.local_slot SLOT`,
+with the cloudpickled deployment on stdin."""
+
+from __future__ import annotations
+
+import sys
+
+from tidegate.deploy.runners import _slot_entry
+
+if __name__ == "__main__":
+    _slot_entry(sys.stdin.buffer.read(), int(sys.argv[1]))

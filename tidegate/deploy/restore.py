@@ -1,0 +1,115 @@
+"""Checkpoint metadata for a completed checkpoint, and the state assignment for a restore:
+a function from (metadata, job graph) to what each subtask loads (DESIGN §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fsspec
+
+from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
+from tidegate.checkpoint.errors import CheckpointError
+from tidegate.runtime.plan import JobGraph
+from tidegate.runtime.restore import KeyedStateHandle, RestoredOperatorState
+from tidegate.state.operator_state import redistribute_operator_state
+from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
+
+FORMAT = "tidegate-checkpoint"
+VERSION = 1
+
+
+class IncompatibleCheckpointError(CheckpointError):
+    pass
+
+
+def build_metadata(
+    graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int
+) -> dict[str, Any]:
+    """The `_metadata` of a fully acknowledged checkpoint. File names are relative to the
+    checkpoint directory, so a checkpoint directory can be moved."""
+    operators: dict[str, Any] = {}
+    size = 0
+    for (vertex_id, subtask), state in sorted(pending.acked_states.items()):
+        vertex = graph.vertices[vertex_id]
+        for uid, handle in state.items():
+            entry = operators.setdefault(
+                uid,
+                {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
+            )
+            entry["subtasks"][str(subtask)] = handle
+            size += int(handle["index"].get("size", 0))
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "job_id": job_id,
+        "job_name": graph.job_name,
+        "checkpoint_id": pending.checkpoint_id,
+        "timestamp_ms": pending.timestamp_ms,
+        "completed_ms": completed_ms,
+        "duration_ms": max(completed_ms - pending.timestamp_ms, 0),
+        "is_savepoint": pending.is_savepoint,
+        "attempt": attempt,
+        "max_parallelism": graph.max_parallelism,
+        "size_bytes": size,
+        "operators": operators,
+    }
+
+
+def _op_name(vertex, uid: str) -> str:
+    return next((op.name for op in vertex.operators if op.uid == uid), uid)
+
+
+def plan_restore(
+    graph: JobGraph, metadata: dict[str, Any], directory: str
+) -> dict[tuple[int, int], dict[str, RestoredOperatorState]]:
+    """Assign the checkpoint's state to the subtasks of `graph` (any parallelism)."""
+    max_p = check_max_parallelism(
+        int(metadata["max_parallelism"]),
+        max(v.parallelism for v in graph.vertices.values()),
+        graph.max_parallelism,
+    )
+    known = {op.uid for v in graph.vertices.values() for op in v.operators}
+    unknown = sorted(set(metadata["operators"]) - known)
+    if unknown:
+        raise IncompatibleCheckpointError(
+            f"the checkpoint in {directory} holds state for operators {unknown} that this job "
+            "does not have (operators are matched by uid). Give the operators the uids they "
+            "had, or start the job without this checkpoint."
+        )
+    plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
+    for uid, entry in metadata["operators"].items():
+        vertex, _op = graph.operator(uid)
+        old_subtasks = sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0]))
+        keyed = [
+            (range(*h["key_group_range"]), (f"{directory}/{h['file']}", h["index"]))
+            for _, h in old_subtasks
+            if h.get("key_group_range")
+        ]
+        operator_states = [_read_operator_state(directory, h) for _, h in old_subtasks]
+        per_subtask = redistribute_operator_state(operator_states, vertex.parallelism)
+        for i in range(vertex.parallelism):
+            handles = tuple(
+                KeyedStateHandle(path, index, r)
+                for r, (path, index) in keyed_handles_for_subtask(
+                    keyed, i, vertex.parallelism, max_p
+                )
+            )
+            plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
+                handles, per_subtask[i]
+            )
+    return plan
+
+
+def _read_operator_state(directory: str, handle: dict[str, Any]) -> dict[str, Any]:
+    index = StateFileIndex.from_json(handle["index"])
+    if index.operator_offset is None:
+        return {}
+    path = f"{directory}/{handle['file']}"
+    try:
+        with fsspec.open(path, "rb") as f:
+            return read_operator_state(f, index)
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"state file {path} of the checkpoint is missing; the checkpoint is incomplete. "
+            "Restore from another (older) checkpoint or savepoint."
+        ) from None

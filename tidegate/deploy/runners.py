@@ -1,0 +1,126 @@
+"""Runners start the slots of one attempt: `spark` (a barrier-mode stage, the default) and
+`local` (plain processes, no JVM — for fast tests and debugging, like Flink's MiniCluster).
+
+Both run the same `run_slot`; the JobMaster watches the slots through the control connection,
+so a runner only has to start them, report when they are gone, and stop them on request."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import cloudpickle
+
+
+class RunningSlots(Protocol):
+    def cancel(self) -> None: ...
+
+    def join(self, timeout: float) -> bool: ...
+
+
+def _slot_entry(deployment_bytes: bytes, slot: int) -> None:
+    from tidegate.runtime.slot import run_slot
+
+    run_slot(cloudpickle.loads(deployment_bytes), slot)
+
+
+# spark --------------------------------------------------------------------------------------
+def _spark_partition(deployment_bytes: bytes):
+    def run(iterator):
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        # Restarts are the JobMaster's job (a new Spark job, from the latest checkpoint), so a
+        # task attempt Spark retried on its own just ends. (Stage retries are off in the
+        # embedded session; on a user's session the JobMaster cancels the job group first.)
+        if ctx.attemptNumber() == 0:
+            _slot_entry(deployment_bytes, ctx.partitionId())
+        return iter([])
+
+    return run
+
+
+class SparkSlots:
+    def __init__(
+        self,
+        spark: Any,
+        deployment_bytes: bytes,
+        num_slots: int,
+        on_end: Callable[[BaseException | None], None],
+    ) -> None:
+        self.sc = spark.sparkContext
+        self.group = f"tidegate-{uuid.uuid4().hex}"
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(deployment_bytes, num_slots, on_end),
+            daemon=True,
+            name="tidegate-spark-job",
+        )
+        self._thread.start()
+
+    def _run(self, deployment_bytes, num_slots, on_end) -> None:
+        error = None
+        try:
+            self.sc.setJobGroup(self.group, "tidegate job", interruptOnCancel=True)
+            rdd = self.sc.parallelize(range(num_slots), num_slots).barrier()
+            rdd.mapPartitions(_spark_partition(deployment_bytes)).collect()
+        except BaseException as e:
+            error = e
+        on_end(error)
+
+    def cancel(self) -> None:
+        self.sc.cancelJobGroup(self.group)
+
+    def join(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+def start_spark(spark: Any, deployment_bytes: bytes, num_slots: int, on_end) -> SparkSlots:
+    return SparkSlots(spark, deployment_bytes, num_slots, on_end)
+
+
+# local --------------------------------------------------------------------------------------
+class LocalSlots:
+    """One `python -m tidegate.deploy.local_slot` process per slot, the deployment on stdin.
+    (Not multiprocessing: a spawned child would re-run the user's job script as __main__.)"""
+
+    def __init__(
+        self,
+        deployment_bytes: bytes,
+        num_slots: int,
+        on_end: Callable[[BaseException | None], None],
+    ) -> None:
+        self.processes = []
+        for i in range(num_slots):
+            p = subprocess.Popen(
+                [sys.executable, "-m", "tidegate.deploy.local_slot", str(i)],
+                stdin=subprocess.PIPE,
+            )
+            p.stdin.write(deployment_bytes)
+            p.stdin.close()
+            self.processes.append(p)
+        self._watcher = threading.Thread(target=self._watch, args=(on_end,), daemon=True)
+        self._watcher.start()
+
+    def _watch(self, on_end) -> None:
+        codes = [p.wait() for p in self.processes]
+        bad = [(i, c) for i, c in enumerate(codes) if c != 0]
+        on_end(RuntimeError(f"slot processes exited with codes {bad}") if bad else None)
+
+    def cancel(self) -> None:
+        for p in self.processes:
+            if p.poll() is None:
+                p.terminate()
+
+    def join(self, timeout: float) -> bool:
+        self._watcher.join(timeout)
+        return not self._watcher.is_alive()
+
+
+def start_local(deployment_bytes: bytes, num_slots: int, on_end) -> LocalSlots:
+    return LocalSlots(deployment_bytes, num_slots, on_end)

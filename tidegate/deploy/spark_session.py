@@ -1,0 +1,58 @@
+"""The SparkSession a job runs on: the active one, or an embedded `local[N]` session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+
+class SparkUnavailableError(RuntimeError):
+    pass
+
+
+def check_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise SparkUnavailableError(
+            "Spark needs Java 17 or newer, and no `java` was found. Install it "
+            "(Debian/Ubuntu: `apt-get install -y openjdk-17-jre-headless`) or set JAVA_HOME; "
+            "or run without Spark: `--runner local`."
+        )
+
+
+def get_spark(master: str | None, num_slots: int) -> Any:
+    """Reuse the active SparkSession, or start `local[N]` (N = max(slots, cores))."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        check_java()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if master is None:
+            master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
+        spark = (
+            SparkSession.builder.master(master)
+            .appName("tidegate")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.python.worker.reuse", "true")
+            .config("spark.stage.maxConsecutiveAttempts", "1")
+            .config("spark.sql.shuffle.partitions", "4")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+    elif master is not None and spark.sparkContext.master != master:
+        raise SparkUnavailableError(
+            f"a SparkSession on {spark.sparkContext.master!r} is already active in this process; "
+            f"cannot switch to {master!r}. Stop it first or leave spark.master unset."
+        )
+    cores = spark.sparkContext.defaultParallelism
+    if cores < num_slots:
+        raise SparkUnavailableError(
+            f"the job needs {num_slots} slots (its highest parallelism), but Spark offers "
+            f"{cores} task slots ({spark.sparkContext.master}); barrier mode starts every slot at "
+            "once. Lower the parallelism or give Spark more cores (e.g. local[N])."
+        )
+    return spark

@@ -1,0 +1,102 @@
+"""Operators that wrap connectors: the source operator (head of a source vertex, polled by the
+task loop) and the two-phase-commit sink operator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.runtime.operators import OperatorRuntime, StreamOperator
+from tidegate.state.descriptors import ListStateDescriptor
+
+
+class SourceOperator(StreamOperator):
+    """Reads splits; its position is the list of splits it holds, kept in operator list state
+    (so restore resumes exactly and a rescale redistributes splits)."""
+
+    SPLITS = "__splits__"
+
+    def __init__(self, source: Any, **kw) -> None:
+        super().__init__(None, **kw)
+        self.source = source
+        self.reader = None
+
+    def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
+        super().initialize_state(runtime, restored)
+        self._splits_state = self.operator_state.get_list_state(ListStateDescriptor(self.SPLITS))
+        if restored is not None:
+            splits = list(self._splits_state.get())
+        else:
+            all_splits = self.source.create_splits(runtime.parallelism)
+            splits = all_splits[runtime.subtask_index :: runtime.parallelism]
+        self.reader = self.source.create_reader(splits, runtime.subtask_index, runtime.parallelism)
+
+    def poll(self, max_records: int) -> list | None:
+        """Emit the next batch; returns it (None when the reader is finished)."""
+        batch = self.reader.poll_batch(max_records)
+        if batch:
+            self.emit(batch)
+        return batch
+
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
+        self._splits_state.update(self.reader.snapshot_splits())
+        return super().snapshot_state(checkpoint_id, timestamp_ms)
+
+    def process_batch(self, records: list) -> None:
+        raise RuntimeError("a source operator has no input")
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
+class SinkOperator(StreamOperator):
+    """Two-phase commit around a `Sink` (DESIGN §2 step 5):
+
+    1. records go to the writer;
+    2. in the synchronous phase of checkpoint n the writer pre-commits, and the committables are
+       stored in this operator's state with n;
+    3. on notify_checkpoint_complete(n) every committable of a checkpoint <= n is committed;
+    4. after a restore, the restored committables (they belong to a completed checkpoint) are
+       committed before new records are written, and leftovers of failed attempts are removed.
+    """
+
+    COMMITTABLES = "__committables__"
+
+    def __init__(self, sink: Any, **kw) -> None:
+        super().__init__(None, **kw)
+        self.sink = sink
+        self.writer = None
+        self.pending: list[tuple[int, Any]] = []
+
+    def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
+        super().initialize_state(runtime, restored)
+        self._state = self.operator_state.get_list_state(ListStateDescriptor(self.COMMITTABLES))
+        restored_entries = list(self._state.get()) if restored is not None else []
+        self.committer = self.sink.create_committer()
+        committables = [c for _, c in restored_entries]
+        self.sink.recover(runtime.subtask_index, runtime.parallelism, runtime.attempt, committables)
+        if committables:
+            self.committer.commit(committables)
+        self._state.clear()
+        self.writer = self.sink.create_writer(
+            runtime.subtask_index, runtime.parallelism, runtime.attempt
+        )
+
+    def process_batch(self, records: list) -> None:
+        self.writer.write_batch(records)
+
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
+        for c in self.writer.prepare_commit(checkpoint_id):
+            self.pending.append((checkpoint_id, c))
+        self._state.update(list(self.pending))
+        return super().snapshot_state(checkpoint_id, timestamp_ms)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        ready = [c for cid, c in self.pending if cid <= checkpoint_id]
+        if ready:
+            self.committer.commit(ready)
+            self.pending = [(cid, c) for cid, c in self.pending if cid > checkpoint_id]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

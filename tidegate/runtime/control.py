@@ -1,0 +1,36 @@
+"""The slot's side of the control connection to the driver."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Client
+from typing import Any
+
+
+class ControlClient:
+    def __init__(self, address: tuple[str, int], secret: bytes) -> None:
+        self.conn = Client(tuple(address), authkey=secret)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, message: Any) -> None:
+        with self._lock:
+            if not self._closed:
+                self.conn.send(message)
+
+    def start_reader(self, on_message: Callable[[Any], None], on_lost: Callable[[], None]) -> None:
+        def loop() -> None:
+            try:
+                while True:
+                    on_message(self.conn.recv())
+            except Exception:  # EOF, reset, or a recv racing with close()
+                if not self._closed:
+                    on_lost()
+
+        threading.Thread(target=loop, name="tidegate-control", daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self.conn.close()

@@ -1,0 +1,27 @@
+"""What the JobMaster sends to every slot for one attempt of a job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidegate.runtime.plan import JobGraph
+
+
+@dataclass(frozen=True)
+class Deployment:
+    job_id: str
+    attempt: int
+    graph: JobGraph
+    secret: bytes
+    driver_address: tuple[str, int]
+    bind_host: str
+    checkpoint_base: str
+    exactly_once: bool = True
+    batch_size: int = 512
+    buffer_timeout_ms: int = 10
+    queue_capacity: int = 64
+    #: (vertex id, subtask) -> operator uid -> RestoredOperatorState; empty on a fresh start
+    restore: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    #: checkpoint id this attempt was restored from (None on a fresh start)
+    restored_checkpoint_id: int | None = None

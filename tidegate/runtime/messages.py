@@ -1,0 +1,95 @@
+"""Control messages between the driver (JobMaster, CheckpointCoordinator) and slots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidegate.runtime.events import CheckpointOptions
+
+SubtaskId = tuple[int, int]  # (vertex id, subtask index)
+
+
+# slot -> driver
+@dataclass(frozen=True)
+class RegisterSlot:
+    attempt: int
+    slot: int
+    pid: int
+    host: str
+    data_address: tuple[str, int]
+
+
+@dataclass(frozen=True)
+class AcknowledgeCheckpoint:
+    attempt: int
+    subtask: SubtaskId
+    checkpoint_id: int
+    #: operator uid -> handle (file name relative to the checkpoint dir, index, key-group range)
+    state: dict[str, Any] = field(default_factory=dict)
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeclineCheckpoint:
+    attempt: int
+    subtask: SubtaskId
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceFinished:
+    attempt: int
+    subtask: SubtaskId
+
+
+@dataclass(frozen=True)
+class SlotFinished:
+    attempt: int
+    slot: int
+
+
+@dataclass(frozen=True)
+class SlotFailed:
+    attempt: int
+    slot: int
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class SlotMetrics:
+    attempt: int
+    slot: int
+    #: subtask -> (records in, records out) since the slot started
+    counts: dict[SubtaskId, tuple[int, int]]
+
+
+# driver -> slot
+@dataclass(frozen=True)
+class SlotAddresses:
+    addresses: dict[int, tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    checkpoint_id: int
+    timestamp_ms: int
+    options: CheckpointOptions
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointComplete:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointAborted:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class CancelSlot:
+    reason: str

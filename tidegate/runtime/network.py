@@ -1,0 +1,161 @@
+"""Channels between subtasks.
+
+Transport: one authenticated TCP connection per (sending slot, receiving slot, receiving vertex),
+carrying frames `(channel index, payload)` where payload is a list of records or an event.
+A connection feeds exactly one vertex's input gate, so a full gate only stops upstream work
+for that vertex: waits always point downstream in the DAG and cannot form a cycle (a connection
+shared by several vertices could deadlock). Inside a slot, frames go straight into the gate.
+Backpressure: a full gate blocks the reader thread, TCP fills, and the sender blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+import cloudpickle
+
+from tidegate.runtime.gate import InputGate, TaskCancelledError
+
+log = logging.getLogger(__name__)
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle, falling back to cloudpickle for objects of classes defined in the job script."""
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return cloudpickle.dumps(obj, protocol=5)
+
+
+class LocalTransport:
+    def __init__(self, gate: InputGate) -> None:
+        self.gate = gate
+
+    def send(self, channel: int, payload: Any) -> None:
+        self.gate.put_data((channel, payload))
+
+    def close(self) -> None:
+        pass
+
+
+class RemoteTransport:
+    """Shared by the subtasks of one slot that send to the same (slot, vertex)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, channel: int, payload: Any) -> None:
+        data = dumps((channel, payload))
+        with self.lock:
+            self.conn.send_bytes(data)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RecordWriter:
+    """Output of a chain onto one edge: partitions batches into per-channel buffers and sends a
+    buffer when it is full, on `flush`, and always before an event (events never overtake)."""
+
+    def __init__(
+        self,
+        channels: list[tuple[Any, int]],
+        route: Callable[[list, list[list]], None],
+        batch_size: int,
+    ) -> None:
+        self.channels = channels  # (transport, channel index at the receiver)
+        self.route = route
+        self.batch_size = batch_size
+        self.buffers: list[list] = [[] for _ in channels]
+        self.records_out = 0
+
+    def process_batch(self, records: list) -> None:
+        self.route(records, self.buffers)
+        self.records_out += len(records)
+        size = self.batch_size
+        for i, buf in enumerate(self.buffers):
+            if len(buf) >= size:
+                self._send(i)
+
+    def _send(self, i: int) -> None:
+        buf = self.buffers[i]
+        self.buffers[i] = []
+        transport, channel = self.channels[i]
+        transport.send(channel, buf)
+
+    def flush(self) -> None:
+        for i, buf in enumerate(self.buffers):
+            if buf:
+                self._send(i)
+
+    def broadcast_event(self, event: Any) -> None:
+        self.flush()
+        for transport, channel in self.channels:
+            transport.send(channel, event)
+
+
+class SlotNetwork:
+    """The slot's data listener and its outgoing connections."""
+
+    def __init__(self, slot: int, secret: bytes, bind_host: str, gates: dict[int, InputGate]):
+        self.slot = slot
+        self.secret = secret
+        self.gates = gates
+        self.listener = Listener((bind_host, 0), authkey=secret, backlog=128)
+        self.address: tuple[str, int] = self.listener.address
+        self._transports: dict[tuple[int, int], Any] = {}
+        self._connections: list[Connection] = []
+        self._closed = False
+        self.error: BaseException | None = None
+        threading.Thread(target=self._accept_loop, name="tidegate-accept", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn = self.listener.accept()  # runs the HMAC challenge with the job secret
+            except OSError:
+                return
+            except Exception as e:  # an unauthenticated peer: refuse it, keep serving
+                log.warning("slot %d refused a data connection: %s", self.slot, e)
+                continue
+            self._connections.append(conn)
+            threading.Thread(
+                target=self._read_loop, args=(conn,), name="tidegate-recv", daemon=True
+            ).start()
+
+    def _read_loop(self, conn: Connection) -> None:
+        try:
+            _src_slot, vertex = conn.recv()
+            put = self.gates[vertex].put_data
+            recv, loads = conn.recv_bytes, pickle.loads
+            while True:
+                put(loads(recv()))
+        except (EOFError, OSError, TaskCancelledError):
+            return
+        except BaseException as e:  # undecodable frame: fail the slot rather than lose data
+            self.error = e
+
+    def transport(self, slot: int, vertex: int, addresses: dict[int, tuple[str, int]]):
+        key = (slot, vertex)
+        if key not in self._transports:
+            if slot == self.slot:
+                self._transports[key] = LocalTransport(self.gates[vertex])
+            else:
+                conn = Client(tuple(addresses[slot]), authkey=self.secret)
+                conn.send((self.slot, vertex))
+                self._transports[key] = RemoteTransport(conn)
+        return self._transports[key]
+
+    def close(self) -> None:
+        self._closed = True
+        for t in self._transports.values():
+            t.close()
+        for c in self._connections:
+            c.close()
+        self.listener.close()

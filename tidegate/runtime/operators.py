@@ -1,0 +1,204 @@
+"""Runtime operators. Each processes a whole batch (a list) and hands its output batch to its
+outputs: chained operators or record writers. Batches are never mutated after emission, since
+one batch may go to several outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.runtime.context import (
+    InitializationContext,
+    ProcessContext,
+    SnapshotContext,
+    StreamingRuntimeContext,
+)
+from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.keygroups import key_group_range
+from tidegate.state.operator_state import OperatorStateBackend
+
+
+@dataclass(frozen=True)
+class OperatorRuntime:
+    """Where an operator instance runs; given by the task before `initialize_state`."""
+
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    attempt: int
+
+
+@dataclass
+class OperatorSnapshot:
+    """Result of the synchronous snapshot phase, written to a file in the asynchronous phase."""
+
+    keyed: Any | None
+    operator: dict | None
+
+
+class StreamOperator:
+    """Base: state plumbing, lifecycle, and user-function hooks (open/close, CheckpointedFunction,
+    CheckpointListener). Subclasses implement `process_batch`."""
+
+    keyed = False
+
+    def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
+        self.function = function
+        self.uid = uid
+        self.name = name
+        self.outputs: list[Any] = []
+        self.keyed_backend: HeapKeyedStateBackend | None = None
+        self.operator_state = OperatorStateBackend()
+        self.ctx: OperatorRuntime
+
+    # lifecycle -------------------------------------------------------------------------------
+    def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
+        """Create state backends and load restored state (`restored`: RestoredOperatorState)."""
+        self.ctx = runtime
+        if self.keyed:
+            kg_range = key_group_range(
+                runtime.subtask_index, runtime.parallelism, runtime.max_parallelism
+            )
+            self.keyed_backend = HeapKeyedStateBackend(runtime.max_parallelism, kg_range)
+        if restored is not None:
+            if self.keyed_backend is not None:
+                restored.restore_keyed(self.keyed_backend)
+            self.operator_state.restore(restored.operator_state)
+        fn = self.function
+        if hasattr(fn, "initialize_state") and hasattr(fn, "snapshot_state"):
+            fn.initialize_state(
+                InitializationContext(restored is not None, self.operator_state, self.keyed_backend)
+            )
+
+    def open(self) -> None:
+        if hasattr(self.function, "open"):
+            self.function.open(StreamingRuntimeContext(self))
+
+    def process_batch(self, records: list) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """End of input: flush whatever is buffered (nothing for most operators)."""
+
+    def close(self) -> None:
+        if hasattr(self.function, "close"):
+            self.function.close()
+
+    # checkpoints ----------------------------------------------------------------------------
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:
+        fn = self.function
+        if hasattr(fn, "snapshot_state") and hasattr(fn, "initialize_state"):
+            fn.snapshot_state(SnapshotContext(checkpoint_id, timestamp_ms))
+        keyed = self.keyed_backend.snapshot() if self.keyed_backend is not None else None
+        operator = self.operator_state.snapshot() or None
+        if keyed is None and operator is None:
+            return None
+        return OperatorSnapshot(keyed, operator)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if hasattr(self.function, "notify_checkpoint_complete"):
+            self.function.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if hasattr(self.function, "notify_checkpoint_aborted"):
+            self.function.notify_checkpoint_aborted(checkpoint_id)
+
+    def emit(self, records: list) -> None:
+        for out in self.outputs:
+            out.process_batch(records)
+
+
+class MapOperator(StreamOperator):
+    def __init__(self, function, call, key_selector=None, **kw) -> None:
+        super().__init__(function, **kw)
+        self.call = call
+        self.key_selector = key_selector
+        self.keyed = key_selector is not None
+
+    def process_batch(self, records: list) -> None:
+        call = self.call
+        if self.keyed_backend is None:
+            out = [call(r) for r in records]
+        else:
+            backend, select, out = self.keyed_backend, self.key_selector, []
+            for r in records:
+                backend.current_key = select(r)
+                out.append(call(r))
+        self.emit(out)
+
+
+class FilterOperator(MapOperator):
+    def process_batch(self, records: list) -> None:
+        call = self.call
+        if self.keyed_backend is None:
+            out = [r for r in records if call(r)]
+        else:
+            backend, select, out = self.keyed_backend, self.key_selector, []
+            for r in records:
+                backend.current_key = select(r)
+                if call(r):
+                    out.append(r)
+        if out:
+            self.emit(out)
+
+
+class FlatMapOperator(MapOperator):
+    def process_batch(self, records: list) -> None:
+        call, backend, select, out = self.call, self.keyed_backend, self.key_selector, []
+        for r in records:
+            if backend is not None:
+                backend.current_key = select(r)
+            produced = call(r)
+            if produced is not None:
+                out.extend(produced)
+        if out:
+            self.emit(out)
+
+
+class ProcessOperator(MapOperator):
+    """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
+
+    def open(self) -> None:
+        self.process_context = ProcessContext(self.keyed_backend)
+        super().open()
+
+    def process_batch(self, records: list) -> None:
+        call, ctx = self.call, self.process_context
+        backend, select, out = self.keyed_backend, self.key_selector, []
+        for r in records:
+            if backend is not None:
+                backend.current_key = select(r)
+            produced = call(r, ctx)
+            if produced is not None:
+                out.extend(produced)
+        if out:
+            self.emit(out)
+
+
+class KeyedReduceOperator(MapOperator):
+    """Rolling reduce per key (KeyedStream.reduce): emits the new aggregate for every record."""
+
+    _STATE = "__reduce__"
+
+    def open(self) -> None:
+        from tidegate.state.descriptors import ValueStateDescriptor
+
+        self.keyed_backend.get_state(ValueStateDescriptor(self._STATE))
+        super().open()
+
+    def process_batch(self, records: list) -> None:
+        # Hot path: work on the backend's dict for this state directly (same semantics as
+        # ValueState.value()/update(), without two method calls per record).
+        table = self.keyed_backend.table(self._STATE)
+        reduce, select, out = self.call, self.key_selector, []
+        get = table.get
+        for r in records:
+            k = select(r)
+            old = get(k, _MISSING)
+            new = r if old is _MISSING else reduce(old, r)
+            table[k] = new
+            out.append(new)
+        self.emit(out)
+
+
+_MISSING = object()

@@ -1,0 +1,86 @@
+"""Partitioners decide which downstream channel each record goes to, a whole batch at a time."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.state.keygroups import KeyGroupAssigner
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """Base: `pointwise` partitioners connect upstream subtask i only to downstream subtask i."""
+
+    pointwise = False
+
+    def bind(self, num_channels: int, max_parallelism: int) -> Callable[[list, list[list]], None]:
+        """Return `route(records, buffers)` that appends each record to its channel's buffer."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ForwardPartitioner(Partitioner):
+    pointwise = True
+
+    def bind(self, num_channels, max_parallelism):
+        def route(records, buffers):
+            buffers[0].extend(records)
+
+        return route
+
+
+@dataclass(frozen=True)
+class RebalancePartitioner(Partitioner):
+    def bind(self, num_channels, max_parallelism):
+        state = {"next": random.randrange(num_channels)}
+
+        def route(records, buffers):
+            start = state["next"]
+            for j in range(min(num_channels, len(records))):
+                buffers[(start + j) % num_channels].extend(records[j::num_channels])
+            state["next"] = (start + len(records)) % num_channels
+
+        return route
+
+
+@dataclass(frozen=True)
+class ShufflePartitioner(Partitioner):
+    def bind(self, num_channels, max_parallelism):
+        rnd = random.Random()
+
+        def route(records, buffers):
+            picks = rnd.choices(range(num_channels), k=len(records))
+            for r, c in zip(records, picks, strict=True):
+                buffers[c].append(r)
+
+        return route
+
+
+@dataclass(frozen=True)
+class BroadcastPartitioner(Partitioner):
+    def bind(self, num_channels, max_parallelism):
+        def route(records, buffers):
+            for b in buffers:
+                b.extend(records)
+
+        return route
+
+
+@dataclass(frozen=True)
+class KeyGroupStreamPartitioner(Partitioner):
+    """Sends each record to the subtask owning its key's key group (DESIGN §6)."""
+
+    key_selector: Any
+
+    def bind(self, num_channels, max_parallelism):
+        subtask_of = KeyGroupAssigner(max_parallelism, num_channels).subtask
+        select = self.key_selector
+
+        def route(records, buffers):
+            for r in records:
+                buffers[subtask_of(select(r))].append(r)
+
+        return route

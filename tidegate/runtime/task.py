@@ -1,0 +1,317 @@
+"""StreamTask: runs one subtask (an operator chain) on one thread — the mailbox loop.
+
+A source task alternates between its mailbox (control messages) and polling its reader.
+Any other task reads its input gate: record batches go through the chain; events go to the
+barrier handler (runtime/barriers.py), whose actions the task carries out. Frames of a blocked
+channel are stashed and replayed, in order, once the channel is unblocked.
+
+A task ends only after the *final* checkpoint (taken once every source finished) completed,
+so that two-phase-commit sinks have committed everything (FLIP-147).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections import deque
+from concurrent.futures import Executor
+from typing import Any
+
+from tidegate.runtime.barriers import (
+    AbortCheckpoint,
+    AlignedBarrierHandler,
+    TrackingBarrierHandler,
+    TriggerCheckpoint,
+    Unblock,
+)
+from tidegate.runtime.connector_operators import SourceOperator
+from tidegate.runtime.events import (
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    EndOfData,
+    EndOfPartition,
+)
+from tidegate.runtime.gate import InputGate, TaskCancelledError
+from tidegate.runtime.messages import (
+    AcknowledgeCheckpoint,
+    CancelSlot,
+    DeclineCheckpoint,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    SourceFinished,
+)
+from tidegate.runtime.messages import (
+    TriggerCheckpoint as TriggerMessage,
+)
+from tidegate.runtime.network import RecordWriter
+from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
+from tidegate.runtime.plan import VertexSpec
+from tidegate.state.snapshot_format import write_state_file
+
+
+def _file_safe(uid: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)[:80]
+
+
+class StreamTask:
+    def __init__(
+        self,
+        *,
+        vertex: VertexSpec,
+        subtask: int,
+        num_channels: int,
+        max_parallelism: int,
+        attempt: int,
+        exactly_once: bool,
+        gate: InputGate,
+        writers: dict[int, RecordWriter],
+        control: Any,
+        storage: Any,
+        executor: Executor,
+        restored: dict[str, Any] | None,
+        batch_size: int,
+        buffer_timeout_s: float,
+    ) -> None:
+        self.vertex = vertex
+        self.subtask = subtask
+        self.subtask_id = (vertex.vertex_id, subtask)
+        self.attempt = attempt
+        self.gate = gate
+        self.writers = list(writers.values())
+        self.control = control
+        self.storage = storage
+        self.executor = executor
+        self.batch_size = batch_size
+        self.buffer_timeout_s = buffer_timeout_s
+        handler_cls = AlignedBarrierHandler if exactly_once else TrackingBarrierHandler
+        self.handler = handler_cls(num_channels) if num_channels else None
+        self.open_channels = num_channels
+        self.stash: list[deque] = [deque() for _ in range(num_channels)]
+        self.replay: deque = deque()
+        self.end_of_data: set[int] = set()
+        self.final_checkpoint_id: int | None = None
+        self.final_notified = False
+        self.records_in = 0
+        self._last_flush = time.monotonic()
+
+        ops = {spec.op_id: spec.factory() for spec in vertex.operators}
+        for spec in vertex.operators:
+            op = ops[spec.op_id]
+            op.uid, op.name = spec.uid, spec.name
+            op.outputs = [ops[i] for i in spec.chained_outputs] + [
+                writers[e] for e in spec.network_outputs
+            ]
+        self.ops = [ops[spec.op_id] for spec in vertex.operators]
+        runtime = OperatorRuntime(subtask, vertex.parallelism, max_parallelism, attempt)
+        restored = restored or {}
+        self.is_restored = bool(restored)
+        for op in self.ops:
+            op.initialize_state(runtime, restored.get(op.uid))
+
+    @property
+    def records_out(self) -> int:
+        return sum(w.records_out for w in self.writers)
+
+    # Step 0: run ------------------------------------------------------------------------------
+    def run(self) -> None:
+        opened: list[Any] = []
+        try:
+            for op in self.ops:
+                op.open()
+                opened.append(op)
+            if self.vertex.is_source:
+                self._source_loop()
+            else:
+                self._input_loop()
+            for w in self.writers:
+                w.broadcast_event(EndOfPartition())
+        except TaskCancelledError:
+            pass
+        finally:
+            errors = []
+            for op in reversed(opened):
+                try:
+                    op.close()
+                except Exception as e:  # close every operator; report the first failure
+                    errors.append(e)
+            if errors and not self._failing():
+                raise errors[0]
+
+    @staticmethod
+    def _failing() -> bool:
+        import sys
+
+        return sys.exc_info()[0] is not None
+
+    def _source_loop(self) -> None:
+        source: SourceOperator = self.ops[0]
+        finished = False
+        get = self.gate.get
+        while not self.final_notified:
+            msg = get(0)
+            if msg is not None:
+                self._on_control(msg[1])
+                continue
+            if finished:
+                msg = get(0.05)
+                if msg is not None:
+                    self._on_control(msg[1])
+                continue
+            batch = source.poll(self.batch_size)
+            if batch is None:
+                finished = True
+                self._finish_input()
+                self.control.send(SourceFinished(self.attempt, self.subtask_id))
+            elif not batch:
+                self._flush()
+                msg = get(0.005)
+                if msg is not None:
+                    self._on_control(msg[1])
+            self._maybe_flush()
+
+    def _input_loop(self) -> None:
+        get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
+        while not (self.final_notified and self.open_channels == 0):
+            if self.replay:
+                channel, payload = self.replay.popleft()
+            else:
+                got = get(0)
+                if got is None:
+                    self._flush()
+                    got = get(self.buffer_timeout_s)
+                    if got is None:
+                        continue
+                is_control, item = got
+                if is_control:
+                    self._on_control(item)
+                    continue
+                channel, payload = item
+            if handler.is_blocked(channel):
+                stash[channel].append(payload)
+                continue
+            if type(payload) is list:
+                self.records_in += len(payload)
+                head.process_batch(payload)
+                self._maybe_flush()
+            else:
+                self._on_event(channel, payload)
+
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if now - self._last_flush >= self.buffer_timeout_s:
+            self._flush(now)
+
+    def _flush(self, now: float | None = None) -> None:
+        for w in self.writers:
+            w.flush()
+        self._last_flush = now or time.monotonic()
+
+    # events and actions -----------------------------------------------------------------------
+    def _on_event(self, channel: int, event: Any) -> None:
+        match event:
+            case CheckpointBarrier():
+                self._apply(self.handler.on_barrier(channel, event))
+            case CancelCheckpointMarker(checkpoint_id=cid):
+                self._apply(self.handler.on_cancel_marker(channel, cid))
+            case EndOfData():
+                self.end_of_data.add(channel)
+                if len(self.end_of_data) == len(self.stash):
+                    self._finish_input()
+            case EndOfPartition():
+                self.open_channels -= 1
+                self._apply(self.handler.on_end_of_partition(channel))
+            case _:
+                raise TypeError(f"unexpected event on channel {channel}: {event!r}")
+
+    def _apply(self, actions: list) -> None:
+        for action in actions:
+            match action:
+                case TriggerCheckpoint(barrier=barrier):
+                    self._checkpoint(barrier)
+                case AbortCheckpoint(checkpoint_id=cid, reason=reason):
+                    self._abort(cid, reason)
+                case Unblock(channels=channels):
+                    for c in channels:
+                        # Stashed frames are older than anything still in the replay queue.
+                        self.replay.extendleft(reversed(self.stash[c]))
+                        self.stash[c].clear()
+
+    def _abort(self, checkpoint_id: int, reason: str) -> None:
+        for w in self.writers:
+            w.broadcast_event(CancelCheckpointMarker(checkpoint_id))
+        self.control.send(DeclineCheckpoint(self.attempt, self.subtask_id, checkpoint_id, reason))
+
+    def _on_control(self, msg: Any) -> None:
+        match msg:
+            case TriggerMessage(checkpoint_id=cid, timestamp_ms=ts, options=options):
+                self._checkpoint(CheckpointBarrier(cid, ts, options))
+            case NotifyCheckpointComplete(checkpoint_id=cid):
+                for op in self.ops:
+                    op.notify_checkpoint_complete(cid)
+                if self.final_checkpoint_id is not None and cid >= self.final_checkpoint_id:
+                    self.final_notified = True
+            case NotifyCheckpointAborted(checkpoint_id=cid):
+                for op in self.ops:
+                    op.notify_checkpoint_aborted(cid)
+            case CancelSlot():
+                raise TaskCancelledError("cancelled by the JobMaster")
+
+    def _finish_input(self) -> None:
+        """End of input (FLIP-147's endInput): operators flush, then EndOfData goes downstream."""
+        for op in self.ops:
+            op.finish()
+        for w in self.writers:
+            w.broadcast_event(EndOfData())
+
+    # checkpoints (DESIGN §2 step 4) -------------------------------------------------------------
+    def _checkpoint(self, barrier: CheckpointBarrier) -> None:
+        cid = barrier.checkpoint_id
+        started = time.perf_counter()
+        # Step 1: synchronous phase — capture every operator's state between two batches.
+        try:
+            snapshots = [(op.uid, op.snapshot_state(cid, barrier.timestamp_ms)) for op in self.ops]
+        except Exception as e:
+            if self.handler is not None:
+                self._apply(self.handler.abort_current(f"snapshot failed: {e}"))
+            self._abort(cid, f"snapshot of {self.vertex.name} failed: {type(e).__name__}: {e}")
+            return
+        # Step 2: forward the barrier (after the records that precede it).
+        for w in self.writers:
+            w.broadcast_event(barrier)
+        if barrier.options.is_final:
+            self.final_checkpoint_id = cid
+        sync_ms = (time.perf_counter() - started) * 1000
+        # Step 3: asynchronous phase — write the files, then acknowledge with their handles.
+        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms)
+
+    def _write_and_ack(
+        self, cid: int, snapshots: list[tuple[str, OperatorSnapshot | None]], sync_ms: float
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            state: dict[str, Any] = {}
+            directory = self.storage.checkpoint_dir(cid)
+            for uid, snap in snapshots:
+                if snap is None:
+                    continue
+                name = f"{_file_safe(uid)}-{self.subtask}-{uuid.uuid4().hex[:12]}.state"
+                with self.storage.open_write(f"{directory}/{name}") as f:
+                    index = write_state_file(f, snap.keyed, snap.operator)
+                handle: dict[str, Any] = {"file": name, "index": index.to_json()}
+                op = next(o for o in self.ops if o.uid == uid)
+                if op.keyed_backend is not None:
+                    r = op.keyed_backend.key_group_range
+                    handle["key_group_range"] = [r.start, r.stop]
+                state[uid] = handle
+            async_ms = (time.perf_counter() - started) * 1000
+            self.control.send(
+                AcknowledgeCheckpoint(self.attempt, self.subtask_id, cid, state, sync_ms, async_ms)
+            )
+        except Exception as e:
+            detail = "".join(traceback.format_exception_only(e)).strip()
+            self.control.send(
+                DeclineCheckpoint(
+                    self.attempt, self.subtask_id, cid, f"writing state failed: {detail}"
+                )
+            )

@@ -1,0 +1,387 @@
+"""The heap keyed state backend (`hashmap`): keyed state in Python dicts, written per key group.
+
+Storage is one flat dict per state, `{key: value}`, and `current_key` is a plain attribute the
+runtime sets before each record or timer. No key group is computed per state access: key groups
+are computed only when a snapshot is written, off the subtask loop (DESIGN §8).
+
+Values are held by reference, as in Flink's heap backend. Treat a value as immutable once it is
+in state: to change it, build a new object (or a copy) and `update` it. A value changed in place
+is not isolated from a checkpoint still being written (its snapshot holds the same object), and
+on the rocksdb backend the change is lost unless `update` is called again. The containers of list
+and map states, and the accumulators of reducing and aggregating states, are the backend's own
+and are isolated from snapshots: the first two are copied when a snapshot is taken, the others
+copied on write, because `reduce`/`add` may change their first argument in place.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tidegate.state.keygroups import stable_hash
+from tidegate.state.snapshot_format import (
+    CorruptStateError,
+    KeyedStateSnapshot,
+    KeyGroupData,
+    describe_key_groups,
+)
+
+if TYPE_CHECKING:  # descriptors live in the user API, above this package
+    from tidegate.state.descriptors import (
+        AggregatingStateDescriptor,
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReducingStateDescriptor,
+        ValueStateDescriptor,
+    )
+
+_ABSENT: Any = object()
+
+
+class StateKind(enum.StrEnum):
+    """The kinds of keyed state; the values are what state files record."""
+
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+_CONTAINER_KINDS = (StateKind.LIST, StateKind.MAP)
+
+
+class NoKeyContextError(RuntimeError):
+    """Keyed state was used while no key is set (outside a keyed function's record/timer)."""
+
+
+class _KeyedState:
+    """Base of the heap states: a view of one table, scoped to the backend's current key."""
+
+    __slots__ = ("_backend", "_name", "_table")
+
+    def __init__(self, backend: HeapKeyedStateBackend, name: str, table: dict[Any, Any]) -> None:
+        self._backend = backend
+        self._name = name
+        self._table = table
+
+    def _key(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            raise NoKeyContextError(
+                f"keyed state {self._name!r} is only available on a keyed stream (after "
+                "key_by), inside process_element/on_timer where a current key is set"
+            )
+        return key
+
+    def clear(self) -> None:
+        """Remove the current key's entry."""
+        self._table.pop(self._key(), None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._name!r})"
+
+
+class HeapValueState(_KeyedState):
+    """`ValueState`: one value per key; None means absent."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._table.get(self._key())
+
+    def update(self, value: Any) -> None:
+        key = self._key()
+        if value is None:
+            self._table.pop(key, None)
+        else:
+            self._table[key] = value
+
+
+class HeapListState(_KeyedState):
+    """`ListState`: a list per key; an empty list is not stored."""
+
+    __slots__ = ()
+
+    def get(self) -> list[Any]:
+        """A copy of the elements (so adding while iterating is safe); [] if none."""
+        elements = self._table.get(self._key())
+        return [] if elements is None else list(elements)
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        elements = self._table.get(key)
+        if elements is None:
+            self._table[key] = [value]
+        else:
+            elements.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        key = self._key()
+        new = list(values)
+        elements = self._table.get(key)
+        if elements is not None:
+            elements.extend(new)
+        elif new:
+            self._table[key] = new
+
+    def update(self, values: Iterable[Any]) -> None:
+        key = self._key()
+        new = list(values)
+        if new:
+            self._table[key] = new
+        else:
+            self._table.pop(key, None)
+
+
+class HeapMapState(_KeyedState):
+    """`MapState`: a dict of user keys per key; an empty dict is not stored."""
+
+    __slots__ = ()
+
+    def _map(self) -> dict[Any, Any]:
+        return self._table.get(self._key()) or {}
+
+    def get(self, key: Any) -> Any:
+        return self._map().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        current = self._key()
+        user_map = self._table.get(current)
+        if user_map is None:
+            self._table[current] = {key: value}
+        else:
+            user_map[key] = value
+
+    def put_all(self, dict_value: Mapping[Any, Any]) -> None:
+        current = self._key()
+        user_map = self._table.get(current)
+        if user_map is not None:
+            user_map.update(dict_value)
+        elif dict_value:
+            self._table[current] = dict(dict_value)
+
+    def remove(self, key: Any) -> None:
+        current = self._key()
+        user_map = self._table.get(current)
+        if user_map is not None:
+            user_map.pop(key, None)
+            if not user_map:
+                del self._table[current]
+
+    def contains(self, key: Any) -> bool:
+        return key in self._map()
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """A copy of the entries (so changing the state while iterating is safe)."""
+        return list(self._map().items())
+
+    def keys(self) -> list[Any]:
+        return list(self._map())
+
+    def values(self) -> list[Any]:
+        return list(self._map().values())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+
+class _MergingState(_KeyedState):
+    """Base of reducing and aggregating state: a function changes their values (copy on write)."""
+
+    __slots__ = ("_epoch", "_function", "_private")
+
+    def __init__(
+        self, backend: HeapKeyedStateBackend, name: str, table: dict[Any, Any], function: Any
+    ) -> None:
+        super().__init__(backend, name, table)
+        self._function = function
+        self._epoch = 0
+        self._private: set[Any] = set()
+
+    def _writable(self, key: Any) -> Any:
+        """The stored value of `key` (or _ABSENT), safe to change in place.
+
+        A snapshot taken since the value was stored holds the same object, so the first change
+        of each key after a snapshot works on a deep copy (Flink's heap backend copies on write
+        too). `_private` holds the keys whose object was made since the last snapshot.
+        """
+        value = self._table.get(key, _ABSENT)
+        epoch = self._backend._snapshots_taken
+        if not epoch:
+            return value
+        if self._epoch != epoch:
+            self._epoch = epoch
+            self._private = set()
+        if key not in self._private:
+            self._private.add(key)
+            if value is not _ABSENT:
+                value = copy.deepcopy(value)
+        return value
+
+
+class HeapReducingState(_MergingState):
+    """`ReducingState`: added values are combined with the reduce function `(a, b) -> c`."""
+
+    __slots__ = ()
+
+    def get(self) -> Any:
+        return self._table.get(self._key())
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        current = self._writable(key)
+        self._table[key] = value if current is _ABSENT else self._function(current, value)
+
+
+class HeapAggregatingState(_MergingState):
+    """`AggregatingState`: added values go into an accumulator; `get` returns its result."""
+
+    __slots__ = ()
+
+    def get(self) -> Any:
+        accumulator = self._table.get(self._key(), _ABSENT)
+        return None if accumulator is _ABSENT else self._function.get_result(accumulator)
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        accumulator = self._writable(key)
+        if accumulator is _ABSENT:
+            accumulator = self._function.create_accumulator()
+        self._table[key] = self._function.add(value, accumulator)
+
+
+class HeapKeyedStateBackend:
+    """Keyed state of one operator subtask, for the key groups in `key_group_range`.
+
+    The runtime sets `current_key` before each record and timer and resets it to None after.
+    State objects are created once per name (in `open()`) and reused for every record.
+    """
+
+    def __init__(self, max_parallelism: int, key_group_range: range) -> None:
+        r = key_group_range
+        if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
+            raise ValueError(
+                f"key_group_range must be a non-empty range within [0, {max_parallelism}), "
+                f"got {r!r}"
+            )
+        self.max_parallelism = max_parallelism
+        self.key_group_range = key_group_range
+        self.current_key: Any = None
+        self._tables: dict[str, dict[Any, Any]] = {}
+        self._kinds: dict[str, StateKind] = {}
+        self._states: dict[str, _KeyedState] = {}
+        self._snapshots_taken = 0
+        self._restored_key_groups: set[int] = set()
+
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> HeapValueState:
+        return self._register(state_descriptor.name, StateKind.VALUE, HeapValueState)
+
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> HeapListState:
+        return self._register(state_descriptor.name, StateKind.LIST, HeapListState)
+
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> HeapMapState:
+        return self._register(state_descriptor.name, StateKind.MAP, HeapMapState)
+
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> HeapReducingState:
+        function = state_descriptor.reduce_function
+        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
+        return self._register(state_descriptor.name, StateKind.REDUCING, HeapReducingState, reduce)
+
+    def get_aggregating_state(
+        self, state_descriptor: AggregatingStateDescriptor
+    ) -> HeapAggregatingState:
+        return self._register(
+            state_descriptor.name,
+            StateKind.AGGREGATING,
+            HeapAggregatingState,
+            state_descriptor.agg_function,
+        )
+
+    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
+        """The state object for `name`, created on first use; one kind per name."""
+        known = self._kinds.get(name, kind)
+        if known is not kind:
+            how = "registered" if name in self._states else "restored"
+            raise ValueError(
+                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
+                "state names are unique per operator (use another name for the new state)"
+            )
+        state = self._states.get(name)
+        if state is None:
+            self._kinds[name] = kind
+            table = self._tables.setdefault(name, {})
+            state = self._states[name] = cls(self, name, table, *args)
+        return state
+
+    def table(self, name: str) -> dict[Any, Any]:
+        """The live `{key: value}` dict of registered state `name`.
+
+        For built-in operators' hot loops, which may skip the per-call key check of the state
+        objects. Only for value state semantics: the dict's values must be replaced, not changed
+        in place (a snapshot may hold them).
+        """
+        if name not in self._states:
+            raise KeyError(f"state {name!r} is not registered; call get_state() first")
+        return self._tables[name]
+
+    def snapshot(self) -> KeyedStateSnapshot:
+        """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
+
+        A shallow copy of each table, plus copies of the lists and dicts of list and map state
+        (changed in place by `add`/`put`). No hashing and no serialization: `write` does those.
+        """
+        self._snapshots_taken += 1  # turns on copy-on-write for reducing/aggregating values
+        tables: dict[str, tuple[str, dict[Any, Any]]] = {}
+        for name, table in self._tables.items():
+            kind = self._kinds[name]
+            if kind in _CONTAINER_KINDS:
+                tables[name] = (kind.value, {key: v.copy() for key, v in table.items()})
+            else:
+                tables[name] = (kind.value, table.copy())
+        return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, tables)
+
+    def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:
+        """Load key groups read from state files, before the first record is processed.
+
+        Call once per old state file that overlaps this backend's range, typically with
+        `snapshot_format.read_key_groups(f, index, backend.key_group_range)`. Every key group
+        must lie in this backend's range and be loaded once (ValueError otherwise), and every
+        key must belong to the key group it was stored under (CorruptStateError otherwise: the
+        state was written with another max parallelism or key hash, or is damaged).
+        """
+        max_parallelism = self.max_parallelism
+        for kg, data in key_groups:
+            # Step 1: the key group is ours and new
+            if kg not in self.key_group_range:
+                raise ValueError(
+                    f"key group {kg} is outside this subtask's key groups "
+                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
+                )
+            if kg in self._restored_key_groups:
+                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
+            self._restored_key_groups.add(kg)
+            for name, (kind, entries) in data.items():
+                # Step 2: each key really is in this key group
+                for key in entries:
+                    if stable_hash(key) % max_parallelism != kg:
+                        raise CorruptStateError(
+                            f"key group {kg} of state {name!r}",
+                            f"key {key!r} belongs to key group "
+                            f"{stable_hash(key) % max_parallelism} at max parallelism "
+                            f"{max_parallelism}",
+                            "restore with the max parallelism the checkpoint was taken with",
+                        )
+                # Step 3: one kind per name, then merge
+                known = self._kinds.setdefault(name, StateKind(kind))
+                if known != kind:
+                    raise CorruptStateError(
+                        f"key group {kg} of state {name!r}",
+                        f"stored as {kind} state, but known here as {known} state",
+                    )
+                self._tables.setdefault(name, {}).update(entries)

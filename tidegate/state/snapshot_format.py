@@ -1,0 +1,357 @@
+"""On-disk format of one operator subtask's state in one checkpoint (a "state file").
+
+Layout (integers little-endian)::
+
+    header      b"TGST" | u16 format version | u16 reserved (0)
+    sections    one per non-empty key group, ascending; then the operator-state section
+    index       a section holding the index as JSON (so a file describes itself)
+    trailer     u64 index offset | u64 index length | b"TGIX"
+
+A section is `u32 crc | payload`; the CRC32 covers a tag naming the section (`kg:<n>`, `op`,
+`index`) and the payload, so reading key group 5 at the offset of key group 6 fails like a flipped
+bit does. Payloads are cloudpickle: a key group is `{state name: (kind, {key: value})}`, the
+operator state is `{state name: (mode, [entries])}`.
+
+Key groups are separate sections (DESIGN §4) so that a restore at another parallelism reads only
+the key groups it owns: the `StateFileIndex` (kept in the checkpoint's `_metadata`) gives each
+key group's `(offset, length)`. `KeyedStateSnapshot` is what a keyed backend's synchronous
+phase hands to `write_state_file`; grouping by key group happens there, in the asynchronous phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import cloudpickle
+
+from tidegate.checkpoint.errors import CheckpointError
+from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CorruptStateError",
+    "KeyGroupData",
+    "KeyedStateSnapshot",
+    "OperatorStateData",
+    "StateFileIndex",
+    "describe_key_groups",
+    "read_index",
+    "read_key_group",
+    "read_key_groups",
+    "read_operator_state",
+    "write_state_file",
+]
+
+MAGIC = b"TGST"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sHH")
+_CRC = struct.Struct("<I")
+_TRAILER_MAGIC = b"TGIX"
+_TRAILER = struct.Struct("<QQ4s")
+_OPERATOR_TAG = b"op"
+_INDEX_TAG = b"index"
+
+#: one key group's keyed state: state name -> (kind, {key: value})
+KeyGroupData = dict[str, tuple[str, dict[Any, Any]]]
+#: a subtask's operator state: state name -> (redistribution mode, entries)
+OperatorStateData = dict[str, tuple[str, list[Any]]]
+
+_REMEDY = (
+    "restore from an older checkpoint or a savepoint; if every file is affected, check the "
+    "storage (partial uploads, disk errors) and the tidegate version that wrote it"
+)
+
+
+class CorruptStateError(CheckpointError):
+    """A state file is damaged, truncated, or not what its index says; it must not be loaded."""
+
+    def __init__(self, where: str, problem: str, remedy: str = _REMEDY) -> None:
+        super().__init__(f"corrupt state in {where}: {problem}; {remedy}")
+        self.where = where
+        self.problem = problem
+        self.remedy = remedy
+
+
+@dataclass(frozen=True)
+class StateFileIndex:
+    """Where each part of a state file is; small enough to keep in the checkpoint `_metadata`."""
+
+    #: key group -> (offset, length) of its section; empty key groups are absent
+    key_group_offsets: dict[int, tuple[int, int]]
+    operator_offset: tuple[int, int] | None
+    #: total bytes of the file
+    size: int
+    #: the max parallelism the key groups were computed with (None: no keyed state)
+    max_parallelism: int | None = None
+    #: keyed state name -> kind ('value', 'list', 'map', 'reducing', 'aggregating')
+    state_kinds: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (embed it in `_metadata`; `json.dumps` it for a standalone file)."""
+        return {
+            "version": FORMAT_VERSION,
+            "key_groups": [[kg, off, n] for kg, (off, n) in sorted(self.key_group_offsets.items())],
+            "operator": list(self.operator_offset) if self.operator_offset else None,
+            "size": self.size,
+            "max_parallelism": self.max_parallelism,
+            "state_kinds": dict(self.state_kinds),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StateFileIndex:
+        """Inverse of `to_json`."""
+        if data.get("version") != FORMAT_VERSION:
+            raise CorruptStateError(
+                "a state file index",
+                f"index version {data.get('version')!r}, this tidegate reads {FORMAT_VERSION}",
+                "restore with the tidegate version that wrote the checkpoint",
+            )
+        operator = data["operator"]
+        return cls(
+            key_group_offsets={kg: (off, n) for kg, off, n in data["key_groups"]},
+            operator_offset=(operator[0], operator[1]) if operator else None,
+            size=data["size"],
+            max_parallelism=data["max_parallelism"],
+            state_kinds=dict(data["state_kinds"]),
+        )
+
+
+@dataclass(frozen=True)
+class KeyedStateSnapshot:
+    """The synchronous-phase copy of a keyed state backend; `write` is the asynchronous phase.
+
+    It owns its tables (the values are shared by reference with the live state, which must not
+    change them in place), so it can be written from another thread while the subtask keeps
+    processing records.
+    """
+
+    max_parallelism: int
+    key_group_range: range
+    #: state name -> (kind, {key: value})
+    tables: dict[str, tuple[str, dict[Any, Any]]]
+
+    @property
+    def state_kinds(self) -> dict[str, str]:
+        return {name: kind for name, (kind, _) in self.tables.items()}
+
+    def key_groups(self) -> Iterator[tuple[int, KeyGroupData]]:
+        """The entries grouped by key group, non-empty groups in ascending order.
+
+        Raises RuntimeError if a key is outside this subtask's key groups: the record was
+        routed to the wrong subtask, and writing it would lose it on restore.
+        """
+        m = self.max_parallelism
+        key_group = _key_group_function(m, [table for _, table in self.tables.values()])
+        groups: list[KeyGroupData] = [{} for _ in range(m)]
+        for name, (kind, table) in self.tables.items():
+            by_group: list[dict[Any, Any]] = [{} for _ in range(m)]
+            for key, value in table.items():
+                by_group[key_group(key)][key] = value
+            for kg, entries in enumerate(by_group):
+                if entries:
+                    groups[kg][name] = (kind, entries)
+        for kg, data in enumerate(groups):
+            if not data:
+                continue
+            if kg not in self.key_group_range:
+                name, (_, entries) = next(iter(data.items()))
+                raise RuntimeError(
+                    f"key {next(iter(entries))!r} of state {name!r} is in key group {kg}, "
+                    f"outside this subtask's key groups {describe_key_groups(self.key_group_range)}"
+                    f" (max parallelism {m}): it was routed to the wrong subtask"
+                )
+            yield kg, data
+
+    def write(self, out: BinaryIO) -> StateFileIndex:
+        """Write this snapshot as a complete state file (keyed state only)."""
+        return write_state_file(out, self, None)
+
+
+def _key_group_function(max_parallelism: int, tables: list[dict[Any, Any]]) -> Callable[[Any], int]:
+    """key -> key group, for visiting every key of `tables` once each.
+
+    The tables of one operator mostly share keys, so with several a memo (the assigner's) saves
+    hashing a key again; with one it only costs (about 20% more than hashing directly).
+    """
+    if len(tables) > 1:
+        memo_size = sum(map(len, tables)) + 1
+        return KeyGroupAssigner(max_parallelism, cache_limit=memo_size).key_group
+    return lambda key: stable_hash(key) % max_parallelism
+
+
+def describe_key_groups(key_groups: range) -> str:
+    """`range(0, 64)` as `[0, 63]`, the inclusive form DESIGN §6 and Flink's logs use."""
+    return f"[{key_groups.start}, {key_groups.stop - 1}]"
+
+
+class _SectionWriter:
+    """Writes framed sections and counts bytes (offsets do not depend on `out.tell()`)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self.position = 0
+
+    def raw(self, data: bytes) -> None:
+        self._out.write(data)
+        self.position += len(data)
+
+    def section(self, tag: bytes, payload: bytes) -> tuple[int, int]:
+        offset = self.position
+        self.raw(_CRC.pack(zlib.crc32(payload, zlib.crc32(tag))))
+        self.raw(payload)
+        return offset, self.position - offset
+
+
+def write_state_file(
+    out: BinaryIO, keyed: KeyedStateSnapshot | None, operator: OperatorStateData | None
+) -> StateFileIndex:
+    """Write a complete state file to `out`, which must be positioned at the start of a new file.
+
+    This is the asynchronous phase of a subtask snapshot: it runs off the subtask loop, reading
+    only the copies the synchronous phase made. The caller makes the file durable (flush, close,
+    fsync where it applies) before acknowledging the checkpoint with the returned index.
+    """
+    writer = _SectionWriter(out)
+    # Step 1: header
+    writer.raw(_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+    # Step 2: one section per non-empty key group, ascending
+    key_group_offsets: dict[int, tuple[int, int]] = {}
+    for kg, data in keyed.key_groups() if keyed is not None else ():
+        key_group_offsets[kg] = writer.section(_key_group_tag(kg), _dumps(data))
+    # Step 3: operator state
+    operator_offset = None
+    if operator is not None:
+        operator_offset = writer.section(_OPERATOR_TAG, _dumps(operator))
+    # Step 4: the index (without its own size) and the trailer that locates it
+    index = StateFileIndex(
+        key_group_offsets=key_group_offsets,
+        operator_offset=operator_offset,
+        size=0,
+        max_parallelism=keyed.max_parallelism if keyed is not None else None,
+        state_kinds=dict(keyed.state_kinds) if keyed is not None else {},
+    )
+    index_offset, index_length = writer.section(_INDEX_TAG, json.dumps(index.to_json()).encode())
+    writer.raw(_TRAILER.pack(index_offset, index_length, _TRAILER_MAGIC))
+    return dataclasses.replace(index, size=writer.position)
+
+
+def read_key_group(f: BinaryIO, index: StateFileIndex, kg: int) -> KeyGroupData:
+    """Key group `kg` of the state file `f` (seekable); empty if the file has no entries for it."""
+    _check_header(f)
+    return _read_key_group(f, index, kg)
+
+
+def read_key_groups(
+    f: BinaryIO, index: StateFileIndex, key_groups: range
+) -> Iterator[tuple[int, KeyGroupData]]:
+    """The non-empty key groups of `f` that fall in `key_groups`, ascending.
+
+    This is what a restore reads from each old state file that overlaps its key-group range;
+    feed it to `HeapKeyedStateBackend.restore`.
+    """
+    wanted = sorted(kg for kg in index.key_group_offsets if kg in key_groups)
+    if not wanted:
+        return
+    _check_header(f)
+    for kg in wanted:
+        yield kg, _read_key_group(f, index, kg)
+
+
+def read_operator_state(f: BinaryIO, index: StateFileIndex) -> OperatorStateData:
+    """The operator state of `f` (empty if the file holds none)."""
+    if index.operator_offset is None:
+        return {}
+    _check_header(f)
+    offset, length = index.operator_offset
+    payload = _read_section(f, _OPERATOR_TAG, offset, length)
+    return _loads(payload, f, "operator state")
+
+
+def read_index(f: BinaryIO) -> StateFileIndex:
+    """Recover a state file's index from the file itself (for tools and relocated savepoints)."""
+    _check_header(f)
+    size = f.seek(0, 2)
+    if size < _HEADER.size + _TRAILER.size:
+        raise CorruptStateError(_describe(f), f"file of {size} bytes has no trailer (truncated)")
+    f.seek(size - _TRAILER.size)
+    offset, length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+    if magic != _TRAILER_MAGIC:
+        raise CorruptStateError(_describe(f), "trailer magic missing (truncated or overwritten)")
+    payload = _read_section(f, _INDEX_TAG, offset, length)
+    data = json.loads(bytes(payload))
+    data["size"] = size
+    return StateFileIndex.from_json(data)
+
+
+def _key_group_tag(kg: int) -> bytes:
+    return b"kg:%d" % kg
+
+
+def _read_key_group(f: BinaryIO, index: StateFileIndex, kg: int) -> KeyGroupData:
+    location = index.key_group_offsets.get(kg)
+    if location is None:
+        return {}
+    payload = _read_section(f, _key_group_tag(kg), *location)
+    return _loads(payload, f, f"key group {kg}")
+
+
+def _check_header(f: BinaryIO) -> None:
+    f.seek(0)
+    header = f.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise CorruptStateError(_describe(f), f"file of {len(header)} bytes has no header")
+    magic, version, _reserved = _HEADER.unpack(header)
+    if magic != MAGIC:
+        raise CorruptStateError(_describe(f), f"not a tidegate state file (magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise CorruptStateError(
+            _describe(f),
+            f"format version {version}, this tidegate reads version {FORMAT_VERSION}",
+            "restore with the tidegate version that wrote the checkpoint",
+        )
+
+
+def _read_section(f: BinaryIO, tag: bytes, offset: int, length: int) -> memoryview:
+    """Read and CRC-check the section at (offset, length); return its payload."""
+    what = tag.decode()
+    if length < _CRC.size:
+        raise CorruptStateError(_describe(f), f"section {what} has impossible length {length}")
+    f.seek(offset)
+    data = f.read(length)
+    if len(data) != length:
+        raise CorruptStateError(
+            _describe(f),
+            f"section {what} at offset {offset} needs {length} bytes but the file ends after "
+            f"{len(data)} (truncated)",
+        )
+    (expected,) = _CRC.unpack_from(data)
+    payload = memoryview(data)[_CRC.size :]
+    if zlib.crc32(payload, zlib.crc32(tag)) != expected:
+        raise CorruptStateError(
+            _describe(f), f"checksum mismatch in section {what} at offset {offset}"
+        )
+    return payload
+
+
+def _dumps(obj: object) -> bytes:
+    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _loads(payload: memoryview, f: BinaryIO, what: str) -> Any:
+    try:
+        return pickle.loads(payload)
+    except Exception as e:  # the bytes are intact (CRC passed): usually a class that moved
+        e.add_note(f"while loading {what} from {_describe(f)}")
+        raise
+
+
+def _describe(f: BinaryIO) -> str:
+    name = getattr(f, "name", None)
+    return f"state file {name}" if isinstance(name, str) else f"state file {f!r}"
