@@ -13,7 +13,9 @@ from tidegate.common.configuration import (
     BUFFER_TIMEOUT_MS,
     QUEUE_CAPACITY,
     RUNNER,
+    SAVEPOINT_PATH,
     SPARK_MASTER,
+    STATE_RECOVERY_PATH,
     Configuration,
 )
 from tidegate.common.job_client import JobClient, JobExecutionResult
@@ -173,7 +175,9 @@ class StreamExecutionEnvironment:
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
-            restore_path=overrides.get("restore_path"),
+            restore_path=overrides.get("restore_path")
+            or cfg.get_string(STATE_RECOVERY_PATH)
+            or cfg.get_string(SAVEPOINT_PATH),
             spark_session=self._spark_session,
         )
 

@@ -354,8 +354,8 @@ class _Attempt:
             case SlotFinished(slot=slot):
                 self.finished_slots.add(slot)
                 return self._check_finished()
-            case SlotFailed(slot=slot, error=error, traceback=tb):
-                return self._fail(f"slot {slot} failed: {error}", tb)
+            case SlotFailed():
+                return self._fail_with_root_cause(event)
             case SlotLost(slot=slot):
                 if slot not in self.finished_slots:
                     pid = self.registered.get(slot)
@@ -363,8 +363,11 @@ class _Attempt:
                     return self._fail(f"slot {slot}{who} was lost: its worker process died")
             case RunnerEnded(error=error):
                 self.runner_ended = True
-                if error is None and len(self.finished_slots) == self.graph.num_slots:
-                    return self._check_finished()
+                # The runner can see the slots end before their last control messages (sent
+                # just before they return) were read off the sockets: drain those first.
+                outcome = self._drain_until_finished(SLOT_MESSAGE_GRACE_S)
+                if outcome is not _CONTINUE:
+                    return outcome
                 return self._fail(
                     "the slots' runner ended before the job finished"
                     + (f": {_first_line(error)}" if error else "")
@@ -383,6 +386,36 @@ class _Attempt:
         if len(self.finished_slots) == self.graph.num_slots:
             return self._fail("every slot ended but the final checkpoint never completed")
         return _CONTINUE
+
+    def _drain_until_finished(self, grace_s: float):
+        deadline = time.monotonic() + grace_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                event = self.jm.events.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if isinstance(event, RunnerEnded):
+                continue
+            outcome = self._handle(event)
+            if outcome is not _CONTINUE:
+                return outcome
+        return _CONTINUE
+
+    def _fail_with_root_cause(self, first: SlotFailed):
+        """One failure makes its peers fail too (their connections to it break). Collect what
+        the other slots report for a moment and blame the first error that is not such a
+        consequence, so the user sees their own exception."""
+        failures = [first]
+        deadline = time.monotonic() + ROOT_CAUSE_WINDOW_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                event = self.jm.events.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if isinstance(event, SlotFailed) and event.attempt == self.attempt:
+                failures.append(event)
+        root = next((f for f in failures if not _is_consequence(f.error)), first)
+        return self._fail(f"slot {root.slot} failed: {root.error}", root.traceback)
 
     def _fail(self, message: str, detail: str = ""):
         self.jm.error = JobFailure(message, detail)
@@ -465,6 +498,20 @@ class _Attempt:
 
 
 _CONTINUE = object()
+ROOT_CAUSE_WINDOW_S = 0.3
+SLOT_MESSAGE_GRACE_S = 5.0
+_CONSEQUENCES = (
+    "ConnectionResetError",
+    "BrokenPipeError",
+    "EOFError",
+    "TaskCancelledError",
+    "ConnectionRefusedError",
+    "ConnectionAbortedError",
+)
+
+
+def _is_consequence(error: str) -> bool:
+    return error.startswith(_CONSEQUENCES)
 
 
 def _first_line(error: BaseException) -> str:

@@ -234,7 +234,7 @@ class StreamTask:
                 case Unblock(channels=channels):
                     for c in channels:
                         # Stashed frames are older than anything still in the replay queue.
-                        self.replay.extendleft(reversed(self.stash[c]))
+                        self.replay.extendleft((c, p) for p in reversed(self.stash[c]))
                         self.stash[c].clear()
 
     def _abort(self, checkpoint_id: int, reason: str) -> None:

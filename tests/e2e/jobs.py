@@ -1,0 +1,157 @@
+"""Jobs and checks shared by the end-to-end tests: a keyed running count with injected
+failures, and an exact comparison of its committed output with a reference computation."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.datastream import (
+    CheckpointingMode,
+    KeyedProcessFunction,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+from tidegate.datastream.state import ValueStateDescriptor
+
+NUM_KEYS = 13
+
+
+class InjectedFailure(Exception):
+    pass
+
+
+class FailAtValues(MapFunction):
+    """Raises once per job attempt: in attempt a, on the record `fail_at[a]`."""
+
+    def __init__(self, fail_at: dict[int, int]) -> None:
+        self.fail_at = fail_at
+
+    def open(self, runtime_context) -> None:
+        self.target = self.fail_at.get(runtime_context.get_attempt_number())
+
+    def map(self, value):
+        if value == self.target:
+            raise InjectedFailure(f"injected failure at record {value}")
+        return value
+
+
+class RunningCount(KeyedProcessFunction):
+    def open(self, runtime_context) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield f"{value % NUM_KEYS},{value},{c}"
+
+
+def count_job(
+    out: Path,
+    checkpoints: Path,
+    *,
+    runner: str,
+    n: int,
+    parallelism: int = 2,
+    rate: float | None = None,
+    interval_ms: int = 200,
+    fail_at: dict[int, int] | None = None,
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
+    restarts: int = 10,
+    restore_path: str | None = None,
+) -> StreamExecutionEnvironment:
+    conf = Configuration().set_string("execution.runner", runner)
+    if restore_path:
+        conf.set_string("execution.state-recovery.path", restore_path)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(interval_ms, mode)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
+    source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
+    ds = env.from_source(source, None, "numbers").uid("numbers")
+    if fail_at:
+        ds = ds.map(FailAtValues(fail_at)).uid("fail")
+    ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    sink = (
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+    ds.sink_to(sink).uid("sink")
+    return env
+
+
+def committed_lines(out: Path) -> list[str]:
+    """Lines of committed (visible) part files; in-progress files are hidden (dot-prefixed)."""
+    lines = []
+    for path in glob.glob(f"{out}/**/*", recursive=True):
+        if os.path.isfile(path) and not os.path.basename(path).startswith("."):
+            with open(path) as f:
+                lines.extend(line.rstrip("\n") for line in f)
+    return lines
+
+
+def check_exactly_once(lines: list[str], n: int, parallelism: int) -> None:
+    """Committed output == the reference, record for record.
+
+    Reference: every value 0..n-1 appears exactly once with its key; for each key the counts
+    are exactly 1..n_k (each state update happened once); and the records a source subtask
+    emitted for one key were counted in the order it emitted them (channels are FIFO).
+    """
+    by_key: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for line in lines:
+        key, value, count = map(int, line.split(","))
+        assert key == value % NUM_KEYS, line
+        by_key[key].append((value, count))
+    values = sorted(v for pairs in by_key.values() for v, _ in pairs)
+    duplicated = len(values) - len(set(values))
+    lost = n - len(set(values))
+    assert (lost, duplicated) == (0, 0), f"{lost} lost, {duplicated} duplicated"
+    assert values == list(range(n))
+    split_size = -(-n // parallelism)
+    for key, pairs in by_key.items():
+        counts = sorted(c for _, c in pairs)
+        assert counts == list(range(1, len(pairs) + 1)), f"key {key}: counts {counts[:20]}..."
+        for split in range(parallelism):
+            own = sorted(
+                (v, c) for v, c in pairs if split * split_size <= v < (split + 1) * split_size
+            )
+            assert [c for _, c in own] == sorted(c for _, c in own), f"key {key} out of order"
+
+
+def kill_slots(client, kills: int, after_checkpoints: int = 1) -> threading.Thread:
+    """SIGKILL a slot's worker process `kills` times, each after `after_checkpoints` new
+    completed checkpoints of a running attempt. Records what it did in `thread.killed`."""
+
+    def run() -> None:
+        jm = client.jobmaster
+        for k in range(kills):
+            target = jm.stats.completed_checkpoints + after_checkpoints
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not jm.done.is_set():
+                if jm.stats.completed_checkpoints >= target and jm.status.name == "RUNNING":
+                    break
+                time.sleep(0.05)
+            if jm.done.is_set():
+                return
+            pids = sorted(jm.slot_pids.items())
+            slot, pid = pids[k % len(pids)]
+            os.kill(pid, signal.SIGKILL)
+            thread.killed.append((slot, pid))
+            restarts = jm.stats.restarts
+            while jm.stats.restarts == restarts and not jm.done.is_set():
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.killed = []
+    thread.start()
+    return thread

@@ -1,0 +1,73 @@
+"""Exactly-once end to end: failures are injected (exceptions inside an operator, SIGKILL of a
+slot's worker process) and the committed output must equal the reference, record for record."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.jobs import check_exactly_once, committed_lines, count_job, kill_slots
+
+
+def test_a_job_without_failures_commits_exactly_the_reference_output(runner, tmp_path):
+    env = count_job(tmp_path / "out", tmp_path / "chk", runner=runner, n=20_000)
+    env.execute("no failures")
+    check_exactly_once(committed_lines(tmp_path / "out"), 20_000, 2)
+
+
+@pytest.mark.parametrize("parallelism", [2, 3])
+def test_exceptions_in_an_operator_at_several_records_lose_and_duplicate_nothing(
+    runner, tmp_path, parallelism
+):
+    n = 30_000
+    # increasing values of the first source split ([0, n/p)), so each attempt reaches its own
+    fail_at = {0: 2_000, 1: 5_000, 2: 8_000}
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner=runner,
+        n=n,
+        parallelism=parallelism,
+        rate=15_000,
+        fail_at=fail_at,
+    )
+    client = env.execute_async("exceptions")
+    client.get_job_execution_result().result(timeout=300)
+    assert client.jobmaster.stats.restarts == len(fail_at)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, parallelism)
+
+
+def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path):
+    n = 40_000
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner=runner,
+        n=n,
+        parallelism=2,
+        rate=8_000,
+    )
+    client = env.execute_async("kill -9")
+    killer = kill_slots(client, kills=2)
+    client.get_job_execution_result().result(timeout=300)
+    killer.join(5)
+    assert len(killer.killed) == 2, "both kills must have fired"
+    assert client.jobmaster.stats.restarts >= 2
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def test_at_least_once_mode_loses_nothing_under_failures(runner, tmp_path):
+    from tidegate.datastream import CheckpointingMode
+
+    n = 20_000
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner=runner,
+        n=n,
+        rate=15_000,
+        fail_at={0: 7_000},
+        mode=CheckpointingMode.AT_LEAST_ONCE,
+    )
+    env.execute("at least once")
+    values = {int(line.split(",")[1]) for line in committed_lines(tmp_path / "out")}
+    assert values == set(range(n))
