@@ -44,6 +44,11 @@ class FailAtValues(MapFunction):
         return value
 
 
+class AlwaysBroken(MapFunction):
+    def map(self, value):
+        raise ValueError(f"always broken at {value}")
+
+
 class RunningCount(KeyedProcessFunction):
     def open(self, runtime_context) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from tidegate.runtime.messages import RegisterSlot
+from tidegate.runtime.messages import RegisterSlot, SlotFailed
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class ControlServer:
         key = None
         try:
             first = conn.recv()
+            if isinstance(first, SlotFailed):  # a worker that could not even load the job
+                self.on_message(first)
+                return
             if not isinstance(first, RegisterSlot):
                 conn.close()
                 return

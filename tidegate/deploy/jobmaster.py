@@ -16,8 +16,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
 from tidegate.checkpoint.metadata import decode_metadata
 from tidegate.checkpoint.pending import PendingCheckpoint
@@ -204,7 +202,7 @@ class JobMaster:
             restore=plan,
             restored_checkpoint_id=restored_id,
         )
-        payload = cloudpickle.dumps(deployment)
+        payload = runners.pack_deployment(deployment)
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         num_slots = graph.num_slots
         if self.spec.runner == "local":

@@ -76,6 +76,7 @@ def plan_restore(
             "does not have (operators are matched by uid). Give the operators the uids they "
             "had, or start the job without this checkpoint."
         )
+    _check_files_exist(metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
     for uid, entry in metadata["operators"].items():
         vertex, _op = graph.operator(uid)
@@ -98,6 +99,19 @@ def plan_restore(
                 handles, per_subtask[i]
             )
     return plan
+
+
+def _check_files_exist(metadata: dict[str, Any], directory: str) -> None:
+    fs, root = fsspec.core.url_to_fs(directory)
+    for uid, entry in metadata["operators"].items():
+        for subtask, handle in entry["subtasks"].items():
+            path = f"{root}/{handle['file']}"
+            if not fs.exists(path):
+                raise CheckpointError(
+                    f"state file {path} (operator {uid!r}, subtask {subtask}) of the checkpoint "
+                    "is missing, so the checkpoint cannot be restored. Nothing was changed; "
+                    "restore from another (older) retained checkpoint or a savepoint."
+                )
 
 
 def _read_operator_state(directory: str, handle: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ so a runner only has to start them, report when they are gone, and stop them on 
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import threading
@@ -22,10 +23,23 @@ class RunningSlots(Protocol):
     def join(self, timeout: float) -> bool: ...
 
 
-def _slot_entry(deployment_bytes: bytes, slot: int) -> None:
-    from tidegate.runtime.slot import run_slot
+def pack_deployment(deployment: Any) -> bytes:
+    """The driver address and attempt travel outside the cloudpickled job, so a worker that
+    cannot load the job (a module missing on the executors) can still say why."""
+    header = (tuple(deployment.driver_address), deployment.secret, deployment.attempt)
+    return pickle.dumps((header, cloudpickle.dumps(deployment)))
 
-    run_slot(cloudpickle.loads(deployment_bytes), slot)
+
+def _slot_entry(payload: bytes, slot: int) -> None:
+    from tidegate.runtime.slot import report_load_failure, run_slot
+
+    header, body = pickle.loads(payload)
+    try:
+        deployment = cloudpickle.loads(body)
+    except Exception as e:
+        report_load_failure(header, slot, e)
+        raise
+    run_slot(deployment, slot)
 
 
 # spark --------------------------------------------------------------------------------------

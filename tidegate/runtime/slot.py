@@ -139,6 +139,30 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         control.close()
 
 
+def report_load_failure(header: tuple, slot: int, error: BaseException) -> None:
+    """Tell the driver that this worker could not load the job, with what to do about it."""
+    address, secret, attempt = header
+    hint = ""
+    if isinstance(error, ModuleNotFoundError | AttributeError | ImportError):
+        hint = (
+            " — the code that defines your functions must be importable on every worker: "
+            "define them in the job script, install your package on the executors, or ship it "
+            "with spark-submit --py-files"
+        )
+    control = ControlClient(address, secret)
+    try:
+        control.send(
+            SlotFailed(
+                attempt,
+                slot,
+                f"could not load the job: {_describe(error)}{hint}",
+                "".join(traceback.format_exception(error)),
+            )
+        )
+    finally:
+        control.close()
+
+
 def _describe(e: BaseException) -> str:
     return "".join(traceback.format_exception_only(e)).strip()
 
