@@ -147,7 +147,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: 
     """Columns separated by two spaces; numbers are right-aligned."""
     cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    numeric = [bool(rows) and all(isinstance(r[i], int | float) for r in rows) for i in widths]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float) for r in rows) for i in range(len(widths))
+    ]
     lines = []
     for row in cells:
         padded = [

@@ -71,3 +71,21 @@ def test_at_least_once_mode_loses_nothing_under_failures(runner, tmp_path):
     env.execute("at least once")
     values = {int(line.split(",")[1]) for line in committed_lines(tmp_path / "out")}
     assert values == set(range(n))
+
+
+def test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers(runner, tmp_path):
+    import os
+    import signal
+    import time
+
+    n = 30_000
+    env = count_job(tmp_path / "out", tmp_path / "chk", runner=runner, n=n, rate=8_000)
+    env.get_config().set_integer("heartbeat.timeout", 3_000)
+    client = env.execute_async("hung slot")
+    jm = client.jobmaster
+    while jm.stats.completed_checkpoints < 1 and not jm.done.is_set():
+        time.sleep(0.05)
+    os.kill(jm.slot_pids[1], signal.SIGSTOP)
+    client.get_job_execution_result().result(timeout=300)
+    assert jm.stats.restarts >= 1
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)

@@ -11,6 +11,7 @@ BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1
 BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
 BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
 QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64
+HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, default 50000
 #: restore the job from this checkpoint or savepoint (Flink 2's key; Flink 1's key also works)
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 SAVEPOINT_PATH = "execution.savepoint.path"

@@ -11,6 +11,7 @@ from tidegate.common.configuration import (
     BATCH_SIZE,
     BIND_HOST,
     BUFFER_TIMEOUT_MS,
+    HEARTBEAT_TIMEOUT_MS,
     QUEUE_CAPACITY,
     RUNNER,
     SAVEPOINT_PATH,
@@ -175,6 +176,7 @@ class StreamExecutionEnvironment:
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
+            heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
             restore_path=overrides.get("restore_path")
             or cfg.get_string(STATE_RECOVERY_PATH)
             or cfg.get_string(SAVEPOINT_PATH),

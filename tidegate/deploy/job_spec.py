@@ -45,6 +45,7 @@ class JobSpec:
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64
+    heartbeat_timeout_ms: int = 50_000
     restore_path: str | None = None
     job_id: str | None = None
     spark_session: Any = field(default=None, compare=False)

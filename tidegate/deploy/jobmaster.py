@@ -316,15 +316,38 @@ class _Attempt:
         self.coordinator.on_complete.append(self._on_complete)
         self.coordinator.start()
         # Step 3: run until the job finishes, fails or is cancelled.
+        self.last_seen = dict.fromkeys(self.registered, time.monotonic())
         while True:
-            outcome = self._handle(jm.events.get())
+            try:
+                event = jm.events.get(timeout=HEARTBEAT_CHECK_S)
+            except queue.Empty:
+                event = None
+            outcome = self._handle(event) if event is not None else _CONTINUE
+            if outcome is _CONTINUE:
+                outcome = self._check_heartbeats()
             if outcome is not _CONTINUE:
                 return outcome
+
+    def _check_heartbeats(self):
+        """A slot that stops reporting (hung, swapped out, SIGSTOPped) fails the attempt."""
+        timeout_s = self.jm.spec.heartbeat_timeout_ms / 1000
+        now = time.monotonic()
+        for slot, seen in self.last_seen.items():
+            if slot not in self.finished_slots and now - seen > timeout_s:
+                reg = self.registered[slot]
+                return self._fail(
+                    f"slot {slot} (pid {reg.pid} on {reg.host}) sent no heartbeat for "
+                    f"{timeout_s:.0f}s: it is hung or overloaded"
+                )
+        return _CONTINUE
 
     def _handle(self, event: Any):
         jm = self.jm
         if getattr(event, "attempt", self.attempt) != self.attempt:
             return _CONTINUE  # a message from an earlier attempt (a zombie slot): ignore it
+        slot_of_event = getattr(event, "slot", None)
+        if slot_of_event is not None and hasattr(self, "last_seen"):
+            self.last_seen[slot_of_event] = time.monotonic()
         match event:
             case RegisterSlot(slot=slot):
                 self.registered[slot] = event
@@ -498,6 +521,7 @@ class _Attempt:
 _CONTINUE = object()
 ROOT_CAUSE_WINDOW_S = 0.3
 SLOT_MESSAGE_GRACE_S = 5.0
+HEARTBEAT_CHECK_S = 1.0
 _CONSEQUENCES = (
     "ConnectionResetError",
     "BrokenPipeError",

@@ -130,6 +130,13 @@ class LocalSlots:
         for p in self.processes:
             if p.poll() is None:
                 p.terminate()
+        # a stopped (SIGSTOP) or wedged process ignores SIGTERM: escalate
+        threading.Timer(5.0, self._kill_remaining).start()
+
+    def _kill_remaining(self) -> None:
+        for p in self.processes:
+            if p.poll() is None:
+                p.kill()
 
     def join(self, timeout: float) -> bool:
         self._watcher.join(timeout)
