@@ -235,6 +235,7 @@ class _Watched:
     client: JobClient
     started: float
     ended: float | None = None
+    thread: threading.Thread | None = None
 
     def elapsed(self) -> float:
         return (self.ended or time.monotonic()) - self.started
@@ -257,9 +258,10 @@ class JobMonitor:
             f"submitted job {spec.job_name!r} ({client.get_job_id()}): runner {spec.runner}, "
             f"parallelism {max(v.parallelism for v in spec.graph.vertices.values())}"
         )
-        threading.Thread(
+        watched.thread = threading.Thread(
             target=self._watch, args=(watched,), name="tidegate-cli-status", daemon=True
-        ).start()
+        )
+        watched.thread.start()
 
     def _watch(self, watched: _Watched) -> None:
         jm = watched.client.jobmaster
@@ -283,6 +285,8 @@ class JobMonitor:
         for watched in self.jobs:
             jm = watched.client.jobmaster
             if jm.done.is_set():
+                if watched.thread is not None:
+                    watched.thread.join(1.0)  # its last status line comes before the summary
                 watched.ended = watched.ended or time.monotonic()
                 self.printer.line(format_summary(jm, watched.elapsed()))
 
@@ -297,7 +301,8 @@ class JobMonitor:
 
 class _LogHandler(logging.Handler):
     """Shows tidegate's log records as `tidegate: <level>: ...` lines, unless the job script
-    configured logging itself (then its handlers print them)."""
+    configured logging itself (then its handlers print them). Crashes caused by the
+    environment are left to the final error line, unless verbose."""
 
     def __init__(self, printer: StatusPrinter, verbose: bool) -> None:
         super().__init__()
@@ -310,6 +315,8 @@ class _LogHandler(logging.Handler):
         text = f"tidegate: {record.levelname.lower()}: {record.getMessage()}"
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
+            if type(exc).__name__ in _ENVIRONMENT_ERRORS and not self.verbose:
+                return
             text += ": " + (
                 "\n" + _full_traceback(exc) if self.verbose else f"{type(exc).__name__}: {exc}"
             )

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
+from tidegate.runtime.network import close_listener
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,6 @@ class ControlServer:
 
     def close(self) -> None:
         self._closed = True
-        self.listener.close()
+        close_listener(self.listener)
         for conn, _ in list(self._slots.values()):
             conn.close()

@@ -10,8 +10,10 @@ Backpressure: a full gate blocks the reader thread, TCP fills, and the sender bl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
+import socket
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
@@ -158,4 +160,12 @@ class SlotNetwork:
             t.close()
         for c in self._connections:
             c.close()
-        self.listener.close()
+        close_listener(self.listener)
+
+
+def close_listener(listener: Listener) -> None:
+    """Close a listener and wake the thread blocked in its accept() (closing alone does not,
+    on Linux), so no thread outlives the job in a reused worker process."""
+    with contextlib.suppress(OSError):  # the listener may already be gone
+        socket.create_connection(listener.address, timeout=1).close()
+    listener.close()

@@ -252,6 +252,13 @@ class StreamTask:
                 if self.final_checkpoint_id is not None and cid >= self.final_checkpoint_id:
                     self.final_notified = True
             case NotifyCheckpointAborted(checkpoint_id=cid):
+                handler = self.handler
+                if (
+                    handler is not None
+                    and handler.is_aligning
+                    and (handler.current_checkpoint_id == cid)
+                ):  # expired or declined elsewhere: stop holding channels back for it
+                    self._apply(handler.abort_current(f"checkpoint {cid} was aborted"))
                 for op in self.ops:
                     op.notify_checkpoint_aborted(cid)
             case CancelSlot():
