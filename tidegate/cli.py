@@ -23,21 +23,26 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 from fsspec.core import url_to_fs
 
-from tidegate.checkpoint.errors import CheckpointError, CheckpointNotFoundError
+from tidegate.checkpoint.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+)
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata
 from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
 from tidegate.common.job_client import JobClient, JobExecutionException
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.deploy.spark_session import SparkUnavailableError
 
+T = TypeVar("T")
 EXIT_JOB_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -166,7 +171,7 @@ def format_status(jm: Any, elapsed_s: float, now_ms: int) -> str:
     parts = [
         f"{jm.status.name} {_duration(elapsed_s)}",
         f"{stats.records_per_s:,.0f} rec/s",
-        f"read {stats.records_out:,}",
+        f"read {stats.records_read:,}",
         f"in {stats.records_in:,}",
         f"restarts {stats.restarts}",
         f"checkpoints {stats.completed_checkpoints} done, {stats.failed_checkpoints} failed",
@@ -186,7 +191,7 @@ def format_summary(jm: Any, elapsed_s: float) -> str:
     stats = jm.stats
     line = (
         f"{jm.status.name}: job {jm.spec.job_name!r} ({jm.job_id}) after {_duration(elapsed_s)}"
-        f" | read {stats.records_out:,} | in {stats.records_in:,} | restarts {stats.restarts}"
+        f" | read {stats.records_read:,} | in {stats.records_in:,} | restarts {stats.restarts}"
         f" | checkpoints {stats.completed_checkpoints} done, {stats.failed_checkpoints} failed"
     )
     cp = stats.last_checkpoint
@@ -366,8 +371,8 @@ def _read_metadata(directory: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _job_environment(script: str, argv: list[str], overrides: dict[str, Any]) -> Iterator[None]:
-    """sys.argv, sys.path[0] and the environment's CLI overrides as `python JOB.py` would
-    see them; restored afterwards."""
+    """sys.argv (argv[0]: the script's absolute path, as runpy sets it), sys.path[0] and the
+    environment's CLI overrides for the script; restored afterwards."""
     saved = sys.argv, list(sys.path), StreamExecutionEnvironment.cli_overrides
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(script))
@@ -524,7 +529,7 @@ def run(
         printer.line(f"restoring from checkpoint {metadata['checkpoint_id']} in {directory}")
     monitor = JobMonitor(printer, status_interval)
     overrides = {k: v for k, v in overrides.items() if v is not None} | {"on_submit": monitor}
-    with _job_environment(script, [job, *job_args], overrides), _cli_logging(printer, verbose):
+    with _job_environment(script, [script, *job_args], overrides), _cli_logging(printer, verbose):
         _execute(script, job, monitor, verbose)
 
 
@@ -543,15 +548,17 @@ def checkpoints(directory: str, checkpoint_id: int | None, as_json: bool, verbos
         if _names_one_checkpoint(directory):
             if checkpoint_id is not None:
                 raise CliError(f"{directory} is one checkpoint; --id needs a job directory")
-            checkpoint_dir = resolve_checkpoint_path(directory)
-            _show_checkpoint(checkpoint_dir, _read_metadata(checkpoint_dir), as_json)
+            _show_checkpoint(
+                _described(checkpoint_detail, resolve_checkpoint_path(directory)), as_json
+            )
             return
         found = _find_checkpoints(directory)
         if checkpoint_id is None:
             _list_checkpoints(directory, found, as_json)
         else:
-            path = _pick(directory, found, checkpoint_id)
-            _show_checkpoint(path, _read_metadata(path), as_json)
+            _show_checkpoint(
+                _described(checkpoint_detail, _pick(directory, found, checkpoint_id)), as_json
+            )
 
 
 # checkpoints: discovery -----------------------------------------------------------------------
@@ -613,13 +620,26 @@ def _pick(directory: str, found: list[_Found], checkpoint_id: int) -> str:
 
 
 # checkpoints: output --------------------------------------------------------------------------
-def _summary_record(found: _Found, metadata: dict[str, Any]) -> dict[str, Any]:
+def _described(describe: Callable[[str, dict[str, Any]], T], path: str) -> T:
+    """`describe(path, metadata)` of the checkpoint in `path`; content it cannot make sense of
+    (a valid envelope around unexpected operators) is a CorruptCheckpointError."""
+    metadata = _read_metadata(path)
+    try:
+        return describe(path, metadata)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise CorruptCheckpointError(
+            f"{path}/{METADATA_FILE_NAME} has unexpected content ({type(exc).__name__}: {exc}); "
+            "it is damaged or was written by another tidegate version"
+        ) from exc
+
+
+def _summary_record(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
     completed = metadata.get("completed_ms", metadata["timestamp_ms"])
     return {
-        "job_id": found.job_id,
+        "job_id": metadata["job_id"],
         "job_name": metadata.get("job_name"),
-        "checkpoint_id": found.checkpoint_id,
-        "path": found.path,
+        "checkpoint_id": metadata["checkpoint_id"],
+        "path": path,
         "completed_ms": completed,
         "completed": local_iso(completed),
         "size_bytes": metadata.get("size_bytes", _operators_size(metadata)),
@@ -641,7 +661,7 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> Non
     records = []
     for f in found:
         try:
-            records.append(_summary_record(f, _read_metadata(f.path)))
+            records.append(_described(_summary_record, f.path))
         except CheckpointError as exc:
             click.echo(f"warning: skipped {f.path}: {_one_line(str(exc))}", err=True)
             records.append(
@@ -655,7 +675,6 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> Non
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
-    readable = [r for r in records if "error" not in r]
     if not found:
         click.echo(
             f"no completed checkpoints under {directory}. (A job that FINISHED deletes its "
@@ -674,7 +693,8 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> Non
             r["operators"],
             r["job_name"] or "-",
         ]
-        for r in readable
+        for r in records
+        if "error" not in r
     ]
     click.echo(format_table(headers, rows))
 
@@ -721,8 +741,7 @@ def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, **{k: metadata.get(k) for k in keys}, "operators": operators}
 
 
-def _show_checkpoint(path: str, metadata: dict[str, Any], as_json: bool) -> None:
-    detail = checkpoint_detail(path, metadata)
+def _show_checkpoint(detail: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return
@@ -731,7 +750,7 @@ def _show_checkpoint(path: str, metadata: dict[str, Any], as_json: bool) -> None
     size = human_size(detail["size_bytes"]) if detail["size_bytes"] is not None else "-"
     duration = detail["duration_ms"] if detail["duration_ms"] is not None else "-"
     click.echo(f"{kind} {detail['checkpoint_id']} of job {detail['job_id']}{name}")
-    click.echo(f"  path        {path}")
+    click.echo(f"  path        {detail['path']}")
     click.echo(f"  triggered   {local_iso(detail['timestamp_ms'])}")
     click.echo(f"  completed   {local_iso(detail['completed_ms'])} (duration {duration} ms)")
     click.echo(

@@ -41,6 +41,11 @@ class CheckpointConfig:
         return -1 if self._s.interval_ms is None else self._s.interval_ms
 
     def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
+        if not isinstance(checkpointing_mode, CheckpointingMode):
+            raise TypeError(
+                f"checkpointing mode must be CheckpointingMode.EXACTLY_ONCE or AT_LEAST_ONCE, "
+                f"got {checkpointing_mode!r}"
+            )
         exactly = checkpointing_mode is CheckpointingMode.EXACTLY_ONCE
         self._s = replace(self._s, exactly_once=exactly)
         return self

@@ -42,6 +42,8 @@ class ControlServer:
             except OSError:
                 return
             except Exception as e:  # failed authentication: refuse, keep serving
+                if self._closed:
+                    return
                 log.warning("refused a control connection: %s", e)
                 continue
             threading.Thread(target=self._read_loop, args=(conn,), daemon=True).start()

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
+
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
 from tidegate.checkpoint.metadata import decode_metadata
 from tidegate.checkpoint.pending import PendingCheckpoint
@@ -82,8 +84,9 @@ class JobFailure(Exception):
 class JobStats:
     """What `tidegate run` shows while the job runs."""
 
+    #: records read by the sources, and records received by the other subtasks
+    records_read: int = 0
     records_in: int = 0
-    records_out: int = 0
     records_per_s: float = 0.0
     restarts: int = 0
     completed_checkpoints: int = 0
@@ -156,7 +159,9 @@ class JobMaster:
         if path is None:
             return None
         directory = resolve_checkpoint_path(path)
-        metadata = decode_metadata(self.storage.read_bytes(f"{directory}/_metadata"), directory)
+        # the snapshot may live on another filesystem than this job's checkpoints
+        with fsspec.open(f"{directory}/_metadata", "rb") as f:
+            metadata = decode_metadata(f.read(), directory)
         self.next_checkpoint_id = int(metadata["checkpoint_id"]) + 1
         return metadata, directory
 
@@ -236,17 +241,17 @@ class JobMaster:
         for subtask, counts in msg.counts.items():
             self._slot_counts[subtask] = counts
         sources = {v.vertex_id for v in self.spec.graph.vertices.values() if v.is_source}
-        total_in = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v not in sources)
-        total_out = sum(o for (v, _), (_i, o) in self._slot_counts.items() if v in sources)
+        read = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v in sources)
+        received = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v not in sources)
         now = time.monotonic()
         if self._rate_window is not None:
             t0, n0 = self._rate_window
             if now - t0 >= 1.0:
-                self.stats.records_per_s = max(total_out - n0, 0) / (now - t0)
-                self._rate_window = (now, total_out)
+                self.stats.records_per_s = max(read - n0, 0) / (now - t0)
+                self._rate_window = (now, read)
         else:
-            self._rate_window = (now, total_out)
-        self.stats.records_in, self.stats.records_out = total_in, total_out
+            self._rate_window = (now, read)
+        self.stats.records_read, self.stats.records_in = read, received
 
 
 class _Attempt:
@@ -270,6 +275,7 @@ class _Attempt:
         self.final_completed = False
         self.runner_ended = False
         self.coordinator: CheckpointCoordinator | None = None
+        self.tearing_down = False
 
     # Step 1: wait until every slot registered, then send the address book.
     def run(self) -> JobStatus | None:
@@ -462,6 +468,7 @@ class _Attempt:
 
     def teardown(self) -> None:
         jm = self.jm
+        self.tearing_down = True
         if self.coordinator is not None:
             self.coordinator.stop("job attempt ended")
             jm.next_checkpoint_id = self.coordinator.next_checkpoint_id
@@ -502,7 +509,8 @@ class _Attempt:
         self.jm.server.broadcast(self.attempt, NotifyCheckpointComplete(checkpoint_id))
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
-        self.jm.stats.failed_checkpoints += 1
+        if not self.tearing_down:  # checkpoints cut short by the attempt's end did not fail
+            self.jm.stats.failed_checkpoints += 1
         log.info("checkpoint %d aborted: %s", checkpoint_id, reason)
         self.jm.server.broadcast(self.attempt, NotifyCheckpointAborted(checkpoint_id))
         if checkpoint_id in self.final_ids:

@@ -24,10 +24,10 @@ def build_job_graph(
     default_parallelism: int,
     max_parallelism: int | None,
 ) -> JobGraph:
+    if not stream_graph.transformations:
+        raise InvalidJobGraphError("the job has no operators: add a source and a sink")
     ts = _reachable(stream_graph)
     if not ts:
-        raise InvalidJobGraphError("the job has no operators: add a source and a sink")
-    if not any(t.kind == "sink" for t in ts):
         raise InvalidJobGraphError(
             "the job has no sink, so it would produce nothing: add print() or sink_to(...)"
         )

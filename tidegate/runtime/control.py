@@ -14,10 +14,16 @@ class ControlClient:
         self._lock = threading.Lock()
         self._closed = False
 
-    def send(self, message: Any) -> None:
+    def send(self, message: Any) -> bool:
+        """Send to the driver; False if the connection is closed or broken."""
         with self._lock:
-            if not self._closed:
+            if self._closed:
+                return False
+            try:
                 self.conn.send(message)
+            except OSError:
+                return False
+            return True
 
     def start_reader(self, on_message: Callable[[Any], None], on_lost: Callable[[], None]) -> None:
         def loop() -> None:

@@ -124,6 +124,8 @@ class SlotNetwork:
             except OSError:
                 return
             except Exception as e:  # an unauthenticated peer: refuse it, keep serving
+                if self._closed:
+                    return
                 log.warning("slot %d refused a data connection: %s", self.slot, e)
                 continue
             self._connections.append(conn)

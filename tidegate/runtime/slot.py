@@ -124,13 +124,16 @@ def run_slot(deployment: Deployment, slot: int) -> None:
     except SlotCancelledError:
         pass
     except BaseException as e:
-        # Step 5 (failure): tell the driver first, so it restarts without waiting for Spark.
-        control.send(
+        # Step 5 (failure): tell the driver, which restarts the job. Once it knows, the slot
+        # ends quietly (the driver reports the error to the user once, not every worker);
+        # only if the driver cannot be told does the error go to the runner.
+        reported = control.send(
             SlotFailed(
                 deployment.attempt, slot, _describe(e), "".join(traceback.format_exception(e))
             )
         )
-        raise
+        if not reported or not isinstance(e, Exception):
+            raise
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
         for g in gates.values():

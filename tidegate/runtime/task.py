@@ -159,6 +159,8 @@ class StreamTask:
                     self._on_control(msg[1])
                 continue
             batch = source.poll(self.batch_size)
+            if batch:
+                self.records_in += len(batch)  # a source's input: records read from its splits
             if batch is None:
                 finished = True
                 self._finish_input()
