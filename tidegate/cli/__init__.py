@@ -1,0 +1,54 @@
+"""The `tidegate` command: run a job script with live status, and inspect checkpoints.
+
+    tidegate run JOB.py [--parallelism N] [--runner spark|local] [--spark-master URL]
+                        [--from-checkpoint PATH] [-- job args...]
+    tidegate checkpoints DIR [--id N] [--json]
+
+Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`
+shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed, 2 a usage or path
+error (a missing script, a wrong checkpoint path, no Spark), 130 interrupted.
+
+Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
+checkpoints command), `errors` (error lines and exit codes), `formatting` (shared text helpers).
+"""
+
+from __future__ import annotations
+
+import click
+
+from tidegate.cli.checkpoints import checkpoint_detail, checkpoints_command
+from tidegate.cli.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_USAGE, CliError
+from tidegate.cli.formatting import format_table, human_size, local_iso
+from tidegate.cli.run import run_command
+from tidegate.cli.status import JobMonitor, StatusPrinter, format_status, format_summary
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_JOB_FAILED",
+    "EXIT_USAGE",
+    "CliError",
+    "JobMonitor",
+    "StatusPrinter",
+    "checkpoint_detail",
+    "cli",
+    "format_status",
+    "format_summary",
+    "format_table",
+    "human_size",
+    "local_iso",
+    "main",
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """tidegate: stateful stream processing with Flink's checkpoints, on Spark."""
+
+
+cli.add_command(run_command)
+cli.add_command(checkpoints_command)
+
+
+def main() -> None:
+    """Entry point of the `tidegate` command and of `python -m tidegate`."""
+    cli(max_content_width=100)

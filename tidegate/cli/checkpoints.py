@@ -1,0 +1,288 @@
+"""`tidegate checkpoints DIR [--id N] [--json]`: list completed checkpoints, or show one."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from fsspec.core import url_to_fs
+
+from tidegate.checkpoint.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+)
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata
+from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
+from tidegate.cli.errors import CliError, one_line, reported, verbose_option
+from tidegate.cli.formatting import format_table, human_size, local_iso
+
+T = TypeVar("T")
+_CHK_DIR = re.compile(r"chk-\d+")
+
+
+@click.command("checkpoints")
+@click.argument("directory", metavar="DIR")
+@click.option("--id", "checkpoint_id", type=int, help="Show this checkpoint's metadata.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@verbose_option
+def checkpoints_command(
+    directory: str, checkpoint_id: int | None, as_json: bool, verbose: bool
+) -> None:
+    """List completed checkpoints, or show one.
+
+    DIR is a checkpoint directory holding job directories, or one job directory. To show one
+    checkpoint's metadata, pass --id N, or a chk-<n> directory (or its _metadata file) as DIR.
+    """
+    with reported(verbose):
+        if _names_one_checkpoint(directory):
+            if checkpoint_id is not None:
+                raise CliError(f"{directory} is one checkpoint; --id needs a job directory")
+            path = resolve_checkpoint_path(directory)
+        else:
+            found = _find_checkpoints(directory)
+            if checkpoint_id is None:
+                _list_checkpoints(directory, found, as_json)
+                return
+            path = _pick(directory, found, checkpoint_id)
+        _show_checkpoint(_described(checkpoint_detail, path), as_json)
+
+
+def read_metadata(directory: str) -> dict[str, Any]:
+    """The validated `_metadata` of the checkpoint directory `directory`."""
+    path = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
+    fs, fs_path = url_to_fs(path)
+    try:
+        data = fs.cat_file(fs_path)
+    except FileNotFoundError as exc:
+        raise CheckpointNotFoundError(f"{directory} holds no {METADATA_FILE_NAME}") from exc
+    return decode_metadata(data, path)
+
+
+# discovery ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Found:
+    job_id: str
+    checkpoint_id: int
+    path: str
+
+
+def _names_one_checkpoint(path: str) -> bool:
+    """A `_metadata` file, a chk-<n> directory, or any directory holding `_metadata`."""
+    fs, fs_path = url_to_fs(path)
+    name = posixpath.basename(fs_path.rstrip("/"))
+    if name == METADATA_FILE_NAME or _CHK_DIR.fullmatch(name):
+        return True
+    return fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME))
+
+
+def _find_checkpoints(path: str) -> list[_Found]:
+    """Completed checkpoints of the job directory `path`, or of every job directory in it."""
+    fs, fs_path = url_to_fs(path)
+    if not fs.isdir(fs_path):
+        what = "is not a directory" if fs.exists(fs_path) else "does not exist"
+        raise CheckpointNotFoundError(f"{path} {what}")
+    uri = path.rstrip("/") if "://" in path else fs_path.rstrip("/") or "/"
+    subdirs = [
+        posixpath.basename(e["name"].rstrip("/"))
+        for e in fs.ls(fs_path, detail=True)
+        if e["type"] == "directory"
+    ]
+    if any(_CHK_DIR.fullmatch(name) for name in subdirs):
+        parent, job_id = uri.rsplit("/", 1)
+        jobs = [(parent or "/", job_id)]
+    else:
+        jobs = [(uri, name) for name in sorted(subdirs)]
+    return [
+        _Found(job_id, cid, chk)
+        for base, job_id in jobs
+        for cid, chk in CheckpointStorage(base, job_id).list_checkpoints()
+    ]
+
+
+def _pick(directory: str, found: list[_Found], checkpoint_id: int) -> str:
+    matches = [f for f in found if f.checkpoint_id == checkpoint_id]
+    if len(matches) == 1:
+        return matches[0].path
+    if not matches:
+        ids = ", ".join(str(f.checkpoint_id) for f in found[-10:]) or "none"
+        raise CliError(
+            f"no completed checkpoint {checkpoint_id} under {directory} (completed: {ids})",
+            f"list them with `tidegate checkpoints {directory}`",
+        )
+    jobs = ", ".join(posixpath.dirname(f.path) for f in matches)
+    raise CliError(
+        f"checkpoint {checkpoint_id} exists in {len(matches)} jobs under {directory}",
+        f"pass one job directory: {jobs}",
+    )
+
+
+# description ----------------------------------------------------------------------------------
+def _described(describe: Callable[[str, dict[str, Any]], T], path: str) -> T:
+    """`describe(path, metadata)` of the checkpoint in `path`; content it cannot make sense of
+    (a valid envelope around unexpected operators) is a CorruptCheckpointError."""
+    metadata = read_metadata(path)
+    try:
+        return describe(path, metadata)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise CorruptCheckpointError(
+            f"{path}/{METADATA_FILE_NAME} has unexpected content ({type(exc).__name__}: {exc}); "
+            "it is damaged or was written by another tidegate version"
+        ) from exc
+
+
+def _summary_record(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    completed = metadata.get("completed_ms", metadata["timestamp_ms"])
+    return {
+        "job_id": metadata["job_id"],
+        "job_name": metadata.get("job_name"),
+        "checkpoint_id": metadata["checkpoint_id"],
+        "path": path,
+        "completed_ms": completed,
+        "completed": local_iso(completed),
+        "size_bytes": metadata.get("size_bytes", _operators_size(metadata)),
+        "duration_ms": metadata.get("duration_ms"),
+        "operators": len(metadata["operators"]),
+        "is_savepoint": bool(metadata.get("is_savepoint", False)),
+    }
+
+
+def _operators_size(metadata: dict[str, Any]) -> int:
+    return sum(
+        int(h.get("index", {}).get("size", 0))
+        for op in metadata["operators"].values()
+        for h in op.get("subtasks", {}).values()
+    )
+
+
+def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-ready description of one checkpoint (key groups as inclusive [first, last])."""
+    operators = []
+    for uid, op in sorted(metadata["operators"].items()):
+        subtasks = []
+        for index, handle in sorted(op.get("subtasks", {}).items(), key=lambda kv: int(kv[0])):
+            info = handle.get("index", {})
+            kg = handle.get("key_group_range")
+            subtasks.append(
+                {
+                    "subtask": int(index),
+                    "file": handle.get("file"),
+                    "size_bytes": info.get("size"),
+                    "key_groups": [kg[0], kg[1] - 1] if kg else None,
+                    "non_empty_key_groups": len(info.get("key_groups") or []),
+                    "state_kinds": info.get("state_kinds") or {},
+                    "operator_state": bool(info.get("operator")),
+                }
+            )
+        operators.append(
+            {
+                "uid": uid,
+                "name": op.get("name", uid),
+                "parallelism": op.get("parallelism"),
+                "subtasks": subtasks,
+            }
+        )
+    keys = (
+        "job_id",
+        "job_name",
+        "checkpoint_id",
+        "is_savepoint",
+        "timestamp_ms",
+        "completed_ms",
+        "duration_ms",
+        "size_bytes",
+        "max_parallelism",
+        "attempt",
+    )
+    return {"path": path, **{k: metadata.get(k) for k in keys}, "operators": operators}
+
+
+# output ---------------------------------------------------------------------------------------
+def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> None:
+    records = []
+    for f in found:
+        try:
+            records.append(_described(_summary_record, f.path))
+        except CheckpointError as exc:
+            error = one_line(str(exc))
+            click.echo(f"warning: skipped {f.path}: {error}", err=True)
+            records.append(
+                {
+                    "job_id": f.job_id,
+                    "checkpoint_id": f.checkpoint_id,
+                    "path": f.path,
+                    "error": error,
+                }
+            )
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+        return
+    if not found:
+        click.echo(
+            f"no completed checkpoints under {directory}. (A job that FINISHED deletes its "
+            "checkpoints; externalized checkpoint retention keeps them after failure or cancel.)",
+            err=True,
+        )
+        return
+    headers = ["JOB ID", "CHECKPOINT", "COMPLETED", "SIZE", "DURATION MS", "OPERATORS", "JOB NAME"]
+    rows = [
+        [
+            r["job_id"],
+            r["checkpoint_id"],
+            r["completed"],
+            human_size(r["size_bytes"]),
+            _or_dash(r["duration_ms"]),
+            r["operators"],
+            r["job_name"] or "-",
+        ]
+        for r in records
+        if "error" not in r
+    ]
+    click.echo(format_table(headers, rows))
+
+
+def _show_checkpoint(detail: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(detail, indent=2))
+        return
+    kind = "savepoint" if detail["is_savepoint"] else "checkpoint"
+    name = f" ({detail['job_name']!r})" if detail["job_name"] else ""
+    size = _or_dash(detail["size_bytes"], human_size)
+    duration = _or_dash(detail["duration_ms"])
+    click.echo(f"{kind} {detail['checkpoint_id']} of job {detail['job_id']}{name}")
+    click.echo(f"  path        {detail['path']}")
+    click.echo(f"  triggered   {local_iso(detail['timestamp_ms'])}")
+    click.echo(f"  completed   {local_iso(detail['completed_ms'])} (duration {duration} ms)")
+    click.echo(
+        f"  size        {size}, max parallelism {detail['max_parallelism']}, "
+        f"attempt {detail['attempt']}"
+    )
+    for op in detail["operators"]:
+        click.echo(f"\noperator {op['uid']}: {op['name']!r}, parallelism {op['parallelism']}")
+        rows = [_subtask_row(s) for s in op["subtasks"]]
+        headers = ["SUBTASK", "FILE", "SIZE", "KEY GROUPS", "STATE"]
+        click.echo(format_table(headers, rows, indent="  "))
+
+
+def _subtask_row(s: dict[str, Any]) -> list[Any]:
+    kg = s["key_groups"]
+    kinds = [f"{name}: {kind}" for name, kind in sorted(s["state_kinds"].items())]
+    if s["operator_state"]:
+        kinds.append("operator state")
+    return [
+        s["subtask"],
+        s["file"] or "-",
+        _or_dash(s["size_bytes"], human_size),
+        f"[{kg[0]}, {kg[1]}]" if kg else "-",
+        ", ".join(kinds) or "-",
+    ]
+
+
+def _or_dash(value: Any, show: Callable[[Any], Any] = lambda v: v) -> Any:
+    """`show(value)`, or `-` for a missing (None) value."""
+    return "-" if value is None else show(value)
