@@ -356,3 +356,28 @@ def test_table_gives_the_live_dict_of_a_registered_state(backend):
 def test_a_key_group_range_outside_max_parallelism_is_rejected():
     with pytest.raises(ValueError, match="key_group_range"):
         HeapKeyedStateBackend(128, range(64, 129))
+
+
+def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snapshot():
+    from tidegate.runtime.operators import KeyedReduceOperator, OperatorRuntime
+
+    def append(acc, value):  # changes its first argument in place
+        acc.append(value[1])
+        return acc
+
+    emitted = []
+
+    class Collect:
+        def process_batch(self, records):
+            emitted.extend(list(r) for r in records)
+
+    op = KeyedReduceOperator(None, append, lambda r: r[0])
+    op.outputs = [Collect()]
+    op.initialize_state(OperatorRuntime(0, 1, 128, 0), None)
+    op.open()
+    op.process_batch([["k", 1], ["k", 2]])
+    snapshot = op.snapshot_state(1, 0)
+    op.process_batch([["k", 3]])  # after the barrier, while the snapshot is being written
+    ((_kg, data),) = list(snapshot.keyed.key_groups())
+    assert data["__reduce__"][1] == {"k": ["k", 1, 2]}
+    assert emitted[-1] == ["k", 1, 2, 3]

@@ -176,29 +176,19 @@ class ProcessOperator(MapOperator):
 
 
 class KeyedReduceOperator(MapOperator):
-    """Rolling reduce per key (KeyedStream.reduce): emits the new aggregate for every record."""
+    """Rolling reduce per key (KeyedStream.reduce): emits the new aggregate for every record.
+    The aggregate lives in ReducingState, whose copy-on-write keeps a checkpoint that is still
+    being written isolated from reduce functions that change their first argument in place."""
 
     _STATE = "__reduce__"
 
     def open(self) -> None:
-        from tidegate.state.descriptors import ValueStateDescriptor
+        from tidegate.state.descriptors import ReducingStateDescriptor
 
-        self.keyed_backend.get_state(ValueStateDescriptor(self._STATE))
+        desc = ReducingStateDescriptor(self._STATE, self.call)
+        self._add = self.keyed_backend.get_reducing_state(desc).add_for_key
         super().open()
 
     def process_batch(self, records: list) -> None:
-        # Hot path: work on the backend's dict for this state directly (same semantics as
-        # ValueState.value()/update(), without two method calls per record).
-        table = self.keyed_backend.table(self._STATE)
-        reduce, select, out = self.call, self.key_selector, []
-        get = table.get
-        for r in records:
-            k = select(r)
-            old = get(k, _MISSING)
-            new = r if old is _MISSING else reduce(old, r)
-            table[k] = new
-            out.append(new)
-        self.emit(out)
-
-
-_MISSING = object()
+        add, select = self._add, self.key_selector
+        self.emit([add(select(r), r) for r in records])

@@ -234,9 +234,14 @@ class HeapReducingState(_MergingState):
         return self._table.get(self._key())
 
     def add(self, value: Any) -> None:
-        key = self._key()
+        self.add_for_key(self._key(), value)
+
+    def add_for_key(self, key: Any, value: Any) -> Any:
+        """`add` under an explicit key; returns the new value (the keyed reduce's hot path)."""
         current = self._writable(key)
-        self._table[key] = value if current is _ABSENT else self._function(current, value)
+        new = value if current is _ABSENT else self._function(current, value)
+        self._table[key] = new
+        return new
 
 
 class HeapAggregatingState(_MergingState):
