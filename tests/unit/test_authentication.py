@@ -1,20 +1,23 @@
-"""Frames carry pickled objects, so every connection must prove it knows the job's secret,
-and servers listen on loopback unless configured otherwise."""
+"""Frames carry pickled objects, so every connection must prove it knows the job's secret
+(mutual HMAC-SHA256 challenge), and servers listen on loopback unless configured otherwise."""
 
 from __future__ import annotations
 
 import pickle
 import queue
 import secrets
-from multiprocessing import AuthenticationError
+import socket
 from multiprocessing.connection import Client
 
 import pytest
 
 from tidegate.deploy.control_server import ControlServer
+from tidegate.runtime.auth import AuthenticationFailedError, authenticate_client
 from tidegate.runtime.gate import InputGate
 from tidegate.runtime.messages import RegisterSlot
 from tidegate.runtime.network import SlotNetwork
+
+REFUSED = (AuthenticationFailedError, EOFError, OSError)
 
 
 @pytest.fixture
@@ -22,17 +25,23 @@ def secret() -> bytes:
     return secrets.token_bytes(32)
 
 
+def connect(address, secret: bytes):
+    conn = Client(address)
+    authenticate_client(conn, secret)
+    return conn
+
+
 def test_the_control_server_listens_on_loopback_and_refuses_a_wrong_secret(secret):
     events: queue.Queue = queue.Queue()
     server = ControlServer(secret, "127.0.0.1", events.put)
     try:
         assert server.address[0] == "127.0.0.1"
-        with pytest.raises(AuthenticationError):
-            Client(server.address, authkey=b"not the job secret")
-        assert events.empty()
-        good = Client(server.address, authkey=secret)
+        with pytest.raises(REFUSED):
+            connect(server.address, b"not the job secret")
+        good = connect(server.address, secret)
         good.send(RegisterSlot(0, 0, 1, "h", ("127.0.0.1", 1)))
         assert isinstance(events.get(timeout=5), RegisterSlot)
+        assert events.empty()  # the refused peer delivered nothing
         good.close()
     finally:
         server.close()
@@ -43,13 +52,36 @@ def test_a_slot_data_listener_refuses_a_wrong_secret_and_delivers_nothing(secret
     network = SlotNetwork(0, secret, "127.0.0.1", {1: gate})
     try:
         assert network.address[0] == "127.0.0.1"
-        with pytest.raises(AuthenticationError):
-            Client(network.address, authkey=b"wrong")
+        with pytest.raises(REFUSED):
+            connect(network.address, b"wrong")
         assert gate.get(0.2) is None
-        peer = Client(network.address, authkey=secret)
+        peer = connect(network.address, secret)
         peer.send((1, 1))  # hello: from slot 1, to vertex 1
         peer.send_bytes(pickle.dumps((0, [1, 2, 3])))
         assert gate.get(5) == (False, (0, [1, 2, 3]))
         peer.close()
     finally:
         network.close()
+
+
+def test_a_client_that_never_answers_does_not_block_other_connections(secret):
+    events: queue.Queue = queue.Queue()
+    server = ControlServer(secret, "127.0.0.1", events.put)
+    silent = socket.create_connection(server.address)  # connects, then says nothing
+    try:
+        good = connect(server.address, secret)
+        good.send(RegisterSlot(0, 3, 1, "h", ("127.0.0.1", 1)))
+        assert events.get(timeout=5).slot == 3
+        good.close()
+    finally:
+        silent.close()
+        server.close()
+
+
+def test_a_server_without_the_secret_is_not_trusted_by_the_client(secret):
+    other = ControlServer(secrets.token_bytes(32), "127.0.0.1", lambda _m: None)
+    try:
+        with pytest.raises(REFUSED):
+            connect(other.address, secret)
+    finally:
+        other.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+from tidegate.runtime.auth import AuthenticationFailedError, authenticate_server
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
 from tidegate.runtime.network import close_listener
 
@@ -26,7 +27,8 @@ class SlotLost:
 
 class ControlServer:
     def __init__(self, secret: bytes, bind_host: str, on_message: Callable[[Any], None]) -> None:
-        self.listener = Listener((bind_host, 0), authkey=secret, backlog=256)
+        self.secret = secret
+        self.listener = Listener((bind_host, 0), backlog=256)
         self.address: tuple[str, int] = self.listener.address
         self.on_message = on_message
         self._slots: dict[tuple[int, int], tuple[Connection, threading.Lock]] = {}
@@ -41,15 +43,20 @@ class ControlServer:
                 conn = self.listener.accept()
             except OSError:
                 return
-            except Exception as e:  # failed authentication: refuse, keep serving
-                if self._closed:
-                    return
-                log.warning("refused a control connection: %s", e)
-                continue
+            if self._closed:
+                conn.close()
+                return
             threading.Thread(target=self._read_loop, args=(conn,), daemon=True).start()
 
     def _read_loop(self, conn: Connection) -> None:
         key = None
+        try:
+            authenticate_server(conn, self.secret)
+        except (AuthenticationFailedError, OSError, EOFError) as e:
+            if not self._closed:
+                log.warning("refused a control connection: %s", e)
+            conn.close()
+            return
         try:
             first = conn.recv()
             if isinstance(first, SlotFailed):  # a worker that could not even load the job

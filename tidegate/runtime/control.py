@@ -7,10 +7,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Client
 from typing import Any
 
+from tidegate.runtime.auth import authenticate_client
+
 
 class ControlClient:
     def __init__(self, address: tuple[str, int], secret: bytes) -> None:
-        self.conn = Client(tuple(address), authkey=secret)
+        self.conn = Client(tuple(address))
+        authenticate_client(self.conn, secret)
         self._lock = threading.Lock()
         self._closed = False
 

@@ -1,7 +1,7 @@
 """Channels between subtasks.
 
-Transport: one authenticated TCP connection per (sending slot, receiving slot, receiving vertex),
-carrying frames `(channel index, payload)` where payload is a list of records or an event.
+Transport: one TCP connection, authenticated by runtime/auth.py, per (sending slot, receiving
+slot, receiving vertex), carrying frames `(channel index, payload)` where payload is a list of records or an event.
 A connection feeds exactly one vertex's input gate, so a full gate only stops upstream work
 for that vertex: waits always point downstream in the DAG and cannot form a cycle (a connection
 shared by several vertices could deadlock). Inside a slot, frames go straight into the gate.
@@ -21,6 +21,11 @@ from typing import Any
 
 import cloudpickle
 
+from tidegate.runtime.auth import (
+    AuthenticationFailedError,
+    authenticate_client,
+    authenticate_server,
+)
 from tidegate.runtime.gate import InputGate, TaskCancelledError
 
 log = logging.getLogger(__name__)
@@ -109,7 +114,7 @@ class SlotNetwork:
         self.slot = slot
         self.secret = secret
         self.gates = gates
-        self.listener = Listener((bind_host, 0), authkey=secret, backlog=128)
+        self.listener = Listener((bind_host, 0), backlog=128)
         self.address: tuple[str, int] = self.listener.address
         self._transports: dict[tuple[int, int], Any] = {}
         self._connections: list[Connection] = []
@@ -120,20 +125,25 @@ class SlotNetwork:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn = self.listener.accept()  # runs the HMAC challenge with the job secret
+                conn = self.listener.accept()
             except OSError:
                 return
-            except Exception as e:  # an unauthenticated peer: refuse it, keep serving
-                if self._closed:
-                    return
-                log.warning("slot %d refused a data connection: %s", self.slot, e)
-                continue
+            if self._closed:
+                conn.close()
+                return
             self._connections.append(conn)
             threading.Thread(
                 target=self._read_loop, args=(conn,), name="tidegate-recv", daemon=True
             ).start()
 
     def _read_loop(self, conn: Connection) -> None:
+        try:
+            authenticate_server(conn, self.secret)
+        except (AuthenticationFailedError, OSError, EOFError) as e:
+            if not self._closed:
+                log.warning("slot %d refused a data connection: %s", self.slot, e)
+            conn.close()
+            return
         try:
             _src_slot, vertex = conn.recv()
             put = self.gates[vertex].put_data
@@ -151,7 +161,8 @@ class SlotNetwork:
             if slot == self.slot:
                 self._transports[key] = LocalTransport(self.gates[vertex])
             else:
-                conn = Client(tuple(addresses[slot]), authkey=self.secret)
+                conn = Client(tuple(addresses[slot]))
+                authenticate_client(conn, self.secret)
                 conn.send((self.slot, vertex))
                 self._transports[key] = RemoteTransport(conn)
         return self._transports[key]
