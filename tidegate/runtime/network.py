@@ -1,7 +1,8 @@
 """Channels between subtasks.
 
 Transport: one TCP connection, authenticated by runtime/auth.py, per (sending slot, receiving
-slot, receiving vertex), carrying frames `(channel index, payload)` where payload is a list of records or an event.
+slot, receiving vertex), carrying frames `(channel index, payload)` where payload is a list
+of records or an event.
 A connection feeds exactly one vertex's input gate, so a full gate only stops upstream work
 for that vertex: waits always point downstream in the DAG and cannot form a cycle (a connection
 shared by several vertices could deadlock). Inside a slot, frames go straight into the gate.
