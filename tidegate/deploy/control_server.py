@@ -12,7 +12,7 @@ from typing import Any
 
 from tidegate.runtime.auth import AuthenticationFailedError, authenticate_server
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
-from tidegate.runtime.network import close_listener
+from tidegate.runtime.network import close_listener, shutdown_connection
 
 log = logging.getLogger(__name__)
 
@@ -98,4 +98,4 @@ class ControlServer:
         self._closed = True
         close_listener(self.listener)
         for conn, _ in list(self._slots.values()):
-            conn.close()
+            shutdown_connection(conn)

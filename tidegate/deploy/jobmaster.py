@@ -7,6 +7,7 @@ and is handled on the JobMaster's own thread, so the attempt's state needs no lo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import secrets
@@ -189,7 +190,8 @@ class JobMaster:
         plan, restored_id = {}, None
         if restore is not None:
             metadata, directory = restore
-            plan = plan_restore(graph, metadata, directory)
+            plan, max_p = plan_restore(graph, metadata, directory)
+            graph = dataclasses.replace(graph, max_parallelism=max_p)
             restored_id = int(metadata["checkpoint_id"])
             self.stats.restored_from = restored_id
         deployment = Deployment(
@@ -217,7 +219,7 @@ class JobMaster:
 
             spark = self.spec.spark_session or get_spark(self.spec.spark_master, num_slots)
             slots = runners.start_spark(spark, payload, num_slots, on_end)
-        attempt_state = _Attempt(self, attempt, slots)
+        attempt_state = _Attempt(self, attempt, slots, graph)
         try:
             return attempt_state.run()
         finally:
@@ -257,11 +259,11 @@ class JobMaster:
 class _Attempt:
     """The state of one deployment; also the coordinator's hooks (CoordinatorHooks)."""
 
-    def __init__(self, jm: JobMaster, attempt: int, slots: Any) -> None:
+    def __init__(self, jm: JobMaster, attempt: int, slots: Any, graph: Any) -> None:
         self.jm = jm
         self.attempt = attempt
         self.slots = slots
-        self.graph = jm.spec.graph
+        self.graph = graph  # the spec's graph, with the restored max parallelism
         self.registered: dict[int, RegisterSlot] = {}
         self.finished_slots: set[int] = set()
         self.finished_sources: set[tuple[int, int]] = set()
@@ -350,6 +352,8 @@ class _Attempt:
     def _handle(self, event: Any):
         jm = self.jm
         if getattr(event, "attempt", self.attempt) != self.attempt:
+            if isinstance(event, RegisterSlot):  # a late slot of an ended attempt: stop it
+                jm.server.send(event.attempt, event.slot, CancelSlot("its attempt has ended"))
             return _CONTINUE  # a message from an earlier attempt (a zombie slot): ignore it
         slot_of_event = getattr(event, "slot", None)
         if slot_of_event is not None and hasattr(self, "last_seen"):

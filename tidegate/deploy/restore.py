@@ -61,12 +61,13 @@ def _op_name(vertex, uid: str) -> str:
 
 def plan_restore(
     graph: JobGraph, metadata: dict[str, Any], directory: str
-) -> dict[tuple[int, int], dict[str, RestoredOperatorState]]:
-    """Assign the checkpoint's state to the subtasks of `graph` (any parallelism)."""
+) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
+    """Assign the checkpoint's state to the subtasks of `graph` (any parallelism); also
+    returns the max parallelism to run with (the snapshot's: key groups are fixed)."""
     max_p = check_max_parallelism(
         int(metadata["max_parallelism"]),
         max(v.parallelism for v in graph.vertices.values()),
-        graph.max_parallelism,
+        graph.max_parallelism if graph.max_parallelism_configured else None,
     )
     known = {op.uid for v in graph.vertices.values() for op in v.operators}
     unknown = sorted(set(metadata["operators"]) - known)
@@ -86,8 +87,18 @@ def plan_restore(
             for _, h in old_subtasks
             if h.get("key_group_range")
         ]
-        operator_states = [_read_operator_state(directory, h) for _, h in old_subtasks]
+        operator_states: list[dict[str, Any]] = [{} for _ in range(int(entry["parallelism"]))]
+        for index, h in old_subtasks:
+            operator_states[int(index)] = _read_operator_state(directory, h)
         per_subtask = redistribute_operator_state(operator_states, vertex.parallelism)
+        if len(operator_states) == vertex.parallelism:
+            # Same parallelism: split list state stays with the subtask that wrote it (moving
+            # e.g. a sink's committables away from the subtask whose files they name would let
+            # that subtask's recovery delete them); union state is still everyone's.
+            for own, assigned in zip(operator_states, per_subtask, strict=True):
+                for name, (mode, entries) in own.items():
+                    if str(mode) != "union":
+                        assigned[name] = (mode, list(entries))
         for i in range(vertex.parallelism):
             handles = tuple(
                 KeyedStateHandle(path, index, r)
@@ -98,7 +109,7 @@ def plan_restore(
             plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
                 handles, per_subtask[i]
             )
-    return plan
+    return plan, max_p
 
 
 def _check_files_exist(metadata: dict[str, Any], directory: str) -> None:

@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -68,6 +69,7 @@ class SparkSlots:
     ) -> None:
         self.sc = spark.sparkContext
         self.group = f"tidegate-{uuid.uuid4().hex}"
+        self._cancelled = threading.Event()
         self._thread = threading.Thread(
             target=self._run,
             args=(deployment_bytes, num_slots, on_end),
@@ -80,6 +82,8 @@ class SparkSlots:
         error = None
         try:
             self.sc.setJobGroup(self.group, "tidegate job", interruptOnCancel=True)
+            if self._cancelled.is_set():
+                raise RuntimeError("cancelled before the Spark job was submitted")
             rdd = self.sc.parallelize(range(num_slots), num_slots).barrier()
             rdd.mapPartitions(_spark_partition(deployment_bytes)).collect()
         except BaseException as e:
@@ -87,10 +91,16 @@ class SparkSlots:
         on_end(error)
 
     def cancel(self) -> None:
+        self._cancelled.set()
         self.sc.cancelJobGroup(self.group)
 
     def join(self, timeout: float) -> bool:
-        self._thread.join(timeout)
+        # A cancel issued before Spark knew the job is lost, so repeat it while waiting.
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(0.5)
+            if self._cancelled.is_set() and self._thread.is_alive():
+                self.sc.cancelJobGroup(self.group)
         return not self._thread.is_alive()
 
 

@@ -76,6 +76,7 @@ def build_job_graph(
             input_edges[vertex_of[t.id]].append(edge_id)
 
     max_p = max(parallelism.values())
+    configured = max_parallelism is not None
     if max_parallelism is None:
         max_parallelism = compute_default_max_parallelism(max_p)
     if not max_p <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
@@ -105,7 +106,7 @@ def build_job_graph(
             input_edges=tuple(input_edges[vid]),
             is_source=head.is_source,
         )
-    return JobGraph(job_name, vertices, edges, max_parallelism)
+    return JobGraph(job_name, vertices, edges, max_parallelism, configured)
 
 
 def _reachable(stream_graph: StreamGraph) -> list[Transformation]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import pickle
 import socket
 import threading
@@ -64,7 +65,7 @@ class RemoteTransport:
             self.conn.send_bytes(data)
 
     def close(self) -> None:
-        self.conn.close()
+        shutdown_connection(self.conn)
 
 
 class RecordWriter:
@@ -173,8 +174,18 @@ class SlotNetwork:
         for t in self._transports.values():
             t.close()
         for c in self._connections:
-            c.close()
+            shutdown_connection(c)
         close_listener(self.listener)
+
+
+def shutdown_connection(conn: Connection) -> None:
+    """Close a connection so the peer sees EOF at once, even while a thread of ours is blocked
+    reading it (a plain close() then sends no FIN)."""
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    conn.close()
 
 
 def close_listener(listener: Listener) -> None:

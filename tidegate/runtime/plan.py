@@ -49,6 +49,9 @@ class JobGraph:
     vertices: dict[int, VertexSpec]
     edges: dict[int, EdgeSpec]
     max_parallelism: int
+    #: whether the user set max parallelism (else it is the default for this parallelism, and a
+    #: restore takes the snapshot's instead)
+    max_parallelism_configured: bool = False
 
     @property
     def num_slots(self) -> int:
