@@ -168,3 +168,12 @@ def test_the_environment_defaults_follow_flink():
     chosen = RestartStrategies.fixed_delay_restart(1, 1)
     env.set_restart_strategy(chosen)
     assert env.get_restart_strategy() is chosen
+
+
+def test_exponential_delay_jitter_spreads_delays_within_the_factor():
+    strategy = RestartStrategies.exponential_delay_restart(
+        initial_backoff=1000, max_backoff=60_000, jitter_factor=0.1
+    )
+    delays = {strategy.restart_delay_s([0.0], 0.0) for _ in range(50)}
+    assert all(0.9 <= d <= 1.1 for d in delays)
+    assert len(delays) > 1

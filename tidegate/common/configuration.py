@@ -7,7 +7,9 @@ from typing import Any
 #: keys tidegate reads; documented in docs/configuration.md
 RUNNER = "execution.runner"  # "spark" (default) | "local"
 SPARK_MASTER = "spark.master"  # default local[N]
-BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1
+BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1; 0.0.0.0 for a cluster
+#: the driver's address as workers dial it (default: the driver host's name resolved)
+ADVERTISED_HOST = "tidegate.network.advertised-host"
 BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
 BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
 QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64

@@ -6,6 +6,7 @@ this many seconds, or `None` to give up and fail the job with the last error.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 
@@ -72,7 +73,10 @@ class ExponentialDelayRestartStrategyConfiguration:
         if streak > self.attempts_before_reset_backoff:
             return None
         backoff = self.initial_backoff_ms * self.backoff_multiplier ** max(streak - 1, 0)
-        return min(backoff, self.max_backoff_ms) / 1000
+        backoff = min(backoff, self.max_backoff_ms)
+        # jitter spreads the restarts of many jobs that failed together (Flink's jitter-factor)
+        backoff *= 1 + random.uniform(-self.jitter_factor, self.jitter_factor)
+        return backoff / 1000
 
     def describe(self) -> str:
         return f"exponential delay from {self.initial_backoff_ms} ms up to {self.max_backoff_ms} ms"

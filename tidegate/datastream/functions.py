@@ -169,3 +169,16 @@ class CheckpointListener:
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Called when checkpoint `checkpoint_id` was aborted (best effort)."""
+
+
+def _register_runtime_contexts() -> None:
+    """The runtime implements these interfaces by shape (it must not import the user API);
+    registering them makes `isinstance(ctx, RuntimeContext)` true, as in PyFlink."""
+    from tidegate.runtime.context import ProcessContext, StreamingRuntimeContext
+
+    RuntimeContext.register(StreamingRuntimeContext)
+    KeyedProcessFunction.Context.register(ProcessContext)
+    ProcessFunction.Context.register(ProcessContext)
+
+
+_register_runtime_contexts()

@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from tidegate.common.configuration import (
+    ADVERTISED_HOST,
     BATCH_SIZE,
     BIND_HOST,
     BUFFER_TIMEOUT_MS,
@@ -173,6 +174,7 @@ class StreamExecutionEnvironment:
             runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
             bind_host=cfg.get_string(BIND_HOST, "127.0.0.1"),
+            advertised_host=cfg.get_string(ADVERTISED_HOST),
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),

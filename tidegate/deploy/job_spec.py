@@ -42,6 +42,8 @@ class JobSpec:
     runner: str = "spark"
     spark_master: str | None = None
     bind_host: str = "127.0.0.1"
+    #: the host slots dial to reach the driver when it binds to all interfaces
+    advertised_host: str | None = None
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64

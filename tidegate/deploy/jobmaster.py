@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import re
 import secrets
 import threading
 import time
@@ -46,6 +47,7 @@ from tidegate.runtime.messages import (
     SourceFinished,
     TriggerCheckpoint,
 )
+from tidegate.runtime.network import advertised_address
 
 log = logging.getLogger("tidegate.jobmaster")
 
@@ -199,7 +201,7 @@ class JobMaster:
             attempt=attempt,
             graph=graph,
             secret=self.secret,
-            driver_address=self.server.address,
+            driver_address=advertised_address(self.server.address, self.spec.advertised_host),
             bind_host=self.spec.bind_host,
             checkpoint_base=self.spec.checkpoint.storage,
             exactly_once=self.spec.checkpoint.exactly_once,
@@ -219,6 +221,8 @@ class JobMaster:
 
             spark = self.spec.spark_session or get_spark(self.spec.spark_master, num_slots)
             slots = runners.start_spark(spark, payload, num_slots, on_end)
+        self._slot_counts.clear()  # counters restart with the slots
+        self._rate_window = None
         attempt_state = _Attempt(self, attempt, slots, graph)
         try:
             return attempt_state.run()
@@ -401,7 +405,7 @@ class _Attempt:
                     return outcome
                 return self._fail(
                     "the slots' runner ended before the job finished"
-                    + (f": {_first_line(error)}" if error else "")
+                    + (f": {_runner_error(error)}" if error else "")
                 )
             case FailJob(reason=reason):
                 return self._fail(reason)
@@ -548,6 +552,15 @@ def _is_consequence(error: str) -> bool:
     return error.startswith(_CONSEQUENCES)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+def _runner_error(error: BaseException) -> str:
+    """The useful part of a runner's error: the Python exception a Spark worker raised (Py4J
+    wraps it in a long Java trace), with a hint when the worker cannot even import tidegate."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    python = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
+    found = python[-1] if python else (lines[0] if lines else type(error).__name__)
+    if "No module named 'tidegate'" in found:
+        found += (
+            " — the Spark workers' Python cannot import tidegate: install it in the executors' "
+            "environment or set PYSPARK_PYTHON to a Python that has it"
+        )
+    return found

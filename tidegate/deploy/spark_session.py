@@ -23,18 +23,25 @@ def check_java() -> None:
 
 def get_spark(master: str | None, num_slots: int) -> Any:
     """Reuse the active SparkSession, or start `local[N]` (N = max(slots, cores))."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.getActiveSession()
+    # getActiveSession() is per thread; the JobMaster runs on its own thread, so look for a
+    # running SparkContext instead (the user's session, or one spark-submit started).
+    running = SparkContext._active_spark_context
+    spark = SparkSession(running) if running is not None else None
     if spark is None:
         check_java()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if master is None:
+        builder = SparkSession.builder
+        # under spark-submit the master comes from its --master; else the embedded default
+        if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
+        if master is not None:
+            builder = builder.master(master)
         spark = (
-            SparkSession.builder.master(master)
-            .appName("tidegate")
+            builder.appName("tidegate")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.python.worker.reuse", "true")

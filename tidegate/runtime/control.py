@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Client
@@ -27,6 +29,11 @@ class ControlClient:
             except OSError:
                 return False
             return True
+
+    def conn_local_host(self) -> str:
+        """This end's IP address on the connection to the driver."""
+        with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
+            return sock.getsockname()[0]
 
     def start_reader(self, on_message: Callable[[Any], None], on_lost: Callable[[], None]) -> None:
         def loop() -> None:

@@ -117,6 +117,7 @@ class SlotNetwork:
         self.secret = secret
         self.gates = gates
         self.listener = Listener((bind_host, 0), backlog=128)
+        #: what this slot listens on; slot.py advertises it to peers via the driver
         self.address: tuple[str, int] = self.listener.address
         self._transports: dict[tuple[int, int], Any] = {}
         self._connections: list[Connection] = []
@@ -176,6 +177,19 @@ class SlotNetwork:
         for c in self._connections:
             shutdown_connection(c)
         close_listener(self.listener)
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def advertised_address(bound: tuple[str, int], reachable_host: str | None) -> tuple[str, int]:
+    """The address peers should dial: the bound one, unless bound to a wildcard (all
+    interfaces), which means nothing to a peer on another host; then `reachable_host` (the
+    interface this process uses to reach the driver, or a configured host)."""
+    host, port = bound[0], bound[1]
+    if host in WILDCARD_HOSTS:
+        host = reachable_host or socket.gethostbyname(socket.gethostname())
+    return host, port
 
 
 def shutdown_connection(conn: Connection) -> None:

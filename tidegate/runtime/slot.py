@@ -31,7 +31,7 @@ from tidegate.runtime.messages import (
     SlotMetrics,
     TriggerCheckpoint,
 )
-from tidegate.runtime.network import RecordWriter, SlotNetwork
+from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
 from tidegate.runtime.task import StreamTask
 
 ADDRESS_TIMEOUT_S = 120.0
@@ -76,8 +76,16 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         on_message(CancelSlot("lost the connection to the driver"))
 
     control.start_reader(on_message, on_lost)
+    # the interface that reaches the driver is the one peers can reach us on, too
+    local_host = control.conn_local_host()
     control.send(
-        RegisterSlot(deployment.attempt, slot, os.getpid(), socket.gethostname(), network.address)
+        RegisterSlot(
+            deployment.attempt,
+            slot,
+            os.getpid(),
+            socket.gethostname(),
+            advertised_address(network.address, local_host),
+        )
     )
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidegate-async")
     tasks: list[StreamTask] = []
