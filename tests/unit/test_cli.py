@@ -432,8 +432,10 @@ def test_environment_errors_raised_by_the_script_are_usage_errors(tmp_path, erro
 
 
 def test_a_job_whose_spark_is_unavailable_fails_with_one_line_and_exit_2(tmp_path, monkeypatch):
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    monkeypatch.setattr(pyspark_sql.SparkSession, "getActiveSession", staticmethod(lambda: None))
+    import pyspark
+
+    # as in a fresh process: no SparkContext running (other tests may have started one)
+    monkeypatch.setattr(pyspark.SparkContext, "_active_spark_context", None)
     monkeypatch.setenv("PATH", str(tmp_path))  # no `java` on it
     monkeypatch.delenv("JAVA_HOME", raising=False)
     job = script(
