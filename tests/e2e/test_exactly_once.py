@@ -36,15 +36,17 @@ def test_exceptions_in_an_operator_at_several_records_lose_and_duplicate_nothing
     check_exactly_once(committed_lines(tmp_path / "out"), n, parallelism)
 
 
-def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path):
+@pytest.mark.parametrize("parallelism", [2, 4])
+def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path, parallelism):
     n = 40_000
     env = count_job(
         tmp_path / "out",
         tmp_path / "chk",
         runner=runner,
         n=n,
-        parallelism=2,
+        parallelism=parallelism,
         rate=8_000,
+        interval_ms=300,
     )
     client = env.execute_async("kill -9")
     killer = kill_slots(client, kills=2)
@@ -52,7 +54,7 @@ def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path)
     killer.join(5)
     assert len(killer.killed) == 2, "both kills must have fired"
     assert client.jobmaster.stats.restarts >= 2
-    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, parallelism)
 
 
 def test_at_least_once_mode_loses_nothing_under_failures(runner, tmp_path):
