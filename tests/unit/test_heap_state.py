@@ -381,3 +381,26 @@ def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snaps
     ((_kg, data),) = list(snapshot.keyed.key_groups())
     assert data["__reduce__"][1] == {"k": ["k", 1, 2]}
     assert emitted[-1] == ["k", 1, 2, 3]
+
+
+def test_values_are_copied_on_write_only_while_a_snapshot_is_held():
+    import gc
+
+    from tidegate.state.descriptors import ReducingStateDescriptor
+    from tidegate.state.heap import HeapKeyedStateBackend
+
+    backend = HeapKeyedStateBackend(128, range(128))
+    state = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    backend.current_key = "k"
+    state.add([1])
+    snapshot = backend.snapshot()
+    assert backend.snapshots_in_flight == 1
+    state.add([2])  # copies: the snapshot still holds [1]
+    assert snapshot.tables["r"][1]["k"] == [1]
+    del snapshot
+    gc.collect()
+    assert backend.snapshots_in_flight == 0
+    before = backend.table("r")["k"]
+    state.add([3])
+    assert backend.table("r")["k"] == [1, 2, 3]
+    assert before == [1, 2]  # `a + b` built a new list; nothing else was copied or changed

@@ -143,6 +143,13 @@ class BucketAssigner:
     `get_bucket_id` to bucket otherwise (`now_ms` is the processing time of the batch).
     """
 
+    def batch_bucket_id(self, now_ms: int) -> str | None:
+        """The bucket of every record written at `now_ms` when it does not depend on the
+        record (so a batch is written in one go), else None."""
+        if type(self).get_bucket_id is BucketAssigner.get_bucket_id:
+            return ""
+        return None
+
     def get_bucket_id(self, element: Any, now_ms: int) -> str:
         return ""
 
@@ -178,6 +185,11 @@ class DateTimeBucketAssigner(BucketAssigner):
         bucket = datetime.fromtimestamp(now_ms / 1000, tz=self._tz).strftime(self.format_str)
         self._last = (now_ms, bucket)
         return bucket
+
+    def batch_bucket_id(self, now_ms: int) -> str | None:
+        if type(self).get_bucket_id is DateTimeBucketAssigner.get_bucket_id:
+            return self.get_bucket_id(None, now_ms)  # depends on the time only
+        return None
 
 
 def _open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
@@ -312,6 +324,21 @@ class FileSinkWriter:
                 age, idle = now_ms - part.created_ms, now_ms - part.last_write_ms
                 if policy.should_roll_on_processing_time(age, idle):
                     self._roll(bucket)
+        if not records:
+            return
+        bucket = self._sink.bucket_assigner.batch_bucket_id(now_ms)
+        if bucket is not None:  # Step 1, fast: one bucket for the batch, encoded in one go
+            part = self._open.get(bucket)
+            data = self._sink.encoder.encode_batch(records)
+            # the per-record size check below could not roll inside this batch
+            fits = not policy.should_roll_on_event((part.size if part else 0) + len(data))
+            if fits:
+                if part is None:
+                    part = self._open_part(bucket, now_ms)
+                part.stream.write(data)
+                part.size += len(data)
+                part.last_write_ms = now_ms
+                return
         assign = self._sink.bucket_assigner.get_bucket_id
         encode = self._sink.encoder.encode
         for record in records:  # Step 1: write into the bucket's open in-progress file

@@ -70,7 +70,7 @@ class ControlServer:
             self.on_message(first)
             while True:
                 self.on_message(conn.recv())
-        except (EOFError, OSError):
+        except (EOFError, OSError, TypeError):  # TypeError: recv racing with close()
             pass
         finally:
             if key is not None:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import copy
 import enum
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tidegate.state.keygroups import stable_hash
+from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
 from tidegate.state.snapshot_format import (
     CorruptStateError,
     KeyedStateSnapshot,
@@ -212,9 +214,9 @@ class _MergingState(_KeyedState):
         too). `_private` holds the keys whose object was made since the last snapshot.
         """
         value = self._table.get(key, _ABSENT)
+        if not self._backend.snapshots_in_flight or _is_immutable(value):
+            return value  # no snapshot holds it, or nobody can change it in place
         epoch = self._backend._snapshots_taken
-        if not epoch:
-            return value
         if self._epoch != epoch:
             self._epoch = epoch
             self._private = set()
@@ -223,6 +225,14 @@ class _MergingState(_KeyedState):
             if value is not _ABSENT:
                 value = copy.deepcopy(value)
         return value
+
+
+_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset})
+
+
+def _is_immutable(value: Any) -> bool:
+    t = type(value)
+    return t in _IMMUTABLE or (t is tuple and all(type(v) in _IMMUTABLE for v in value))
 
 
 class HeapReducingState(_MergingState):
@@ -282,6 +292,10 @@ class HeapKeyedStateBackend:
         self._kinds: dict[str, StateKind] = {}
         self._states: dict[str, _KeyedState] = {}
         self._snapshots_taken = 0
+        self.snapshots_in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        #: memoises key -> key group across snapshots (the async phase's main cost)
+        self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
 
     def get_state(self, state_descriptor: ValueStateDescriptor) -> HeapValueState:
@@ -341,7 +355,7 @@ class HeapKeyedStateBackend:
         A shallow copy of each table, plus copies of the lists and dicts of list and map state
         (changed in place by `add`/`put`). No hashing and no serialization: `write` does those.
         """
-        self._snapshots_taken += 1  # turns on copy-on-write for reducing/aggregating values
+        self._snapshots_taken += 1  # a new epoch for copy-on-write of reducing/aggregating values
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         for name, table in self._tables.items():
             kind = self._kinds[name]
@@ -349,7 +363,19 @@ class HeapKeyedStateBackend:
                 tables[name] = (kind.value, {key: v.copy() for key, v in table.items()})
             else:
                 tables[name] = (kind.value, table.copy())
-        return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, tables)
+        snapshot = KeyedStateSnapshot(
+            self.max_parallelism, self.key_group_range, tables, self._key_groups.key_group
+        )
+        # Values are shared with the snapshot until it is written (and dropped): only then
+        # must reducing/aggregating values be copied before they are changed in place.
+        with self._in_flight_lock:
+            self.snapshots_in_flight += 1
+        weakref.finalize(snapshot, self._snapshot_released)
+        return snapshot
+
+    def _snapshot_released(self) -> None:
+        with self._in_flight_lock:
+            self.snapshots_in_flight -= 1
 
     def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:
         """Load key groups read from state files, before the first record is processed.

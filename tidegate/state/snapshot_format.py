@@ -136,6 +136,8 @@ class KeyedStateSnapshot:
     key_group_range: range
     #: state name -> (kind, {key: value})
     tables: dict[str, tuple[str, dict[Any, Any]]]
+    #: key -> key group, memoised across snapshots by the backend (None: hash every key)
+    key_group_of: Callable[[Any], int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def state_kinds(self) -> dict[str, str]:
@@ -148,7 +150,9 @@ class KeyedStateSnapshot:
         routed to the wrong subtask, and writing it would lose it on restore.
         """
         m = self.max_parallelism
-        key_group = _key_group_function(m, [table for _, table in self.tables.values()])
+        key_group = self.key_group_of or _key_group_function(
+            m, [table for _, table in self.tables.values()]
+        )
         groups: list[KeyGroupData] = [{} for _ in range(m)]
         for name, (kind, table) in self.tables.items():
             by_group: list[dict[Any, Any]] = [{} for _ in range(m)]

@@ -1,0 +1,311 @@
+"""The benchmark jobs and the two instrumented sinks they write to.
+
+Everything here is shipped to the slot processes by value (see `register_by_value`), so the
+slots never need `bench/` on their import path (Spark's Python workers start elsewhere).
+
+Sinks (both follow `tidegate/connectors/base.py`'s two-phase-commit contract):
+
+* `CountSink`: counts records per subtask; `prepare_commit` hands over the count since the
+  previous checkpoint and the committer writes it to `count-<subtask>-<attempt>-<checkpoint>`
+  (atomic rename, idempotent). The sum of committed counts is an exactly-once check.
+* `TimedSink(inner)`: wraps any sink (here `FileSink` or `CountSink`). Its writer notes the
+  wall time of its first and last batch and its record count, writes `first-<attempt>-<subtask>`
+  on its first batch (recovery: "first record processed after restore") and
+  `stats-<attempt>-<subtask>.json` on close. Steady-state throughput is measured from these
+  timestamps, so Spark/JVM start-up, deployment and the final checkpoint are excluded.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.datastream import StreamExecutionEnvironment
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+from tidegate.datastream.connectors.number_seq import NumberSequenceSource
+
+
+def register_by_value() -> None:
+    """Pickle this module's functions and classes by value (slots cannot import `bench`)."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# sinks ---------------------------------------------------------------------------------------
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class CountCommittable:
+    subtask: int
+    attempt: int
+    checkpoint_id: int
+    count: int
+
+
+class CountWriter:
+    def __init__(self, subtask: int, attempt: int) -> None:
+        self.subtask, self.attempt = subtask, attempt
+        self.uncommitted = 0
+
+    def write_batch(self, records: list[Any]) -> None:
+        self.uncommitted += len(records)
+
+    def prepare_commit(self, checkpoint_id: int) -> list[CountCommittable]:
+        c = CountCommittable(self.subtask, self.attempt, checkpoint_id, self.uncommitted)
+        self.uncommitted = 0
+        return [c]
+
+    def close(self) -> None:
+        pass
+
+
+class CountCommitter:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def commit(self, committables: list[CountCommittable]) -> None:
+        for c in committables:  # one file per committable: committing twice rewrites it
+            name = f"count-{c.subtask}-{c.attempt}-{c.checkpoint_id}"
+            _write_atomically(os.path.join(self.directory, name), str(c.count))
+
+
+class CountSink:
+    """Counts records per subtask and commits the counts to files on checkpoint completion."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> CountWriter:
+        os.makedirs(self.directory, exist_ok=True)
+        return CountWriter(subtask_index, attempt)
+
+    def create_committer(self) -> CountCommitter:
+        return CountCommitter(self.directory)
+
+    def recover(self, subtask_index, parallelism, attempt, restored) -> None:
+        os.makedirs(self.directory, exist_ok=True)  # uncommitted counts were only in memory
+
+
+def committed_count(directory: str) -> int:
+    total = 0
+    for name in os.listdir(directory):
+        if name.startswith("count-") and ".tmp-" not in name:
+            with open(os.path.join(directory, name)) as f:
+                total += int(f.read())
+    return total
+
+
+class TimedWriter:
+    def __init__(self, inner: Any, marker_dir: str, subtask: int, attempt: int) -> None:
+        self.inner = inner
+        self.marker_dir, self.subtask, self.attempt = marker_dir, subtask, attempt
+        self.first: float | None = None
+        self.last: float | None = None
+        self.count = 0
+
+    def write_batch(self, records: list[Any]) -> None:
+        now = time.time()
+        if self.first is None:
+            self.first = now
+            _write_atomically(
+                os.path.join(self.marker_dir, f"first-{self.attempt}-{self.subtask}"), repr(now)
+            )
+        self.last = now
+        self.count += len(records)
+        self.inner.write_batch(records)
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        return self.inner.prepare_commit(checkpoint_id)
+
+    def close(self) -> None:
+        stats = {
+            "first": self.first,
+            "last": self.last,
+            "count": self.count,
+            "pid": os.getpid(),
+            "tidegate": os.path.dirname(sys.modules["tidegate"].__file__),  # code the slot ran
+        }
+        _write_atomically(
+            os.path.join(self.marker_dir, f"stats-{self.attempt}-{self.subtask}.json"),
+            json.dumps(stats),
+        )
+        self.inner.close()
+
+
+class TimedSink:
+    def __init__(self, inner: Any, marker_dir: str) -> None:
+        self.inner = inner
+        self.marker_dir = marker_dir
+
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TimedWriter:
+        os.makedirs(self.marker_dir, exist_ok=True)
+        inner = self.inner.create_writer(subtask_index, parallelism, attempt)
+        return TimedWriter(inner, self.marker_dir, subtask_index, attempt)
+
+    def create_committer(self) -> Any:
+        return self.inner.create_committer()
+
+    def recover(self, subtask_index, parallelism, attempt, restored) -> None:
+        self.inner.recover(subtask_index, parallelism, attempt, restored)
+
+
+def read_sink_stats(marker_dir: str, attempt: int | None = None) -> dict[str, Any]:
+    """Merge the writers' `stats-*.json`: earliest first batch, latest last batch, total count."""
+    firsts, lasts, count, writers, code = [], [], 0, 0, set()
+    for name in os.listdir(marker_dir):
+        if not (name.startswith("stats-") and name.endswith(".json")):
+            continue
+        if attempt is not None and not name.startswith(f"stats-{attempt}-"):
+            continue
+        with open(os.path.join(marker_dir, name)) as f:
+            s = json.load(f)
+        writers += 1
+        count += s["count"]
+        code.add(s.get("tidegate"))
+        if s["first"] is not None:
+            firsts.append(s["first"])
+            lasts.append(s["last"])
+    return {
+        "first": min(firsts) if firsts else None,
+        "last": max(lasts) if lasts else None,
+        "count": count,
+        "writers": writers,
+        "code": sorted(c for c in code if c),
+    }
+
+
+def first_record_times(marker_dir: str, attempt: int) -> list[float]:
+    times = []
+    for name in os.listdir(marker_dir):
+        if name.startswith(f"first-{attempt}-") and ".tmp-" not in name:
+            with open(os.path.join(marker_dir, name)) as f:
+                times.append(float(f.read()))
+    return times
+
+
+def count_lines(directory: str) -> int:
+    """Lines in committed (visible) files under `directory` (FileSink's exactly-once view)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if name.startswith("."):
+                continue
+            with open(os.path.join(root, name), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    total += chunk.count(b"\n")
+    return total
+
+
+# user functions (module level: pickled by value) ---------------------------------------------
+def scale(x: int) -> int:
+    return x * 3
+
+
+def is_even(x: int) -> bool:
+    return x % 2 == 0
+
+
+def to_pair(x: int, keys: int) -> tuple[int, int]:
+    return (x % keys, 1)
+
+
+def first(t: tuple) -> Any:
+    return t[0]
+
+
+def add_counts(a: tuple, b: tuple) -> tuple:
+    return (a[0], a[1] + b[1])
+
+
+def identity(i: int) -> int:
+    return i
+
+
+# jobs -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobParams:
+    pipeline: str  # "stateless" | "keyed"
+    parallelism: int
+    checkpoint_ms: int | None  # None: checkpointing off
+    sink: str  # "file" | "count"
+    records: int | None  # None: unbounded (DataGeneratorSource)
+    keys: int = 10_000
+    rate: float | None = None  # records/s limit of an unbounded source
+    restarts: int = 0
+
+    @property
+    def label(self) -> str:
+        ck = f"ckpt {self.checkpoint_ms}ms" if self.checkpoint_ms else "ckpt off"
+        return f"{self.pipeline} p={self.parallelism} {ck} sink={self.sink}"
+
+    def expected_sink_records(self) -> int | None:
+        """Records the sink must have committed when the job finished (exactly once)."""
+        if self.records is None:
+            return None
+        if self.pipeline == "keyed":
+            return self.records
+        return (self.records + 1) // 2  # x*3 is even iff x is: the evens of 0..n-1
+
+
+def build_env(
+    params: JobParams, *, runner: str, work_dir: str, spark: Any = None
+) -> StreamExecutionEnvironment:
+    conf = Configuration().set_string("execution.runner", runner)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    if spark is not None:
+        env.set_spark_session(spark)
+    env.set_parallelism(params.parallelism)
+    if params.checkpoint_ms:
+        env.enable_checkpointing(params.checkpoint_ms)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(os.path.join(work_dir, "chk"))
+    if params.restarts:
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(params.restarts, 0))
+    else:
+        env.set_restart_strategy(RestartStrategies.no_restart())
+
+    if params.records is None:
+        source = DataGeneratorSource(identity, count=None, records_per_second=params.rate)
+    else:
+        source = NumberSequenceSource(0, params.records - 1)
+    ds = env.from_source(source, None, "numbers").uid("numbers")
+    if params.pipeline == "stateless":
+        ds = ds.map(scale).uid("scale").filter(is_even).uid("even")
+    elif params.pipeline == "keyed":
+        ds = ds.map(functools.partial(to_pair, keys=params.keys)).uid("pair")
+        ds = ds.key_by(first).reduce(add_counts).uid("count")
+    else:
+        raise ValueError(f"unknown pipeline {params.pipeline!r}")
+
+    out = os.path.join(work_dir, "out")
+    if params.sink == "file":
+        inner: Any = (
+            FileSink.for_row_format(out, Encoder.simple_string_encoder())
+            .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+            .build()
+        )
+    elif params.sink == "count":
+        inner = CountSink(out)
+    else:
+        raise ValueError(f"unknown sink {params.sink!r}")
+    ds.sink_to(TimedSink(inner, os.path.join(work_dir, "markers"))).uid("sink")
+    return env
+
+
+def committed_records(params: JobParams, work_dir: str) -> int:
+    out = os.path.join(work_dir, "out")
+    if not os.path.isdir(out):
+        return 0
+    return committed_count(out) if params.sink == "count" else count_lines(out)
