@@ -422,13 +422,17 @@ class _Attempt:
             return self._fail("every slot ended but the final checkpoint never completed")
         return _CONTINUE
 
-    def _drain_until_finished(self, grace_s: float):
-        deadline = time.monotonic() + grace_s
+    def _events_within(self, seconds: float):
+        """The events that arrive in the next `seconds`."""
+        deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
             try:
-                event = self.jm.events.get(timeout=remaining)
+                yield self.jm.events.get(timeout=remaining)
             except queue.Empty:
-                break
+                return
+
+    def _drain_until_finished(self, grace_s: float):
+        for event in self._events_within(grace_s):
             if isinstance(event, RunnerEnded):
                 continue
             outcome = self._handle(event)
@@ -441,12 +445,7 @@ class _Attempt:
         the other slots report for a moment and blame the first error that is not such a
         consequence, so the user sees their own exception."""
         failures = [first]
-        deadline = time.monotonic() + ROOT_CAUSE_WINDOW_S
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                event = self.jm.events.get(timeout=remaining)
-            except queue.Empty:
-                break
+        for event in self._events_within(ROOT_CAUSE_WINDOW_S):
             if isinstance(event, SlotFailed) and event.attempt == self.attempt:
                 failures.append(event)
         root = next((f for f in failures if not _is_consequence(f.error)), first)
