@@ -131,11 +131,14 @@ def test_a_worker_that_cannot_import_the_users_module_says_so_with_a_hint(
     env = StreamExecutionEnvironment.get_execution_environment(
         Configuration().set_string("execution.runner", runner)
     )
-    env.set_restart_strategy(RestartStrategies.no_restart())
+    # restarts could not help: the job fails at once instead of using them up
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(5, 0))
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
     sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
     env.from_source(NumberSequenceSource(1, 10), None, "n").map(double).sink_to(sink)
+    client = env.execute_async("unimportable")
     with pytest.raises(JobExecutionException, match="could not load the job") as err:
-        env.execute("unimportable")
+        client.get_job_execution_result().result(timeout=120)
+    assert client.jobmaster.stats.restarts == 0
     assert "driver_only_module" in str(err.value)
     assert "importable on every worker" in str(err.value)

@@ -78,9 +78,11 @@ class RetryFinalCheckpoint:
 
 
 class JobFailure(Exception):
-    def __init__(self, message: str, detail: str = "") -> None:
+    def __init__(self, message: str, detail: str = "", *, recoverable: bool = True) -> None:
         super().__init__(message)
         self.detail = detail
+        #: False when a restart would fail the same way (the workers cannot load the job)
+        self.recoverable = recoverable
 
 
 @dataclass
@@ -172,6 +174,8 @@ class JobMaster:
         now = time.monotonic()
         self.failure_times.append(now)
         delay = self.spec.restart_strategy.restart_delay_s(self.failure_times, now)
+        if self.error is not None and not self.error.recoverable:
+            delay = None
         if delay is None or self._cancelled.is_set():
             if self._cancelled.is_set():
                 self.status = JobStatus.CANCELED
@@ -449,7 +453,9 @@ class _Attempt:
             if isinstance(event, SlotFailed) and event.attempt == self.attempt:
                 failures.append(event)
         root = next((f for f in failures if not _is_consequence(f.error)), first)
-        return self._fail(f"slot {root.slot} failed: {root.error}", root.traceback)
+        self._fail(f"slot {root.slot} failed: {root.error}", root.traceback)
+        self.jm.error.recoverable = not root.error.startswith(LOAD_FAILURE)
+        return None
 
     def _fail(self, message: str, detail: str = ""):
         self.jm.error = JobFailure(message, detail)
@@ -535,6 +541,7 @@ class _Attempt:
 
 _CONTINUE = object()
 ROOT_CAUSE_WINDOW_S = 0.3
+LOAD_FAILURE = "could not load the job"  # runtime/slot.py: deterministic, never restarted
 SLOT_MESSAGE_GRACE_S = 5.0
 HEARTBEAT_CHECK_S = 1.0
 _CONSEQUENCES = (
