@@ -10,8 +10,14 @@ from tests.e2e.jobs import check_exactly_once, committed_lines, count_job, kill_
 
 def test_a_job_without_failures_commits_exactly_the_reference_output(runner, tmp_path):
     env = count_job(tmp_path / "out", tmp_path / "chk", runner=runner, n=20_000)
-    env.execute("no failures")
+    client = env.execute_async("no failures")
+    client.get_job_execution_result().result(timeout=300)
     check_exactly_once(committed_lines(tmp_path / "out"), 20_000, 2)
+    # every ack reports its phases; the keyed subtasks (2 input channels) report alignment
+    history = client.jobmaster.stats.history
+    assert history
+    assert all(h["alignment_ms"] >= 0 and h["start_delay_ms"] >= 0 for h in history)
+    assert all(h["sync_ms"] > 0 and h["async_ms"] > 0 for h in history)
 
 
 @pytest.mark.parametrize("parallelism", [2, 3])

@@ -376,6 +376,8 @@ class _Attempt:
                         "subtask": subtask,
                         "sync_ms": event.sync_ms,
                         "async_ms": event.async_ms,
+                        "alignment_ms": event.alignment_ms,
+                        "start_delay_ms": event.start_delay_ms,
                     }
                 )
                 del jm.stats.history[:-1000]

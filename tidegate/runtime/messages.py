@@ -29,6 +29,11 @@ class AcknowledgeCheckpoint:
     state: dict[str, Any] = field(default_factory=dict)
     sync_ms: float = 0.0
     async_ms: float = 0.0
+    #: from the first barrier of this checkpoint reaching the subtask to its snapshot (0 for
+    #: sources and single-input subtasks that never wait)
+    alignment_ms: float = 0.0
+    #: from the trigger (the barrier's timestamp) to the first barrier reaching the subtask
+    start_delay_ms: float = 0.0
 
 
 @dataclass(frozen=True)

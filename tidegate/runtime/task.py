@@ -94,6 +94,7 @@ class StreamTask:
         self.final_notified = False
         self.records_in = 0
         self._last_flush = time.monotonic()
+        self._first_barrier: dict[int, tuple[float, int]] = {}
 
         ops = {spec.op_id: spec.factory() for spec in vertex.operators}
         for spec in vertex.operators:
@@ -213,6 +214,10 @@ class StreamTask:
     def _on_event(self, channel: int, event: Any) -> None:
         match event:
             case CheckpointBarrier():
+                # (monotonic, wall ms) when the first barrier of this checkpoint arrived
+                self._first_barrier.setdefault(
+                    event.checkpoint_id, (time.monotonic(), int(time.time() * 1000))
+                )
                 self._apply(self.handler.on_barrier(channel, event))
             case CancelCheckpointMarker(checkpoint_id=cid):
                 self._apply(self.handler.on_cancel_marker(channel, cid))
@@ -291,11 +296,27 @@ class StreamTask:
         if barrier.options.is_final:
             self.final_checkpoint_id = cid
         sync_ms = (time.perf_counter() - started) * 1000
+        timings = self._barrier_timings(barrier)
         # Step 3: asynchronous phase — write the files, then acknowledge with their handles.
-        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms)
+        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings)
+
+    def _barrier_timings(self, barrier: CheckpointBarrier) -> tuple[float, float]:
+        """(alignment ms, start delay ms) of this subtask for `barrier`'s checkpoint."""
+        cid = barrier.checkpoint_id
+        for old in [k for k in self._first_barrier if k < cid]:  # aborted ones
+            del self._first_barrier[old]
+        first = self._first_barrier.pop(cid, None)
+        if first is None:  # a source: triggered directly
+            return 0.0, max(time.time() * 1000 - barrier.timestamp_ms, 0.0)
+        arrived_mono, arrived_ms = first
+        return (time.monotonic() - arrived_mono) * 1000, max(arrived_ms - barrier.timestamp_ms, 0)
 
     def _write_and_ack(
-        self, cid: int, snapshots: list[tuple[str, OperatorSnapshot | None]], sync_ms: float
+        self,
+        cid: int,
+        snapshots: list[tuple[str, OperatorSnapshot | None]],
+        sync_ms: float,
+        timings: tuple[float, float],
     ) -> None:
         started = time.perf_counter()
         try:
@@ -315,7 +336,9 @@ class StreamTask:
                 state[uid] = handle
             async_ms = (time.perf_counter() - started) * 1000
             self.control.send(
-                AcknowledgeCheckpoint(self.attempt, self.subtask_id, cid, state, sync_ms, async_ms)
+                AcknowledgeCheckpoint(
+                    self.attempt, self.subtask_id, cid, state, sync_ms, async_ms, *timings
+                )
             )
         except Exception as e:
             detail = "".join(traceback.format_exception_only(e)).strip()
