@@ -41,7 +41,8 @@ class CheckpointStorage:
     ) -> None:
         if not job_id or "/" in job_id or job_id in (".", ".."):
             raise ValueError(f"invalid job id {job_id!r}: it is used as a directory name")
-        self.fs, root = url_to_fs(base_uri, **dict(storage_options or {}))
+        self.storage_options = dict(storage_options or {})
+        self.fs, root = url_to_fs(base_uri, **self.storage_options)
         self.base_uri = base_uri if "://" in base_uri else root
         self.job_id = job_id
         self.job_dir = _join(self.base_uri, job_id)
@@ -104,15 +105,7 @@ class CheckpointStorage:
 
     def read_metadata(self, checkpoint_dir: str) -> dict[str, Any]:
         """Read and validate `<checkpoint_dir>/_metadata`."""
-        path = _join(checkpoint_dir, METADATA_FILE_NAME)
-        try:
-            data = self.fs.cat_file(self._fs_path(path))
-        except FileNotFoundError as exc:
-            raise CheckpointNotFoundError(
-                f"{checkpoint_dir} holds no {METADATA_FILE_NAME}: the checkpoint did not "
-                "complete or was discarded; restore from a completed one."
-            ) from exc
-        return decode_metadata(data, path)
+        return read_checkpoint_metadata(checkpoint_dir, self.storage_options)
 
     def discard_checkpoint_dir(self, path: str) -> None:
         """Delete a checkpoint directory and everything in it; a missing one is fine.
@@ -157,6 +150,23 @@ class CheckpointStorage:
             with contextlib.suppress(OSError):
                 self.fs.rm_file(tmp)
             raise
+
+
+def read_checkpoint_metadata(
+    checkpoint_dir: str, storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Read and validate `<checkpoint_dir>/_metadata`, on whatever filesystem it is (a
+    restore may read a checkpoint or savepoint that is not in the job's own storage)."""
+    path = _join(checkpoint_dir, METADATA_FILE_NAME)
+    fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
+    try:
+        data = fs.cat_file(fs_path)
+    except FileNotFoundError as exc:
+        raise CheckpointNotFoundError(
+            f"{checkpoint_dir} holds no {METADATA_FILE_NAME}: the checkpoint did not "
+            "complete or was discarded; restore from a completed one."
+        ) from exc
+    return decode_metadata(data, path)
 
 
 def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None = None) -> str:

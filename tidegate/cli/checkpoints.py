@@ -17,8 +17,12 @@ from tidegate.checkpoint.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
 )
-from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata
-from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME
+from tidegate.checkpoint.storage import (
+    CheckpointStorage,
+    read_checkpoint_metadata,
+    resolve_checkpoint_path,
+)
 from tidegate.cli.errors import CliError, one_line, reported, verbose_option
 from tidegate.cli.formatting import format_table, human_size, local_iso
 
@@ -55,13 +59,7 @@ def checkpoints_command(
 
 def read_metadata(directory: str) -> dict[str, Any]:
     """The validated `_metadata` of the checkpoint directory `directory`."""
-    path = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
-    fs, fs_path = url_to_fs(path)
-    try:
-        data = fs.cat_file(fs_path)
-    except FileNotFoundError as exc:
-        raise CheckpointNotFoundError(f"{directory} holds no {METADATA_FILE_NAME}") from exc
-    return decode_metadata(data, path)
+    return read_checkpoint_metadata(directory.rstrip("/"))
 
 
 # discovery ------------------------------------------------------------------------------------

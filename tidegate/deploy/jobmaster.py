@@ -18,13 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
-from tidegate.checkpoint.metadata import decode_metadata
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.scheduling import ThreadScheduler
-from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
+from tidegate.checkpoint.storage import (
+    CheckpointStorage,
+    read_checkpoint_metadata,
+    resolve_checkpoint_path,
+)
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
@@ -164,9 +165,7 @@ class JobMaster:
         if path is None:
             return None
         directory = resolve_checkpoint_path(path)
-        # the snapshot may live on another filesystem than this job's checkpoints
-        with fsspec.open(f"{directory}/_metadata", "rb") as f:
-            metadata = decode_metadata(f.read(), directory)
+        metadata = read_checkpoint_metadata(directory)
         self.next_checkpoint_id = int(metadata["checkpoint_id"]) + 1
         return metadata, directory
 
