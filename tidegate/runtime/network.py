@@ -33,12 +33,16 @@ from tidegate.runtime.gate import InputGate, TaskCancelledError
 log = logging.getLogger(__name__)
 
 
-def dumps(obj: Any) -> bytes:
-    """Pickle, falling back to cloudpickle for objects of classes defined in the job script."""
-    try:
-        return pickle.dumps(obj, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        return cloudpickle.dumps(obj, protocol=5)
+def encode_frame(frame: Any, plain: bool) -> tuple[bytes, bool]:
+    """Pickle a frame (with cloudpickle when `plain` is False: records of classes defined in
+    the job script only cloudpickle can carry). Returns the bytes and whether plain pickle
+    still works, so a transport stops retrying it after the first such frame."""
+    if plain:
+        try:
+            return pickle.dumps(frame, protocol=5), True
+        except (pickle.PicklingError, AttributeError, TypeError):
+            pass
+    return cloudpickle.dumps(frame, protocol=5), False
 
 
 class LocalTransport:
@@ -58,9 +62,10 @@ class RemoteTransport:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.lock = threading.Lock()
+        self._plain_pickle = True
 
     def send(self, channel: int, payload: Any) -> None:
-        data = dumps((channel, payload))
+        data, self._plain_pickle = encode_frame((channel, payload), self._plain_pickle)
         with self.lock:
             self.conn.send_bytes(data)
 

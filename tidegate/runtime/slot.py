@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -222,4 +221,3 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
         raise errors[0]
     if cancelled.is_set():
         raise SlotCancelledError()
-    time.sleep(0)  # let the async executor finish pending acks before SlotFinished

@@ -117,6 +117,7 @@ class StreamTask:
     # Step 0: run ------------------------------------------------------------------------------
     def run(self) -> None:
         opened: list[Any] = []
+        failed = False
         try:
             for op in self.ops:
                 op.open()
@@ -129,6 +130,9 @@ class StreamTask:
                 w.broadcast_event(EndOfPartition())
         except TaskCancelledError:
             pass
+        except BaseException:
+            failed = True
+            raise
         finally:
             errors = []
             for op in reversed(opened):
@@ -136,14 +140,8 @@ class StreamTask:
                     op.close()
                 except Exception as e:  # close every operator; report the first failure
                     errors.append(e)
-            if errors and not self._failing():
+            if errors and not failed:  # a close error must not hide the original failure
                 raise errors[0]
-
-    @staticmethod
-    def _failing() -> bool:
-        import sys
-
-        return sys.exc_info()[0] is not None
 
     def _source_loop(self) -> None:
         source: SourceOperator = self.ops[0]
