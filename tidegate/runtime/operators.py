@@ -13,6 +13,7 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.operator_state import OperatorStateBackend
@@ -183,8 +184,6 @@ class KeyedReduceOperator(MapOperator):
     _STATE = "__reduce__"
 
     def open(self) -> None:
-        from tidegate.state.descriptors import ReducingStateDescriptor
-
         desc = ReducingStateDescriptor(self._STATE, self.call)
         self._add = self.keyed_backend.get_reducing_state(desc).add_for_key
         super().open()
