@@ -34,6 +34,10 @@ class AcknowledgeCheckpoint:
     alignment_ms: float = 0.0
     #: from the trigger (the barrier's timestamp) to the first barrier reaching the subtask
     start_delay_ms: float = 0.0
+    #: bytes of in-flight records persisted as channel state (unaligned checkpoints)
+    channel_state_bytes: int = 0
+    #: whether this subtask took the checkpoint unaligned (from the start or after a timeout)
+    unaligned: bool = False
 
 
 @dataclass(frozen=True)
