@@ -9,7 +9,7 @@ job; the figure is ns per record, median of 5 rounds. Stages, in pipeline order:
   source      NumberSequenceReader.poll_batch
   map         MapOperator.process_batch with to_pair (x -> (x % 10000, 1))
   route       KeyGroupStreamPartitioner(first).bind(2, 128): key -> channel buffers
-  pickle      network.encode_frame((channel, batch)) + pickle.loads (one remote frame)
+  pickle      frames.encode_frame((channel, batch)) + pickle.loads (one remote frame)
   gate        InputGate.put_data + get (one frame through a subtask's inbox)
   reduce      KeyedReduceOperator.process_batch (rolling count per key, 10k keys)
   reduce cow  the same, 1M keys, right after a snapshot (every key's first update after a
@@ -37,8 +37,8 @@ from bench.measure import bare_loop
 from tidegate.common import Encoder
 from tidegate.connectors.file_sink import BucketAssigner, FileSink
 from tidegate.connectors.number_seq import NumberSequenceReader, NumberSequenceSplit
+from tidegate.runtime.frames import encode_frame
 from tidegate.runtime.gate import InputGate
-from tidegate.runtime.network import encode_frame
 from tidegate.runtime.operators import KeyedReduceOperator, MapOperator, OperatorRuntime
 from tidegate.runtime.partitioners import KeyGroupStreamPartitioner
 

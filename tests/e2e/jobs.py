@@ -49,6 +49,17 @@ class AlwaysBroken(MapFunction):
         raise ValueError(f"always broken at {value}")
 
 
+class SlowMap(MapFunction):
+    """A deliberately slow operator before the sink: backpressure on its input channels."""
+
+    def __init__(self, seconds_per_record: float) -> None:
+        self.seconds = seconds_per_record
+
+    def map(self, value):
+        time.sleep(self.seconds)
+        return value
+
+
 class RunningCount(KeyedProcessFunction):
     def open(self, runtime_context) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count"))
@@ -72,6 +83,7 @@ def count_job(
     mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
     restarts: int = 10,
     restore_path: str | None = None,
+    slow_sink_s: float = 0.0,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
     if restore_path:
@@ -86,6 +98,8 @@ def count_job(
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    if slow_sink_s:
+        ds = ds.map(SlowMap(slow_sink_s)).uid("slow")
     sink = (
         FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())

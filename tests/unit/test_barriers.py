@@ -12,8 +12,8 @@ import pytest
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     Action,
-    AlignedBarrierHandler,
     BarrierHandler,
+    SingleCheckpointBarrierHandler,
     TrackingBarrierHandler,
     TriggerCheckpoint,
     Unblock,
@@ -52,7 +52,7 @@ def outcomes(actions: list[Action]) -> list[tuple[str, int]]:
 
 
 def test_barriers_on_all_channels_trigger_the_checkpoint_exactly_once() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     assert handler.on_barrier(0, barrier(1)) == []
     assert handler.on_barrier(2, barrier(1)) == []
     assert handler.on_barrier(1, barrier(1)) == [trigger(1), Unblock((0, 2))]
@@ -64,7 +64,7 @@ def test_barriers_on_all_channels_trigger_the_checkpoint_exactly_once() -> None:
 
 
 def test_each_channel_is_blocked_from_its_barrier_until_the_checkpoint_triggers() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     assert handler.blocked_channels == frozenset()
     handler.on_barrier(1, barrier(7))
     assert handler.blocked_channels == {1}
@@ -79,21 +79,21 @@ def test_each_channel_is_blocked_from_its_barrier_until_the_checkpoint_triggers(
 
 
 def test_the_snapshot_is_triggered_before_blocked_channels_are_released() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(1))
     actions = handler.on_barrier(1, barrier(1))
     assert [type(a) for a in actions] == [TriggerCheckpoint, Unblock]
 
 
 def test_a_single_channel_input_triggers_immediately_without_blocking() -> None:
-    handler = AlignedBarrierHandler(1)
+    handler = SingleCheckpointBarrierHandler(1)
     assert handler.on_barrier(0, barrier(1)) == [trigger(1)]
     assert not handler.is_blocked(0)
     assert handler.on_barrier(0, barrier(2)) == [trigger(2)]
 
 
 def test_a_newer_barrier_subsumes_an_unfinished_alignment() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     handler.on_barrier(1, barrier(1))
     actions = handler.on_barrier(2, barrier(2))
@@ -106,7 +106,7 @@ def test_a_newer_barrier_subsumes_an_unfinished_alignment() -> None:
 
 
 def test_an_older_barrier_during_alignment_is_ignored_and_does_not_block() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(5))
     assert handler.on_barrier(1, barrier(4)) == []
     assert handler.blocked_channels == {0}
@@ -114,7 +114,7 @@ def test_an_older_barrier_during_alignment_is_ignored_and_does_not_block() -> No
 
 
 def test_end_of_partition_mid_alignment_completes_it() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     handler.on_barrier(1, barrier(1))
     assert handler.on_end_of_partition(2) == [trigger(1), Unblock((0, 1))]
@@ -124,7 +124,7 @@ def test_end_of_partition_mid_alignment_completes_it() -> None:
 
 
 def test_end_of_partition_of_a_channel_still_owing_the_barrier_keeps_aligning() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     assert handler.on_end_of_partition(1) == []
     assert handler.is_aligning and handler.blocked_channels == {0}
@@ -132,7 +132,7 @@ def test_end_of_partition_of_a_channel_still_owing_the_barrier_keeps_aligning() 
 
 
 def test_a_channel_that_delivered_the_barrier_and_then_ended_still_counts() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     assert handler.on_end_of_partition(0) == []
     handler.on_barrier(1, barrier(1))
@@ -141,21 +141,21 @@ def test_a_channel_that_delivered_the_barrier_and_then_ended_still_counts() -> N
 
 
 def test_when_every_channel_ends_mid_alignment_the_delivered_barrier_triggers() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(3))
     handler.on_end_of_partition(0)
     assert handler.on_end_of_partition(1) == [trigger(3), Unblock((0,))]
 
 
 def test_end_of_partition_on_every_channel_while_idle_does_nothing() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     assert [handler.on_end_of_partition(c) for c in range(3)] == [[], [], []]
     assert not handler.is_aligning
     assert handler.current_checkpoint_id == -1
 
 
 def test_a_newer_barrier_on_the_only_open_channel_subsumes_and_triggers_at_once() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(1))
     handler.on_end_of_partition(0)
     assert outcomes(handler.on_barrier(1, barrier(2))) == [("abort", 1), ("trigger", 2)]
@@ -163,7 +163,7 @@ def test_a_newer_barrier_on_the_only_open_channel_subsumes_and_triggers_at_once(
 
 
 def test_a_cancel_marker_on_the_first_channel_aborts_before_anything_blocks() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     assert outcomes(handler.on_cancel_marker(0, 1)) == [("abort", 1)]
     assert not handler.is_aligning and handler.current_checkpoint_id == 1
     assert [handler.on_barrier(c, barrier(1)) for c in (1, 2)] == [[], []]
@@ -171,7 +171,7 @@ def test_a_cancel_marker_on_the_first_channel_aborts_before_anything_blocks() ->
 
 
 def test_a_cancel_marker_on_the_last_channel_aborts_and_unblocks() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     handler.on_barrier(1, barrier(1))
     actions = handler.on_cancel_marker(2, 1)
@@ -183,7 +183,7 @@ def test_a_cancel_marker_on_the_last_channel_aborts_and_unblocks() -> None:
 
 
 def test_cancel_markers_on_several_channels_abort_only_once() -> None:
-    handler = AlignedBarrierHandler(4)
+    handler = SingleCheckpointBarrierHandler(4)
     handler.on_barrier(0, barrier(1))
     assert outcomes(handler.on_cancel_marker(1, 1)) == [("abort", 1)]
     assert handler.on_cancel_marker(2, 1) == []
@@ -193,7 +193,7 @@ def test_cancel_markers_on_several_channels_abort_only_once() -> None:
 
 
 def test_a_cancel_marker_for_a_newer_checkpoint_aborts_the_current_one_and_the_newer_one() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(0, barrier(1))
     actions = handler.on_cancel_marker(1, 2)
     assert outcomes(actions) == [("abort", 1), ("abort", 2)]
@@ -204,7 +204,7 @@ def test_a_cancel_marker_for_a_newer_checkpoint_aborts_the_current_one_and_the_n
 
 
 def test_late_barriers_and_cancel_markers_for_an_aborted_checkpoint_are_ignored() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(1))
     handler.abort_current("snapshot failed")
     assert handler.on_barrier(1, barrier(1)) == []
@@ -214,14 +214,14 @@ def test_late_barriers_and_cancel_markers_for_an_aborted_checkpoint_are_ignored(
 
 
 def test_a_late_cancel_marker_for_a_triggered_checkpoint_is_ignored() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(1))
     handler.on_barrier(1, barrier(1))
     assert handler.on_cancel_marker(0, 1) == []
 
 
 def test_abort_current_aborts_the_alignment_and_unblocks() -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     handler.on_barrier(2, barrier(4))
     handler.on_barrier(0, barrier(4))
     assert handler.abort_current("snapshot failed") == [
@@ -248,7 +248,7 @@ def test_abort_current_aborts_the_alignment_and_unblocks() -> None:
 def test_nothing_stays_blocked_after_the_last_trigger_or_abort(
     script: list[tuple[str, int, int]],
 ) -> None:
-    handler = AlignedBarrierHandler(3)
+    handler = SingleCheckpointBarrierHandler(3)
     last: list[Action] = []
     for kind, channel, checkpoint_id in script:
         match kind:
@@ -266,7 +266,7 @@ def test_nothing_stays_blocked_after_the_last_trigger_or_abort(
 
 
 def test_a_barrier_on_an_ended_channel_is_a_protocol_error() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_end_of_partition(1)
     with pytest.raises(ValueError, match="after its EndOfPartition"):
         handler.on_barrier(1, barrier(1))
@@ -275,7 +275,7 @@ def test_a_barrier_on_an_ended_channel_is_a_protocol_error() -> None:
 
 
 def test_a_duplicate_barrier_on_a_blocked_channel_is_a_protocol_error() -> None:
-    handler = AlignedBarrierHandler(2)
+    handler = SingleCheckpointBarrierHandler(2)
     handler.on_barrier(0, barrier(1))
     with pytest.raises(ValueError, match="duplicate barrier 1"):
         handler.on_barrier(0, barrier(1))
@@ -285,14 +285,14 @@ def test_a_duplicate_barrier_on_a_blocked_channel_is_a_protocol_error() -> None:
 
 def test_channels_out_of_range_and_empty_inputs_are_rejected() -> None:
     with pytest.raises(ValueError):
-        AlignedBarrierHandler(0)
+        SingleCheckpointBarrierHandler(0)
     with pytest.raises(ValueError, match="only 2 input channels"):
-        AlignedBarrierHandler(2).on_barrier(2, barrier(1))
+        SingleCheckpointBarrierHandler(2).on_barrier(2, barrier(1))
     with pytest.raises(ValueError):
         TrackingBarrierHandler(2, max_tracked=0)
 
 
-@pytest.mark.parametrize("make", [AlignedBarrierHandler, TrackingBarrierHandler])
+@pytest.mark.parametrize("make", [SingleCheckpointBarrierHandler, TrackingBarrierHandler])
 def test_handle_event_dispatches_each_channel_event(
     make: Callable[[int], BarrierHandler],
 ) -> None:
@@ -542,7 +542,7 @@ def run_model(seed: int, exactly_once: bool) -> Run:
     upstreams = generate_upstreams(rng)
     n = len(upstreams)
     handler: BarrierHandler = (
-        AlignedBarrierHandler(n)
+        SingleCheckpointBarrierHandler(n)
         if exactly_once
         else TrackingBarrierHandler(n, max_tracked=rng.choice([2, 4, 50]))
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from tidegate.runtime.network import encode_frame
+from tidegate.runtime.frames import encode_frame
 
 
 def test_plain_frames_use_pickle_and_stay_on_it():

@@ -60,6 +60,8 @@ class CheckpointCoordinatorConfig:
     tolerable_failures: int = 0
     #: completed checkpoints to keep (used to build the CompletedCheckpointStore)
     max_retained: int = 1
+    #: options of periodic checkpoints (aligned or unaligned)
+    options: CheckpointOptions = _DEFAULT_OPTIONS
 
     def __post_init__(self) -> None:
         lower_bounds = dict(
@@ -169,11 +171,14 @@ class CheckpointCoordinator:
                 self._finish_abort(pending, AbortReason.STOPPED, reason)
 
     def trigger_checkpoint(
-        self, options: CheckpointOptions = _DEFAULT_OPTIONS, force: bool = False
+        self, options: CheckpointOptions | None = None, force: bool = False
     ) -> int | None:
         """Start a checkpoint; return its id, or None when skipped (max concurrent, min pause,
         stopped). `force` bypasses max concurrent and min pause (final and manual checkpoints).
-        If `hooks.trigger` raises, the checkpoint is aborted and the error re-raised."""
+        If `hooks.trigger` raises, the checkpoint is aborted and the error re-raised.
+        `options` default to the configured ones."""
+        if options is None:
+            options = self.config.options
         with self._trigger_lock:
             with self._lock:
                 check = self._check_trigger(force)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tidegate.common.time import Duration
 from tidegate.datastream.checkpoint_storage import FileSystemCheckpointStorage
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.deploy.job_spec import CheckpointRetention, CheckpointSettings
@@ -115,6 +116,40 @@ class CheckpointConfig:
 
     def is_externalized_checkpoints_enabled(self) -> bool:
         return self._s.retention is not CheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
+        """Unaligned checkpoints: every subtask snapshots as soon as the checkpoint is
+        triggered and persists the records in flight on its inputs, so checkpoints complete
+        quickly under backpressure (exactly-once only; savepoints stay aligned)."""
+        self._s = replace(self._s, unaligned=bool(enabled))
+        return self
+
+    def disable_unaligned_checkpoints(self) -> CheckpointConfig:
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._s.unaligned
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Duration | int) -> CheckpointConfig:
+        """With unaligned checkpoints enabled: start each checkpoint aligned and switch a
+        subtask to unaligned once its alignment lasted this long (a Duration, or ms). 0, the
+        default, means unaligned from the start."""
+        millis = (
+            alignment_timeout.millis
+            if isinstance(alignment_timeout, Duration)
+            else alignment_timeout
+        )
+        self._s = replace(
+            self._s, aligned_timeout_ms=_positive("aligned checkpoint timeout", millis, 0)
+        )
+        return self
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout
+
+    def get_aligned_checkpoint_timeout(self) -> Duration:
+        return Duration(self._s.aligned_timeout_ms)
+
+    get_alignment_timeout = get_aligned_checkpoint_timeout
 
     def set_checkpoint_storage(self, storage: FileSystemCheckpointStorage) -> CheckpointConfig:
         self._storage = storage

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.plan import JobGraph
 
 
@@ -31,6 +32,31 @@ class CheckpointSettings:
     max_retained: int = 1
     storage: str | None = None
     retention: CheckpointRetention = CheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+    unaligned: bool = False
+    #: with `unaligned`: start aligned and switch after this many ms of alignment (0: never
+    #: aligned)
+    aligned_timeout_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.unaligned and not self.exactly_once:
+            raise ValueError(
+                "unaligned checkpoints need CheckpointingMode.EXACTLY_ONCE (at-least-once "
+                "checkpoints never block, so they have nothing to unalign); disable one of them"
+            )
+        if self.unaligned and self.max_concurrent > 1:
+            raise ValueError(
+                "unaligned checkpoints run one at a time: set max concurrent checkpoints to 1 "
+                f"(it is {self.max_concurrent}) or disable unaligned checkpoints"
+            )
+
+    @property
+    def options(self) -> CheckpointOptions:
+        """The options of this job's periodic and final checkpoints."""
+        if not self.unaligned:
+            return CheckpointOptions()
+        if self.aligned_timeout_ms > 0:
+            return CheckpointOptions(aligned_timeout_ms=self.aligned_timeout_ms)
+        return CheckpointOptions(unaligned=True)
 
 
 @dataclass(frozen=True)

@@ -317,6 +317,7 @@ class _Attempt:
             max_concurrent=settings.max_concurrent,
             tolerable_failures=settings.tolerable_failures,
             max_retained=settings.max_retained,
+            options=settings.options,
         )
         self.coordinator = CheckpointCoordinator(
             config,
@@ -377,6 +378,8 @@ class _Attempt:
                         "async_ms": event.async_ms,
                         "alignment_ms": event.alignment_ms,
                         "start_delay_ms": event.start_delay_ms,
+                        "channel_state_bytes": event.channel_state_bytes,
+                        "unaligned": event.unaligned,
                     }
                 )
                 del jm.stats.history[:-1000]
@@ -470,6 +473,8 @@ class _Attempt:
             return
         if any(cid in self.final_ids for cid in self.coordinator.pending_ids):
             return
+        # Always aligned: a sink must snapshot after its last record, or what arrives after an
+        # unaligned snapshot would never be committed.
         cid = self.coordinator.trigger_checkpoint(CheckpointOptions(is_final=True), force=True)
         if cid is not None:
             self.final_ids.add(cid)
@@ -497,7 +502,10 @@ class _Attempt:
     # CoordinatorHooks -------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: CheckpointOptions) -> None:
         self.jm.storage.create_checkpoint_dir(checkpoint_id)
-        slots = {i for (_v, i) in self.sources}
+        # unaligned (or aligned with a timeout): the trigger reaches every subtask ahead of the
+        # barriers, to snapshot at once (or start the alignment clock); else just the sources
+        to_all = options.unaligned or options.aligned_timeout_ms is not None
+        slots = range(self.graph.num_slots) if to_all else {i for _v, i in self.sources}
         for slot in slots:
             self.jm.server.send(
                 self.attempt, slot, TriggerCheckpoint(checkpoint_id, timestamp_ms, options)

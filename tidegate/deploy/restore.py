@@ -10,7 +10,12 @@ import fsspec
 from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
 from tidegate.checkpoint.errors import CheckpointError
 from tidegate.runtime.plan import JobGraph
-from tidegate.runtime.restore import KeyedStateHandle, RestoredOperatorState
+from tidegate.runtime.restore import (
+    CHANNEL_STATE_KEY,
+    KeyedStateHandle,
+    RestoredChannelState,
+    RestoredOperatorState,
+)
 from tidegate.state.operator_state import redistribute_operator_state
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 
@@ -28,10 +33,20 @@ def build_metadata(
     """The `_metadata` of a fully acknowledged checkpoint. File names are relative to the
     checkpoint directory, so a checkpoint directory can be moved."""
     operators: dict[str, Any] = {}
+    channel_state: dict[str, Any] = {}
     size = 0
     for (vertex_id, subtask), state in sorted(pending.acked_states.items()):
         vertex = graph.vertices[vertex_id]
         for uid, handle in state.items():
+            if uid == CHANNEL_STATE_KEY:
+                # in-flight records of an unaligned checkpoint, by the vertex's head operator
+                entry = channel_state.setdefault(
+                    handle["operator"], {"parallelism": vertex.parallelism, "subtasks": {}}
+                )
+                entry["subtasks"][str(subtask)] = {k: handle[k] for k in ("file", "size", "frames")}
+                entry["inputs"] = [list(c) for c in graph.input_channels(vertex_id, 0)]
+                size += int(handle["size"])
+                continue
             entry = operators.setdefault(
                 uid,
                 {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
@@ -52,6 +67,7 @@ def build_metadata(
         "max_parallelism": graph.max_parallelism,
         "size_bytes": size,
         "operators": operators,
+        "channel_state": channel_state,
     }
 
 
@@ -78,6 +94,7 @@ def plan_restore(
             "had, or start the job without this checkpoint."
         )
     _check_files_exist(metadata, directory)
+    channel_plan = _plan_channel_state(graph, metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
     for uid, entry in metadata["operators"].items():
         vertex, _op = graph.operator(uid)
@@ -109,12 +126,40 @@ def plan_restore(
             plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
                 handles, per_subtask[i]
             )
+    for subtask_id, restored in channel_plan.items():
+        plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def _plan_channel_state(
+    graph: JobGraph, metadata: dict[str, Any], directory: str
+) -> dict[tuple[int, int], RestoredChannelState]:
+    """Each subtask gets back its own in-flight records (channel indices name the upstream
+    subtasks, so the vertex and its inputs must keep their parallelism)."""
+    plan = {}
+    for uid, entry in metadata.get("channel_state", {}).items():
+        vertex, _op = graph.operator(uid)
+        if (
+            vertex.operators[0].uid != uid
+            or int(entry["parallelism"]) != vertex.parallelism
+            or (entry["inputs"] != [list(c) for c in graph.input_channels(vertex.vertex_id, 0)])
+        ):
+            raise IncompatibleCheckpointError(
+                f"the checkpoint in {directory} is unaligned and holds in-flight records for "
+                f"operator {uid!r}, whose parallelism or inputs changed. In-flight records can "
+                "only be restored into the same topology: restore at the old parallelism, or "
+                "take a savepoint (always aligned) and rescale from that."
+            )
+        for subtask, handle in entry["subtasks"].items():
+            path = f"{directory}/{handle['file']}"
+            plan[(vertex.vertex_id, int(subtask))] = RestoredChannelState(path)
+    return plan
 
 
 def _check_files_exist(metadata: dict[str, Any], directory: str) -> None:
     fs, root = fsspec.core.url_to_fs(directory)
-    for uid, entry in metadata["operators"].items():
+    entries = [*metadata["operators"].items(), *metadata.get("channel_state", {}).items()]
+    for uid, entry in entries:
         for subtask, handle in entry["subtasks"].items():
             path = f"{root}/{handle['file']}"
             if not fs.exists(path):

@@ -8,9 +8,22 @@ order. It does no I/O, keeps no clock and starts no thread (the shape of Flink's
 
 Two handlers, one per checkpointing mode (DESIGN.md section 2, step 3):
 
-- ``AlignedBarrierHandler`` (EXACTLY_ONCE): a channel that delivered barrier n is blocked
-  until barrier n arrived on every open channel; then the subtask snapshots and the channels
-  are released.
+- ``SingleCheckpointBarrierHandler`` (EXACTLY_ONCE), one checkpoint at a time, in the kind each
+  barrier's options ask for:
+
+  * aligned: a channel that delivered barrier n is blocked until barrier n arrived on every
+    open channel; then the subtask snapshots and the channels are released;
+  * unaligned: the first of the driver's trigger (``on_trigger``, which overtakes everything
+    queued) and the first barrier n snapshots at once; nothing is blocked, and the channels
+    that have not delivered barrier n yet are named in ``TriggerCheckpoint.unaligned_channels``:
+    their records up to barrier n are the in-flight data the task persists as channel state;
+  * aligned with a timeout (``options.aligned_timeout_ms``): aligned, but once the checkpoint
+    has been waited for that long (noticed by ``on_timer`` or by the next barrier, whichever
+    comes first) it switches to unaligned. The clock starts at the driver's trigger, which
+    reaches every subtask ahead of the barriers as an announcement (``on_trigger``), so a
+    barrier stuck behind backpressured records times out too, as in Flink. Never for
+    savepoints, never once the last barrier came.
+
 - ``TrackingBarrierHandler`` (AT_LEAST_ONCE): barriers are only counted; nothing is blocked.
 
 Contract for the task loop:
@@ -26,6 +39,8 @@ Contract for the task loop:
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,8 +55,8 @@ from tidegate.runtime.events import (
 __all__ = [
     "AbortCheckpoint",
     "Action",
-    "AlignedBarrierHandler",
     "BarrierHandler",
+    "SingleCheckpointBarrierHandler",
     "TrackingBarrierHandler",
     "TriggerCheckpoint",
     "Unblock",
@@ -54,9 +69,15 @@ NO_CHECKPOINT = -1
 
 @dataclass(frozen=True, slots=True)
 class TriggerCheckpoint:
-    """Every open input delivered the barrier: snapshot now, then forward the barrier."""
+    """Snapshot now, then forward the barrier.
+
+    Aligned (``unaligned_channels`` is None): every open input delivered the barrier.
+    Unaligned: the channels listed have not delivered it yet; their records up to the barrier
+    are in flight and must be persisted with the snapshot (and still processed).
+    """
 
     barrier: CheckpointBarrier
+    unaligned_channels: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +110,14 @@ class BarrierHandler(Protocol):
     @property
     def blocked_channels(self) -> frozenset[int]: ...
 
+    @property
+    def alignment_deadline(self) -> float | None: ...
+
     def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> list[Action]: ...
+
+    def on_trigger(self, barrier: CheckpointBarrier) -> list[Action]: ...
+
+    def on_timer(self) -> list[Action]: ...
 
     def on_cancel_marker(self, channel: int, checkpoint_id: int) -> list[Action]: ...
 
@@ -127,26 +155,33 @@ def _require_open(num_channels: int, open_channels: set[int], channel: int, what
         raise ValueError(f"{what} on channel {channel} after its EndOfPartition")
 
 
-class AlignedBarrierHandler:
-    """Exactly-once alignment of one checkpoint at a time over ``num_channels`` inputs.
+class SingleCheckpointBarrierHandler:
+    """Exactly-once barrier handling of one checkpoint at a time over ``num_channels`` inputs.
 
-    States: *idle* (``is_aligning`` false) and *aligning checkpoint n*. Ids only grow: an event
-    for an id below ``current_checkpoint_id``, or for the current id once it was triggered or
-    aborted, is late and ignored. A channel that delivered barrier n and then ended still
-    counts as having delivered it (and is released with the others).
+    States: *idle* (``is_aligning`` false) and *aligning checkpoint n* (aligned barriers only;
+    an unaligned checkpoint triggers at once). Ids only grow: an event for an id below
+    ``current_checkpoint_id``, or for the current id once it was triggered or aborted, is late
+    and ignored. A channel that delivered barrier n and then ended still counts as having
+    delivered it (and is released with the others). ``clock`` (monotonic seconds) times the
+    alignment for ``aligned_timeout_ms``.
     """
 
-    def __init__(self, num_channels: int) -> None:
+    def __init__(self, num_channels: int, clock: Callable[[], float] = time.monotonic) -> None:
         _require_positive("num_channels", num_channels)
         self._num_channels = num_channels
+        self._clock = clock
         self._open: set[int] = set(range(num_channels))
         self._current_id = NO_CHECKPOINT
         self._aligning = False
         self._barrier: CheckpointBarrier | None = None
+        #: when the current alignment started (clock seconds)
+        self._started = 0.0
         #: open channels that have not delivered the current barrier yet
         self._waiting: set[int] = set()
         #: blocked channels in the order their barrier arrived (a dict as an ordered set)
         self._blocked: dict[int, None] = {}
+        #: an aligned-with-timeout checkpoint announced by the trigger, and when
+        self._announced: tuple[CheckpointBarrier, float] | None = None
 
     @property
     def current_checkpoint_id(self) -> int:
@@ -160,6 +195,19 @@ class AlignedBarrierHandler:
     @property
     def blocked_channels(self) -> frozenset[int]:
         return frozenset(self._blocked)
+
+    @property
+    def alignment_deadline(self) -> float | None:
+        """Clock time at which the current alignment switches to unaligned (None: never)."""
+        if self._aligning:
+            barrier, started = self._barrier, self._started
+        elif self._announced is not None:
+            barrier, started = self._announced
+        else:
+            return None
+        if barrier is None or not _may_switch(barrier):
+            return None
+        return started + barrier.options.aligned_timeout_ms / 1000  # type: ignore[operator]
 
     def is_blocked(self, channel: int) -> bool:
         return channel in self._blocked
@@ -178,18 +226,53 @@ class AlignedBarrierHandler:
         actions: list[Action] = []
         if checkpoint_id > self._current_id:
             # Step 1: a newer barrier subsumes an unfinished alignment, then starts its own.
-            if self._aligning:
-                actions += self._finish(
-                    AbortCheckpoint(self._current_id, f"subsumed by barrier {checkpoint_id}")
-                )
+            actions += self._subsume(f"barrier {checkpoint_id}")
+            if barrier.options.unaligned:
+                return actions + self._trigger_unaligned(barrier, self._open - {channel})
             self._start(barrier)
-        # Step 2: the channel has delivered; the last one triggers, the others block.
+            if self._announced is not None:
+                if self._announced[0].checkpoint_id == checkpoint_id:
+                    self._started = self._announced[1]  # the timeout runs from the trigger
+                self._announced = None
+        # Step 2: the channel has delivered; the last one triggers, the others block...
         self._waiting.discard(channel)
-        if self._waiting:
-            self._blocked[channel] = None
-        else:
-            actions += self._trigger()
+        if not self._waiting:
+            return actions + self._trigger()
+        # ... unless the alignment took too long: then the checkpoint goes unaligned now.
+        deadline = self.alignment_deadline
+        if deadline is not None and self._clock() >= deadline:
+            return actions + self._switch_to_unaligned()
+        self._blocked[channel] = None
         return actions
+
+    def on_trigger(self, barrier: CheckpointBarrier) -> list[Action]:
+        """The driver's trigger, which overtakes queued records: an unaligned checkpoint
+        snapshots now; an aligned one with a timeout starts its clock (an announcement)."""
+        checkpoint_id = barrier.checkpoint_id
+        if self._is_late(checkpoint_id):
+            return []
+        if not barrier.options.unaligned:
+            if _may_switch(barrier) and checkpoint_id > self._current_id:
+                announced = self._announced
+                if announced is None or announced[0].checkpoint_id < checkpoint_id:
+                    self._announced = (barrier, self._clock())
+            return []
+        if checkpoint_id == self._current_id:  # unreachable in practice: never aligned
+            return self._switch_to_unaligned()
+        actions = self._subsume(f"checkpoint {checkpoint_id}")
+        return actions + self._trigger_unaligned(barrier, set(self._open))
+
+    def on_timer(self) -> list[Action]:
+        """Switch to unaligned if the current checkpoint's timeout has passed: the alignment
+        in progress, or an announced checkpoint none of whose barriers arrived yet."""
+        deadline = self.alignment_deadline
+        if deadline is None or self._clock() < deadline:
+            return []
+        if self._aligning:
+            return self._switch_to_unaligned()
+        assert self._announced is not None
+        barrier = self._announced[0]
+        return self._trigger_unaligned(barrier, set(self._open))
 
     def on_cancel_marker(self, channel: int, checkpoint_id: int) -> list[Action]:
         _require_open(self._num_channels, self._open, channel, "cancel marker")
@@ -198,13 +281,11 @@ class AlignedBarrierHandler:
         reason = f"checkpoint {checkpoint_id} cancelled upstream (channel {channel})"
         if checkpoint_id == self._current_id:
             return self._finish(AbortCheckpoint(checkpoint_id, reason))
-        actions: list[Action] = []
-        if self._aligning:
-            actions += self._finish(
-                AbortCheckpoint(self._current_id, f"subsumed by cancel marker {checkpoint_id}")
-            )
+        actions = self._subsume(f"cancel marker {checkpoint_id}")
         # Remember the cancelled id as done so that its later barriers are ignored.
         self._current_id = checkpoint_id
+        if self._announced is not None and self._announced[0].checkpoint_id <= checkpoint_id:
+            self._announced = None
         actions.append(AbortCheckpoint(checkpoint_id, reason))
         return actions
 
@@ -227,15 +308,34 @@ class AlignedBarrierHandler:
             return not self._aligning
         return checkpoint_id < self._current_id
 
+    def _subsume(self, by: str) -> list[Action]:
+        if not self._aligning:
+            return []
+        return self._finish(AbortCheckpoint(self._current_id, f"subsumed by {by}"))
+
     def _start(self, barrier: CheckpointBarrier) -> None:
         self._current_id = barrier.checkpoint_id
         self._aligning = True
         self._barrier = barrier
+        self._started = self._clock()
         self._waiting = set(self._open)
 
     def _trigger(self) -> list[Action]:
         assert self._barrier is not None
         return self._finish(TriggerCheckpoint(self._barrier))
+
+    def _trigger_unaligned(self, barrier: CheckpointBarrier, waiting: set[int]) -> list[Action]:
+        self._current_id = barrier.checkpoint_id
+        if self._announced is not None and self._announced[0].checkpoint_id <= self._current_id:
+            self._announced = None
+        return [TriggerCheckpoint(barrier, tuple(sorted(waiting)))]
+
+    def _switch_to_unaligned(self) -> list[Action]:
+        """Snapshot the alignment in progress now; blocked channels already delivered the
+        barrier (their stashed records come after it), the waiting ones are in flight."""
+        assert self._barrier is not None
+        waiting = tuple(sorted(self._waiting))
+        return self._finish(TriggerCheckpoint(self._barrier, waiting))
 
     def _finish(self, outcome: TriggerCheckpoint | AbortCheckpoint) -> list[Action]:
         """End the current alignment: the outcome first, then release every blocked channel."""
@@ -247,6 +347,11 @@ class AlignedBarrierHandler:
             actions.append(Unblock(tuple(self._blocked)))
             self._blocked = {}
         return actions
+
+
+def _may_switch(barrier: CheckpointBarrier) -> bool:
+    options = barrier.options
+    return options.aligned_timeout_ms is not None and not options.is_savepoint
 
 
 @dataclass(slots=True)
@@ -293,6 +398,17 @@ class TrackingBarrierHandler:
 
     def is_blocked(self, channel: int) -> bool:
         return False
+
+    @property
+    def alignment_deadline(self) -> float | None:
+        return None
+
+    def on_trigger(self, barrier: CheckpointBarrier) -> list[Action]:
+        """At-least-once checkpoints are never unaligned: the trigger is not for this task."""
+        return []
+
+    def on_timer(self) -> list[Action]:
+        return []
 
     def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> list[Action]:
         _require_open(self._num_channels, self._open, channel, "barrier")

@@ -21,28 +21,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-import cloudpickle
-
 from tidegate.runtime.auth import (
     AuthenticationFailedError,
     authenticate_client,
     authenticate_server,
 )
+from tidegate.runtime.frames import encode_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
 
 log = logging.getLogger(__name__)
-
-
-def encode_frame(frame: Any, plain: bool) -> tuple[bytes, bool]:
-    """Pickle a frame (with cloudpickle when `plain` is False: records of classes defined in
-    the job script only cloudpickle can carry). Returns the bytes and whether plain pickle
-    still works, so a transport stops retrying it after the first such frame."""
-    if plain:
-        try:
-            return pickle.dumps(frame, protocol=5), True
-        except (pickle.PicklingError, AttributeError, TypeError):
-            pass
-    return cloudpickle.dumps(frame, protocol=5), False
 
 
 class LocalTransport:
@@ -157,7 +144,8 @@ class SlotNetwork:
             put = self.gates[vertex].put_data
             recv, loads = conn.recv_bytes, pickle.loads
             while True:
-                put(loads(recv()))
+                data = recv()
+                put(loads(data), data)
         except (EOFError, OSError, TaskCancelledError):
             return
         except BaseException as e:  # undecodable frame: fail the slot rather than lose data

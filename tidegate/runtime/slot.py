@@ -57,9 +57,11 @@ def run_slot(deployment: Deployment, slot: int) -> None:
             case SlotAddresses(addresses=addrs):
                 addresses.update(addrs)
                 got_addresses.set()
-            case TriggerCheckpoint():
+            case TriggerCheckpoint(options=options):
+                # unaligned or with an alignment timeout: every subtask, else the sources
+                to_all = options.unaligned or options.aligned_timeout_ms is not None
                 for v, _ in subtasks:
-                    if graph.vertices[v].is_source:
+                    if to_all or graph.vertices[v].is_source:
                         gates[v].put_control(msg)
             case CancelSlot():
                 cancelled.set()

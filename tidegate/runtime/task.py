@@ -5,6 +5,11 @@ Any other task reads its input gate: record batches go through the chain; events
 barrier handler (runtime/barriers.py), whose actions the task carries out. Frames of a blocked
 channel are stashed and replayed, in order, once the channel is unblocked.
 
+Unaligned checkpoints: the snapshot is taken as soon as the driver's trigger (or the first
+barrier) arrives, and the input gate records each channel's frames up to its barrier
+(runtime/inflight.py). The state files are written once every such channel delivered its
+barrier; the recorded frames go into a channel-state file, replayed before new input on restore.
+
 A task ends only after the *final* checkpoint (taken once every source finished) completed,
 so that two-phase-commit sinks have committed everything (FLIP-147).
 """
@@ -20,7 +25,7 @@ from typing import Any
 
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
-    AlignedBarrierHandler,
+    SingleCheckpointBarrierHandler,
     TrackingBarrierHandler,
     TriggerCheckpoint,
     Unblock,
@@ -32,7 +37,7 @@ from tidegate.runtime.events import (
     EndOfData,
     EndOfPartition,
 )
-from tidegate.runtime.gate import InputGate, TaskCancelledError
+from tidegate.runtime.gate import ChannelStateCaptured, InputGate, TaskCancelledError
 from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
@@ -47,6 +52,8 @@ from tidegate.runtime.messages import (
 from tidegate.runtime.network import RecordWriter
 from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
+from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
+from tidegate.state.channel_state import write_channel_state
 from tidegate.state.snapshot_format import write_state_file
 
 
@@ -84,7 +91,7 @@ class StreamTask:
         self.executor = executor
         self.batch_size = batch_size
         self.buffer_timeout_s = buffer_timeout_s
-        handler_cls = AlignedBarrierHandler if exactly_once else TrackingBarrierHandler
+        handler_cls = SingleCheckpointBarrierHandler if exactly_once else TrackingBarrierHandler
         self.handler = handler_cls(num_channels) if num_channels else None
         self.open_channels = num_channels
         self.stash: list[deque] = [deque() for _ in range(num_channels)]
@@ -95,6 +102,8 @@ class StreamTask:
         self.records_in = 0
         self._last_flush = time.monotonic()
         self._first_barrier: dict[int, tuple[float, int]] = {}
+        #: unaligned checkpoints snapshotted but still recording in-flight frames
+        self._unaligned: dict[int, tuple[list, float, tuple[float, float]]] = {}
 
         ops = {spec.op_id: spec.factory() for spec in vertex.operators}
         for spec in vertex.operators:
@@ -109,6 +118,10 @@ class StreamTask:
         self.is_restored = bool(restored)
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
+        channel_state: RestoredChannelState | None = restored.get(CHANNEL_STATE_KEY)
+        if channel_state is not None:
+            # in-flight records of an unaligned checkpoint come before any new input
+            self.replay.extend(channel_state.read())
 
     @property
     def records_out(self) -> int:
@@ -174,13 +187,19 @@ class StreamTask:
     def _input_loop(self) -> None:
         get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
         while not (self.final_notified and self.open_channels == 0):
+            deadline = handler.alignment_deadline
+            if deadline is not None and time.monotonic() >= deadline:
+                self._apply(handler.on_timer())  # the alignment timed out: go unaligned
             if self.replay:
                 channel, payload = self.replay.popleft()
             else:
                 got = get(0)
                 if got is None:
                     self._flush()
-                    got = get(self.buffer_timeout_s)
+                    wait = self.buffer_timeout_s
+                    if deadline is not None:
+                        wait = max(min(wait, deadline - time.monotonic()), 0.0)
+                    got = get(wait)
                     if got is None:
                         continue
                 is_control, item = got
@@ -232,8 +251,8 @@ class StreamTask:
     def _apply(self, actions: list) -> None:
         for action in actions:
             match action:
-                case TriggerCheckpoint(barrier=barrier):
-                    self._checkpoint(barrier)
+                case TriggerCheckpoint(barrier=barrier, unaligned_channels=channels):
+                    self._checkpoint(barrier, channels)
                 case AbortCheckpoint(checkpoint_id=cid, reason=reason):
                     self._abort(cid, reason)
                 case Unblock(channels=channels):
@@ -250,7 +269,13 @@ class StreamTask:
     def _on_control(self, msg: Any) -> None:
         match msg:
             case TriggerMessage(checkpoint_id=cid, timestamp_ms=ts, options=options):
-                self._checkpoint(CheckpointBarrier(cid, ts, options))
+                barrier = CheckpointBarrier(cid, ts, options)
+                if self.handler is None:  # a source
+                    self._checkpoint(barrier)
+                else:  # an unaligned checkpoint's trigger overtakes everything queued
+                    self._apply(self.handler.on_trigger(barrier))
+            case ChannelStateCaptured(checkpoint_id=cid):
+                self._write_unaligned(cid)
             case NotifyCheckpointComplete(checkpoint_id=cid):
                 for op in self.ops:
                     op.notify_checkpoint_complete(cid)
@@ -264,6 +289,8 @@ class StreamTask:
                     and (handler.current_checkpoint_id == cid)
                 ):  # expired or declined elsewhere: stop holding channels back for it
                     self._apply(handler.abort_current(f"checkpoint {cid} was aborted"))
+                if self._unaligned.pop(cid, None) is not None:
+                    self.gate.abort_capture(cid)
                 for op in self.ops:
                     op.notify_checkpoint_aborted(cid)
             case CancelSlot():
@@ -277,7 +304,11 @@ class StreamTask:
             w.broadcast_event(EndOfData())
 
     # checkpoints (DESIGN §2 step 4) -------------------------------------------------------------
-    def _checkpoint(self, barrier: CheckpointBarrier) -> None:
+    def _checkpoint(
+        self, barrier: CheckpointBarrier, unaligned_channels: tuple[int, ...] | None = None
+    ) -> None:
+        """Snapshot for `barrier`; `unaligned_channels` (unaligned checkpoints) are the input
+        channels whose records up to the barrier are in flight and persisted with it."""
         cid = barrier.checkpoint_id
         started = time.perf_counter()
         # Step 1: synchronous phase — capture every operator's state between two batches.
@@ -295,8 +326,25 @@ class StreamTask:
             self.final_checkpoint_id = cid
         sync_ms = (time.perf_counter() - started) * 1000
         timings = self._barrier_timings(barrier)
-        # Step 3: asynchronous phase — write the files, then acknowledge with their handles.
-        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings)
+        # Step 3: asynchronous phase — write the files, then acknowledge with their handles;
+        # for an unaligned checkpoint, once the in-flight frames are all recorded.
+        if not unaligned_channels:
+            frames = None if unaligned_channels is None else []
+            self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
+            return
+        for older in [i for i in self._unaligned if i < cid]:
+            del self._unaligned[older]
+            self._abort(older, f"subsumed by checkpoint {cid} before its in-flight data arrived")
+        self._unaligned[cid] = (snapshots, sync_ms, timings)
+        self.gate.start_capture(cid, unaligned_channels, self.replay)
+
+    def _write_unaligned(self, cid: int) -> None:
+        pending = self._unaligned.pop(cid, None)
+        frames = self.gate.take_capture(cid)
+        if pending is None or frames is None:  # aborted meanwhile
+            return
+        snapshots, sync_ms, timings = pending
+        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
 
     def _barrier_timings(self, barrier: CheckpointBarrier) -> tuple[float, float]:
         """(alignment ms, start delay ms) of this subtask for `barrier`'s checkpoint."""
@@ -315,10 +363,14 @@ class StreamTask:
         snapshots: list[tuple[str, OperatorSnapshot | None]],
         sync_ms: float,
         timings: tuple[float, float],
+        frames: list[bytes] | None,
     ) -> None:
+        """Write the state files (and, for an unaligned checkpoint, the channel state whose
+        frames are given), then acknowledge with their handles."""
         started = time.perf_counter()
         try:
             state: dict[str, Any] = {}
+            channel_state_bytes = 0
             directory = self.storage.checkpoint_dir(cid)
             for uid, snap in snapshots:
                 if snap is None:
@@ -332,10 +384,29 @@ class StreamTask:
                     r = op.keyed_backend.key_group_range
                     handle["key_group_range"] = [r.start, r.stop]
                 state[uid] = handle
+            if frames:
+                name = f"channels-{_file_safe(self.ops[0].uid)}-{self.subtask}"
+                name += f"-{uuid.uuid4().hex[:12]}.inflight"
+                with self.storage.open_write(f"{directory}/{name}") as f:
+                    channel_state_bytes = write_channel_state(f, frames)
+                state[CHANNEL_STATE_KEY] = {
+                    "file": name,
+                    "size": channel_state_bytes,
+                    "frames": len(frames),
+                    "operator": self.ops[0].uid,
+                }
             async_ms = (time.perf_counter() - started) * 1000
             self.control.send(
                 AcknowledgeCheckpoint(
-                    self.attempt, self.subtask_id, cid, state, sync_ms, async_ms, *timings
+                    self.attempt,
+                    self.subtask_id,
+                    cid,
+                    state,
+                    sync_ms,
+                    async_ms,
+                    *timings,
+                    channel_state_bytes=channel_state_bytes,
+                    unaligned=frames is not None,
                 )
             )
         except Exception as e:
