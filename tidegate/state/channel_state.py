@@ -39,26 +39,24 @@ def read_channel_state(f: BinaryIO, path: str) -> list[tuple[int, list[Any]]]:
     """The (channel, records) frames of a channel-state file, in order."""
     header = f.read(_HEADER.size)
     if len(header) != _HEADER.size or header[:4] != MAGIC:
-        raise CorruptStateError(
-            f"{path} is not a tidegate channel-state file; restore from another checkpoint."
-        )
+        raise CorruptStateError(path, "not a tidegate channel-state file")
     _magic, version, _reserved, count = _HEADER.unpack(header)
     if version != FORMAT_VERSION:
         raise CorruptStateError(
-            f"{path} has channel-state format version {version}, this tidegate reads "
-            f"{FORMAT_VERSION}; use the tidegate version that wrote it."
+            path,
+            f"channel-state format version {version}, but this tidegate reads {FORMAT_VERSION}",
+            "use the tidegate version that wrote it",
         )
     frames = []
     for n in range(count):
         head = f.read(_FRAME.size)
         if len(head) != _FRAME.size:
-            raise CorruptStateError(f"{path} is truncated (frame {n} of {count} missing)")
+            raise CorruptStateError(path, f"truncated (frame {n} of {count} missing)")
         length, crc = _FRAME.unpack(head)
         blob = f.read(length)
-        if len(blob) != length or zlib.crc32(blob) != crc:
-            raise CorruptStateError(
-                f"{path}: frame {n} of {count} is damaged (checksum mismatch); restore from "
-                "another checkpoint."
-            )
+        if len(blob) != length:
+            raise CorruptStateError(path, f"truncated (frame {n} of {count} is cut short)")
+        if zlib.crc32(blob) != crc:
+            raise CorruptStateError(path, f"frame {n} of {count} is damaged (checksum mismatch)")
         frames.append(pickle.loads(blob))
     return frames
