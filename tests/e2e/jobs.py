@@ -13,7 +13,9 @@ from pathlib import Path
 
 from tidegate.common import Configuration, Encoder, RestartStrategies
 from tidegate.datastream import (
+    CheckpointedFunction,
     CheckpointingMode,
+    CheckpointListener,
     KeyedProcessFunction,
     MapFunction,
     StreamExecutionEnvironment,
@@ -42,6 +44,81 @@ class FailAtValues(MapFunction):
         if value == self.target:
             raise InjectedFailure(f"injected failure at record {value}")
         return value
+
+
+FAILURE_SCHEDULE = ("map", "snapshot", "restore", "kill", "close")
+
+
+class ScheduledFailures(MapFunction, CheckpointedFunction, CheckpointListener):
+    """Fails once in each place of FAILURE_SCHEDULE, in that order, one after another: in
+    `map` (the first record after a checkpoint completed), in `snapshot_state`, in
+    `initialize_state` of a restore, then a `kill -9` (by `kill_when_scheduled`), then in
+    `close`. A failure fires only once the previous one did; each leaves a marker file in
+    `markers` (created exclusively, so exactly one subtask fires it)."""
+
+    def __init__(self, markers: str) -> None:
+        self.markers = markers
+
+    def _fire(self, name: str) -> None:
+        before = FAILURE_SCHEDULE[FAILURE_SCHEDULE.index(name) - 1] if name != "map" else None
+        if before is not None and not os.path.exists(f"{self.markers}/{before}"):
+            return
+        try:
+            os.close(os.open(f"{self.markers}/{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        raise InjectedFailure(f"scheduled failure in {name}")
+
+    def initialize_state(self, context) -> None:
+        if context.is_restored():
+            self._fire("restore")
+
+    def snapshot_state(self, context) -> None:
+        self._fire("snapshot")
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        with open(f"{self.markers}/checkpointed", "a"):
+            pass
+
+    def map(self, value):
+        if os.path.exists(f"{self.markers}/checkpointed"):
+            self._fire("map")
+        return value
+
+    def close(self) -> None:
+        self._fire("close")
+
+
+def kill_when_scheduled(client, markers: str) -> threading.Thread:
+    """The `kill` step of ScheduledFailures: once the restore failure fired and the next
+    attempt completed a checkpoint, SIGKILL a slot; the marker is written after the restart,
+    so the `close` failure cannot fire while the killed attempt is torn down."""
+
+    def run() -> None:
+        jm = client.jobmaster
+        while not jm.done.is_set() and not os.path.exists(f"{markers}/restore"):
+            time.sleep(0.02)
+        restarts = jm.stats.restarts
+        while not jm.done.is_set() and jm.stats.restarts == restarts:
+            time.sleep(0.02)
+        target = jm.stats.completed_checkpoints + 1
+        while not jm.done.is_set():
+            if jm.stats.completed_checkpoints >= target and jm.status.name == "RUNNING":
+                break
+            time.sleep(0.02)
+        if jm.done.is_set():
+            return
+        restarts = jm.stats.restarts
+        slot, pid = sorted(jm.slot_pids.items())[0]
+        os.kill(pid, signal.SIGKILL)
+        while not jm.done.is_set() and jm.stats.restarts == restarts:
+            time.sleep(0.02)
+        with open(f"{markers}/kill", "w"):
+            pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 class AlwaysBroken(MapFunction):
@@ -84,6 +161,7 @@ def count_job(
     restarts: int = 10,
     restore_path: str | None = None,
     slow_sink_s: float = 0.0,
+    failure_markers: str | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
     if restore_path:
@@ -97,6 +175,8 @@ def count_job(
     ds = env.from_source(source, None, "numbers").uid("numbers")
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
+    if failure_markers:
+        ds = ds.map(ScheduledFailures(failure_markers)).uid("scheduled-failures")
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
     if slow_sink_s:
         ds = ds.map(SlowMap(slow_sink_s)).uid("slow")

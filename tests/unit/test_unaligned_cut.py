@@ -92,9 +92,11 @@ def completable(channels: list[Channel], cid: int) -> dict[int, int] | None:
             return None
         if cid in ch.before:
             cut[i] = ch.before[cid]
-        elif ch.ended_at is not None and all(
-            c < cid for c in [*ch.before, *ch.cancelled]
-        ) and ch.ended_at <= len(ch.sent):
+        elif (
+            ch.ended_at is not None
+            and all(c < cid for c in [*ch.before, *ch.cancelled])
+            and ch.ended_at <= len(ch.sent)
+        ):
             cut[i] = ch.ended_at
         else:
             return None

@@ -27,6 +27,8 @@ class OperatorRuntime:
     parallelism: int
     max_parallelism: int
     attempt: int
+    #: the job restored from a checkpoint or savepoint (even if this operator had no state in it)
+    is_restored: bool = False
 
 
 @dataclass
@@ -68,7 +70,11 @@ class StreamOperator:
         fn = self.function
         if hasattr(fn, "initialize_state") and hasattr(fn, "snapshot_state"):
             fn.initialize_state(
-                InitializationContext(restored is not None, self.operator_state, self.keyed_backend)
+                InitializationContext(
+                    runtime.is_restored or restored is not None,
+                    self.operator_state,
+                    self.keyed_backend,
+                )
             )
 
     def open(self) -> None:

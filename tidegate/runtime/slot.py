@@ -122,6 +122,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     storage=storage,
                     executor=executor,
                     restored=deployment.restore.get((vertex_id, index)),
+                    is_restored=deployment.restored_checkpoint_id is not None,
                     batch_size=deployment.batch_size,
                     buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
                 )

@@ -77,6 +77,7 @@ class StreamTask:
         storage: Any,
         executor: Executor,
         restored: dict[str, Any] | None,
+        is_restored: bool = False,
         batch_size: int,
         buffer_timeout_s: float,
     ) -> None:
@@ -113,9 +114,10 @@ class StreamTask:
                 writers[e] for e in spec.network_outputs
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
-        runtime = OperatorRuntime(subtask, vertex.parallelism, max_parallelism, attempt)
+        runtime = OperatorRuntime(
+            subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
+        )
         restored = restored or {}
-        self.is_restored = bool(restored)
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
         channel_state: RestoredChannelState | None = restored.get(CHANNEL_STATE_KEY)
