@@ -109,7 +109,7 @@ def kill_when_scheduled(client, markers: str) -> threading.Thread:
         if jm.done.is_set():
             return
         restarts = jm.stats.restarts
-        slot, pid = sorted(jm.slot_pids.items())[0]
+        _slot, pid = sorted(jm.slot_pids.items())[0]
         os.kill(pid, signal.SIGKILL)
         while not jm.done.is_set() and jm.stats.restarts == restarts:
             time.sleep(0.02)

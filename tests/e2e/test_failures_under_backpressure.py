@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 
 import pytest
 
@@ -18,7 +19,8 @@ from tests.e2e.jobs import (
     count_job,
     kill_when_scheduled,
 )
-from tidegate.datastream import CheckpointingMode
+from tidegate.common.job_client import JobExecutionException
+from tidegate.datastream import CheckpointingMode, ExternalizedCheckpointRetention
 
 N = 24_000
 PARALLELISM = 2
@@ -74,3 +76,56 @@ def test_five_failures_under_backpressure_lose_nothing_at_least_once(spark, tmp_
     for line in lines:
         key, value, _count = map(int, line.split(","))
         assert key == value % NUM_KEYS
+
+
+def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spark, tmp_path):
+    """Cancel under backpressure once a checkpoint with in-flight records completed, then
+    resume from it: the persisted records are processed first, exactly once."""
+    env = count_job(
+        tmp_path / "out1", tmp_path / "chk", runner="spark", n=N, rate=12_000, slow_sink_s=0.0002
+    )
+    config = env.get_checkpoint_config()
+    config.enable_unaligned_checkpoints()
+    config.set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
+    client = env.execute_async("unaligned, to be cancelled")
+    jm = client.jobmaster
+    while not jm.done.is_set():
+        latest = jm.stats.last_checkpoint
+        if latest is not None and any(
+            s["frames"]
+            for e in latest.metadata["channel_state"].values()
+            for s in e["subtasks"].values()
+        ):
+            break
+        time.sleep(0.02)
+    client.cancel().result(timeout=120)
+    with pytest.raises(JobExecutionException, match="cancelled"):
+        client.get_job_execution_result().result()
+    checkpoint = jm.store.latest()
+    assert checkpoint is not None and checkpoint.metadata["channel_state"]
+    first_output = committed_lines(tmp_path / "out1")
+    assert len(first_output) < N
+
+    # another parallelism cannot take the in-flight records: a clear error, nothing changed
+    before = sorted(os.listdir(checkpoint.path))
+    wrong = count_job(
+        tmp_path / "out2",
+        tmp_path / "chk",
+        runner="spark",
+        n=N,
+        parallelism=3,
+        restore_path=checkpoint.path,
+    )
+    with pytest.raises(JobExecutionException, match=r"in-flight records .* same topology"):
+        wrong.execute("rescaled")
+    assert sorted(os.listdir(checkpoint.path)) == before
+
+    env = count_job(
+        tmp_path / "out2", tmp_path / "chk", runner="spark", n=N, restore_path=checkpoint.path
+    )
+    resumed = env.execute_async("resumed from unaligned")
+    resumed.get_job_execution_result().result(timeout=300)
+    assert resumed.jobmaster.stats.restored_from == checkpoint.checkpoint_id
+    check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, PARALLELISM)
