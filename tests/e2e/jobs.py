@@ -129,11 +129,17 @@ class AlwaysBroken(MapFunction):
 class SlowMap(MapFunction):
     """A deliberately slow operator before the sink: backpressure on its input channels."""
 
-    def __init__(self, seconds_per_record: float) -> None:
+    def __init__(self, seconds_per_record: float, slow_records: int | None = None) -> None:
         self.seconds = seconds_per_record
+        self.slow_records = slow_records  # per subtask and attempt; None: all
+
+    def open(self, runtime_context) -> None:
+        self.seen = 0
 
     def map(self, value):
-        time.sleep(self.seconds)
+        self.seen += 1
+        if self.slow_records is None or self.seen <= self.slow_records:
+            time.sleep(self.seconds)
         return value
 
 
@@ -161,6 +167,7 @@ def count_job(
     restarts: int = 10,
     restore_path: str | None = None,
     slow_sink_s: float = 0.0,
+    slow_records: int | None = None,
     failure_markers: str | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
@@ -179,7 +186,7 @@ def count_job(
         ds = ds.map(ScheduledFailures(failure_markers)).uid("scheduled-failures")
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
     if slow_sink_s:
-        ds = ds.map(SlowMap(slow_sink_s)).uid("slow")
+        ds = ds.map(SlowMap(slow_sink_s, slow_records)).uid("slow")
     sink = (
         FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())

@@ -1,0 +1,83 @@
+"""Checkpoint semantics under backpressure, on Spark: concurrent aligned checkpoints, expired
+checkpoints that do not block the next ones, and the failure tolerance."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.jobs import check_exactly_once, committed_lines, count_job
+from tidegate.common import RestartStrategies
+from tidegate.common.job_client import JobExecutionException
+
+N = 20_000
+
+
+def overlapped(history: list[dict]) -> bool:
+    """Whether an ack of a newer checkpoint arrived before the last ack of an older one."""
+    newest = -1
+    for ack in history:
+        if ack["checkpoint_id"] < newest:
+            return True
+        newest = max(newest, ack["checkpoint_id"])
+    return False
+
+
+def test_concurrent_aligned_checkpoints_overlap_and_keep_exactly_once(spark, tmp_path):
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=N,
+        rate=10_000,
+        interval_ms=50,
+        slow_sink_s=0.0002,
+    )
+    env.get_checkpoint_config().set_max_concurrent_checkpoints(3)
+    client = env.execute_async("concurrent checkpoints")
+    client.get_job_execution_result().result(timeout=300)
+    assert overlapped(client.jobmaster.stats.history), "checkpoints never overlapped"
+    assert client.jobmaster.stats.completed_checkpoints >= 3
+    check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
+
+
+def test_expired_checkpoints_do_not_block_the_next_ones(spark, tmp_path):
+    # The first records are slow: barriers wait behind them longer than the timeout. Then the
+    # backlog drains and later checkpoints complete.
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=N,
+        rate=10_000,
+        interval_ms=100,
+        slow_sink_s=0.0005,
+        slow_records=3_000,
+    )
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_timeout(150)
+    config.set_tolerable_checkpoint_failure_number(1_000)
+    client = env.execute_async("expiring checkpoints")
+    client.get_job_execution_result().result(timeout=300)
+    stats = client.jobmaster.stats
+    assert stats.failed_checkpoints >= 1
+    assert stats.completed_checkpoints >= 2
+    assert stats.restarts == 0
+    check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
+
+
+def test_more_consecutive_failures_than_tolerated_fail_the_job_over(spark, tmp_path):
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=N,
+        rate=10_000,
+        interval_ms=100,
+        slow_sink_s=0.0005,
+    )
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_timeout(100)
+    config.set_tolerable_checkpoint_failure_number(2)
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    with pytest.raises(JobExecutionException, match="checkpoint failure tolerance"):
+        env.execute("intolerable")
