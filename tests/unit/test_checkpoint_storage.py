@@ -20,6 +20,7 @@ def metadata(checkpoint_id: int, **extra: object) -> dict:
         "job_id": "job-1",
         "checkpoint_id": checkpoint_id,
         "timestamp_ms": 1_000 * checkpoint_id,
+        "generation": 1,
         "operators": {},
         **extra,
     }
@@ -94,32 +95,41 @@ def test_metadata_is_written_and_read_back(fixture, request):
 def test_writing_metadata_leaves_no_temporary_file(storage):
     directory = storage.create_checkpoint_dir(1)
     storage.write_metadata(directory, metadata(1))
-    storage.write_metadata(directory, metadata(1, again=True))
     assert os.listdir(directory) == ["_metadata"]
 
 
-def test_a_failing_metadata_write_keeps_the_old_file_and_leaves_no_temporary(storage, monkeypatch):
+@pytest.mark.parametrize("fixture", ["storage", "memory_storage"])
+def test_metadata_is_never_written_over_an_existing_one(fixture, request):
+    storage: CheckpointStorage = request.getfixturevalue(fixture)
     directory = storage.create_checkpoint_dir(1)
-    storage.write_metadata(directory, metadata(1, generation="old"))
+    storage.write_metadata(directory, metadata(1, which="first"))
+    with pytest.raises(CheckpointStorageError, match=r"chk-1/_metadata: it exists already"):
+        storage.write_metadata(directory, metadata(1, which="second"))
+    assert storage.read_metadata(directory)["which"] == "first"
+    assert storage.fs.ls(storage._fs_path(directory), detail=False)[0].endswith("_metadata")
+    assert len(storage.fs.ls(storage._fs_path(directory))) == 1
+
+
+def test_a_failing_metadata_write_leaves_no_file_and_no_temporary(storage, monkeypatch):
+    directory = storage.create_checkpoint_dir(1)
 
     def disk_error(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", disk_error)  # fault injection: the disk fails on fsync
     with pytest.raises(CheckpointStorageError, match=r"chk-1/_metadata.*Input/output error"):
-        storage.write_metadata(directory, metadata(1, generation="new"))
+        storage.write_metadata(directory, metadata(1))
     monkeypatch.undo()
-    assert os.listdir(directory) == ["_metadata"]
-    assert storage.read_metadata(directory)["generation"] == "old"
+    assert os.listdir(directory) == []
+    storage.write_metadata(directory, metadata(1, which="retried"))
+    assert storage.read_metadata(directory)["which"] == "retried"
 
 
 def test_metadata_that_cannot_be_encoded_is_not_written(storage):
     directory = storage.create_checkpoint_dir(1)
-    storage.write_metadata(directory, metadata(1, generation="old"))
     with pytest.raises(ValueError):
-        storage.write_metadata(directory, metadata(1, generation=object()))
-    assert os.listdir(directory) == ["_metadata"]
-    assert storage.read_metadata(directory)["generation"] == "old"
+        storage.write_metadata(directory, metadata(1, extra=object()))
+    assert os.listdir(directory) == []
 
 
 def test_reading_metadata_of_an_incomplete_checkpoint_says_it_did_not_complete(storage):

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner, Result
 
+from tidegate.checkpoint.checksums import ChecksummingWriter
+from tidegate.checkpoint.metadata import encode_metadata
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint
@@ -70,9 +72,9 @@ def subtask_state(storage, directory, graph, vertex_id: int, subtask: int) -> di
         else:
             continue
         name = f"{op.uid}-{subtask}-0123456789ab.state"
-        with storage.open_write(f"{directory}/{name}") as f:
+        with ChecksummingWriter(storage.open_write(f"{directory}/{name}"), name) as f:
             index = write_state_file(f, keyed, operator)
-        handle = {"file": name, "index": index.to_json()}
+        handle = {**f.handle, "index": index.to_json()}
         if groups is not None:
             handle["key_group_range"] = [groups.start, groups.stop]
         state[op.uid] = handle
@@ -92,7 +94,7 @@ def write_checkpoint(
     for vertex_id, subtask in graph.all_subtasks():
         state = subtask_state(storage, directory, graph, vertex_id, subtask)
         pending.acknowledge((vertex_id, subtask), state)
-    metadata = build_metadata(graph, job_id, pending, timestamp + 25, attempt=0)
+    metadata = build_metadata(graph, job_id, pending, timestamp + 25, attempt=0, generation=1)
     storage.write_metadata(directory, metadata)
     return directory
 
@@ -263,12 +265,25 @@ def test_a_corrupt_checkpoint_is_a_one_line_error(base):
 
 
 def test_metadata_with_unexpected_operators_is_reported_as_corrupt(base):
+    # a valid envelope (and checksum) around content this tidegate does not understand
     path = base / "job-a" / "chk-4" / "_metadata"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "operators": ["not", "a", "map"]}))
+    document = json.loads(path.read_text())
+    for key in ("format", "version", "checksum"):
+        del document[key]
+    path.write_bytes(encode_metadata({**document, "operators": ["not", "a", "map"]}))
     listed = invoke("checkpoints", str(base / "job-a"))
     assert listed.exit_code == 0 and "has unexpected content" in listed.stderr
     result = invoke("checkpoints", str(base / "job-a" / "chk-4"))
     assert_one_line_error(result, 2, "has unexpected content")
+
+
+def test_an_edited_metadata_file_is_reported_as_damaged_by_its_checksum(base):
+    path = base / "job-a" / "chk-4" / "_metadata"
+    path.write_text(path.read_text().replace('"checkpoint_id": 4', '"checkpoint_id": 5'))
+    listed = invoke("checkpoints", str(base / "job-a"))
+    assert listed.exit_code == 0 and "does not match its checksum" in listed.stderr
+    result = invoke("checkpoints", str(base / "job-a" / "chk-4"))
+    assert_one_line_error(result, 2, "chk-4/_metadata is damaged")
 
 
 def test_a_missing_directory_is_a_one_line_error(tmp_path):

@@ -1,13 +1,19 @@
 """The versioned `_metadata` file format of a completed checkpoint or savepoint.
 
-The file is UTF-8 JSON with a fixed envelope::
+The file is UTF-8 JSON with a fixed envelope (format version 2)::
 
-    {"format": "tidegate-checkpoint", "version": 1, "job_id": ..., "checkpoint_id": ...,
-     "timestamp_ms": ..., "operators": ...}
+    {"format": "tidegate-checkpoint", "version": 2, "checksum": "crc32:...",
+     "job_id": ..., "checkpoint_id": ..., "timestamp_ms": ..., "generation": ...,
+     "operators": ...}
 
 What `operators` (and any further keys) hold is decided by the JobMaster; this module owns the
-envelope only: it stamps `format`/`version` on write and validates the envelope on read, so a
-reader never acts on a file written by something else or by a newer, incompatible version.
+envelope only: it stamps `format`, `version` and `checksum` on write and validates them on read,
+so a reader never acts on a file that is damaged, written by something else, or written by a
+version it does not know.
+
+`checksum` covers the file's content: it is the checksum of the document without `checksum`,
+serialised canonically (`canonical_json`), so re-indenting the file keeps it valid while any
+change of a value is detected.
 """
 
 from __future__ import annotations
@@ -15,45 +21,59 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tidegate.checkpoint.errors import CorruptCheckpointError
+from tidegate.checkpoint.checksums import checksum_of, is_known_checksum
+from tidegate.checkpoint.errors import CorruptCheckpointError, UnsupportedFormatVersionError
 
 FORMAT_NAME = "tidegate-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA_FILE_NAME = "_metadata"
 
-#: keys the caller must supply; `format` and `version` are added by `encode_metadata`
+#: keys the caller must supply; `format`, `version` and `checksum` are added by `encode_metadata`
 _CONTENT_KEYS: dict[str, type] = {
     "job_id": str,
     "checkpoint_id": int,
     "timestamp_ms": int,
+    #: the writer generation (checkpoint/fencing.py) of the attempt that completed it
+    "generation": int,
     "operators": object,
 }
-REQUIRED_KEYS = ("format", "version", *_CONTENT_KEYS)
+_ENVELOPE_KEYS = ("format", "version", "checksum")
+REQUIRED_KEYS = (*_ENVELOPE_KEYS, *_CONTENT_KEYS)
+
+
+def canonical_json(document: dict[str, Any]) -> bytes:
+    """The canonical serialisation the `_metadata` checksum is computed over: compact JSON,
+    keys sorted, ASCII only."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 def encode_metadata(metadata: dict[str, Any]) -> bytes:
     """Serialise `metadata` with the format envelope; raise ValueError if a required key is
     missing or has the wrong type (a bug in the caller: never write a file we could not read)."""
-    for key in ("format", "version"):
-        expected = FORMAT_NAME if key == "format" else FORMAT_VERSION
+    for key, expected in (("format", FORMAT_NAME), ("version", FORMAT_VERSION)):
         if key in metadata and metadata[key] != expected:
             raise ValueError(f"metadata {key!r} must be {expected!r}, got {metadata[key]!r}")
+    if "checksum" in metadata:
+        raise ValueError("metadata 'checksum' is computed when it is encoded; do not pass one")
     problems = _content_problems(metadata)
     if problems:
         raise ValueError(f"cannot encode checkpoint metadata: {'; '.join(problems)}")
-    document = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **metadata}
     try:
-        text = json.dumps(document, sort_keys=True, indent=1, allow_nan=False)
+        # the checksum is over what a reader will decode (JSON turns int keys into strings)
+        document = json.loads(json.dumps(metadata, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint metadata is not JSON-serialisable: {exc}") from exc
-    return text.encode("utf-8")
+    document.update(format=FORMAT_NAME, version=FORMAT_VERSION)
+    document["checksum"] = checksum_of(canonical_json(document))
+    return json.dumps(document, sort_keys=True, indent=1).encode("utf-8")
 
 
 def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
-    """Parse and validate the `_metadata` bytes read from `path`.
+    """Parse and validate the `_metadata` bytes read from `path`; the result has no `checksum`.
 
     Raises CorruptCheckpointError naming `path` when the bytes are not JSON, not a tidegate
-    checkpoint, of an unknown version, or lack a required key.
+    checkpoint, damaged (the checksum does not match) or lack a required key, and
+    UnsupportedFormatVersionError when the format version is not this tidegate's.
     """
     try:
         document = json.loads(data.decode("utf-8"))
@@ -67,21 +87,18 @@ def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
             f'{path} is not a tidegate checkpoint (expected "format": "{FORMAT_NAME}"). '
             "Point the restore at the chk-<n> directory or _metadata file of a tidegate job."
         )
-    version = document.get("version")
-    if type(version) is not int:
+    _check_version(document.get("version"), path)
+    recorded = document.pop("checksum", None)
+    if not is_known_checksum(recorded):
         raise CorruptCheckpointError(
-            f"{path} has no valid format version (got {version!r}); the file is damaged: "
-            "restore from another checkpoint."
+            f"{path} has no valid checksum (got {recorded!r}); the file is damaged: restore "
+            "from another checkpoint."
         )
-    if version != FORMAT_VERSION:
-        hint = (
-            "it was written by a newer tidegate: upgrade tidegate to restore it"
-            if version > FORMAT_VERSION
-            else "this version is not supported"
-        )
+    actual = checksum_of(canonical_json(document))
+    if actual != recorded:
         raise CorruptCheckpointError(
-            f"{path} uses checkpoint format version {version}, but this tidegate reads "
-            f"version {FORMAT_VERSION}; {hint}."
+            f"{path} is damaged: its content does not match its checksum ({recorded} recorded, "
+            f"{actual} computed). Restore from another checkpoint."
         )
     problems = _content_problems(document)
     if problems:
@@ -90,6 +107,29 @@ def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
             "damaged: restore from another checkpoint."
         )
     return document
+
+
+def _check_version(version: Any, path: str) -> None:
+    if type(version) is not int:
+        raise CorruptCheckpointError(
+            f"{path} has no valid format version (got {version!r}); the file is damaged: "
+            "restore from another checkpoint."
+        )
+    if version == FORMAT_VERSION:
+        return
+    if version > FORMAT_VERSION:
+        hint = "it was written by a newer tidegate: upgrade tidegate to restore it"
+    elif version == 1:
+        hint = (
+            "version 1 was written by a pre-release tidegate without checksums and is not "
+            "supported: start the job without it"
+        )
+    else:
+        hint = "this version is not supported"
+    raise UnsupportedFormatVersionError(
+        f"{path} uses checkpoint format version {version}, but this tidegate reads "
+        f"version {FORMAT_VERSION}; {hint}."
+    )
 
 
 def _content_problems(metadata: dict[str, Any]) -> list[str]:

@@ -3,13 +3,18 @@
 Paths handed out and accepted here are strings in the form the user gave the base in: a URI
 (`s3://bucket/ckpt/job/chk-3`, `memory://...`, `file:///...`) or, for a plain local path, an
 absolute path, so they can be stored in metadata and used from any process (driver or slot).
-A checkpoint is *completed* exactly when its directory holds `_metadata`, which is written last
-and atomically.
+A checkpoint is *completed* exactly when its directory holds `_metadata`, which is written last,
+atomically, and never over an existing one.
+
+A storage created with a `generation` is a fenced writer (checkpoint/fencing.py): it names the
+files it creates after its generation, and refuses to write or delete once a newer generation
+took over the job directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import re
@@ -21,7 +26,9 @@ from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from tidegate.checkpoint.checksums import ChecksummingWriter
 from tidegate.checkpoint.errors import CheckpointNotFoundError, CheckpointStorageError
+from tidegate.checkpoint.fencing import WriterFence, create_new_file
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata, encode_metadata
 
 _CHK_DIR = re.compile(r"chk-(\d+)")
@@ -31,13 +38,20 @@ _ATOMIC_PUT_PROTOCOLS = frozenset(
 )
 #: job directories probed when a checkpoint base directory is passed to a restore (for the hint)
 _MAX_HINTED_JOB_DIRS = 20
+#: errors of os.link on filesystems without hard links (some network and FUSE mounts)
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 class CheckpointStorage:
     """The checkpoint directory of one job. Safe to use from several threads."""
 
     def __init__(
-        self, base_uri: str, job_id: str, storage_options: Mapping[str, Any] | None = None
+        self,
+        base_uri: str,
+        job_id: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
         if not job_id or "/" in job_id or job_id in (".", ".."):
             raise ValueError(f"invalid job id {job_id!r}: it is used as a directory name")
@@ -46,6 +60,17 @@ class CheckpointStorage:
         self.base_uri = base_uri if "://" in base_uri else root
         self.job_id = job_id
         self.job_dir = _join(self.base_uri, job_id)
+        self.fence = WriterFence(self.fs, self._fs_path(self.job_dir), self.job_dir)
+        #: the writer generation this storage writes as; None: an unfenced reader or tool
+        self.generation = generation
+
+    def start_generation(self) -> int:
+        """Take the job directory's next writer generation and write as it from now on (a
+        JobMaster does this before every attempt). Writers of older generations are refused
+        from then on. Raises FencedWriterError if this storage's own generation was superseded
+        meanwhile: another driver owns the job directory, and this one must not take it back."""
+        self.generation = self.fence.advance(expected=self.generation)
+        return self.generation
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         return _join(self.job_dir, f"chk-{checkpoint_id}")
@@ -70,6 +95,16 @@ class CheckpointStorage:
         self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
         return self.fs.open(fs_path, "wb")
 
+    def create_artifact(self, directory: str, stem: str, suffix: str) -> ChecksummingWriter:
+        """Create a new file of a checkpoint in `directory`: `<stem>-g<generation>-<12 hex>
+        <suffix>`, a name no other writer uses. Returns a writer that checksums what is written:
+        once it is closed, its `handle` ({"file", "size", "checksum"}) goes into the state handle
+        the subtask acknowledges. Raises FencedWriterError if a newer generation took over."""
+        self._check_fence(f"write a file into {directory}")
+        tag = f"-g{self.generation}" if self.generation is not None else ""
+        name = f"{stem}{tag}-{uuid.uuid4().hex[:12]}{suffix}"
+        return ChecksummingWriter(self.open_write(_join(directory, name)), name)
+
     def open_read(self, path: str) -> BinaryIO:
         """Open a file for reading; the file is seekable."""
         return self.fs.open(self._fs_path(path), "rb")
@@ -79,28 +114,40 @@ class CheckpointStorage:
         return int(self.fs.du(self._fs_path(path), total=True))
 
     def write_metadata(self, checkpoint_dir: str, metadata: dict[str, Any]) -> str:
-        """Write `<checkpoint_dir>/_metadata` atomically and return its path.
+        """Write `<checkpoint_dir>/_metadata` atomically, never over an existing one, and
+        return its path.
 
-        Readers see either no `_metadata` (or the previous one) or the complete new file, never
-        a partial one: locally it is written to `_metadata.tmp-<uuid>`, fsynced and renamed
-        over; on object stores a single put is atomic already. Raises CheckpointStorageError.
+        Readers see either no `_metadata` or the complete file, never a partial one: locally it
+        is written to `_metadata.tmp-<uuid>`, fsynced and hard-linked to its name (which fails
+        if the name exists); on object stores a single conditional put is atomic already.
+        A fenced storage checks the fence before and after: a writer superseded meanwhile gets
+        FencedWriterError (a `_metadata` it published just before stays, but it must not act on
+        it). Raises CheckpointStorageError, also when `_metadata` exists already.
         """
         data = encode_metadata(metadata)
         final = _join(checkpoint_dir, METADATA_FILE_NAME)
         fs_final = self._fs_path(final)
+        self._check_fence(f"write {final}")
         try:
             self.fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
             if isinstance(self.fs, LocalFileSystem):
                 _write_local_atomically(fs_final, data)
             elif _protocols(self.fs) & _ATOMIC_PUT_PROTOCOLS:
-                self.fs.pipe_file(fs_final, data)
+                create_new_file(self.fs, fs_final, data)
             else:
                 self._write_via_rename(fs_final, data)
+        except FileExistsError as exc:
+            raise CheckpointStorageError(
+                f"refusing to write checkpoint metadata {final}: it exists already, and a "
+                "completed checkpoint is never overwritten (another writer completed this "
+                "checkpoint id); this checkpoint is not completed."
+            ) from exc
         except OSError as exc:
             raise CheckpointStorageError(
                 f"could not write checkpoint metadata {final}: {exc}. Check that the checkpoint "
                 "directory is writable and has free space; this checkpoint is not completed."
             ) from exc
+        self._check_fence(f"complete the checkpoint {checkpoint_dir}")
         return final
 
     def read_metadata(self, checkpoint_dir: str) -> dict[str, Any]:
@@ -110,17 +157,30 @@ class CheckpointStorage:
     def discard_checkpoint_dir(self, path: str) -> None:
         """Delete a checkpoint directory and everything in it; a missing one is fine.
 
-        Refuses paths outside this job's directory: this is a recursive delete.
+        Refuses paths outside this job's directory: this is a recursive delete. A fenced
+        storage raises FencedWriterError once a newer generation took over (the newer one may
+        be restoring from that very checkpoint).
         """
         fs_path = self._fs_path(path).rstrip("/")
         if not fs_path.startswith(self._fs_path(self.job_dir).rstrip("/") + "/"):
             raise ValueError(f"refusing to delete {path}: it is not inside {self.job_dir}")
+        self._check_fence(f"delete {path}")
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(fs_path, recursive=True)
 
     def list_checkpoints(self) -> list[tuple[int, str]]:
         """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
         return _completed_checkpoints(self.fs, self._fs_path(self.job_dir), self.job_dir)
+
+    def highest_checkpoint_id(self) -> int:
+        """The highest n of any chk-<n> directory in the job directory, completed or not (0 if
+        there is none): a new checkpoint must not reuse an existing directory."""
+        try:
+            names = self.fs.ls(self._fs_path(self.job_dir), detail=False)
+        except FileNotFoundError:
+            return 0
+        found = (_CHK_DIR.fullmatch(posixpath.basename(n.rstrip("/"))) for n in names)
+        return max((int(m.group(1)) for m in found if m), default=0)
 
     def verify_writable(self) -> None:
         """Create the job directory and write a probe file, or raise CheckpointStorageError
@@ -141,10 +201,16 @@ class CheckpointStorage:
     def _fs_path(self, path: str) -> str:
         return self.fs._strip_protocol(path)
 
+    def _check_fence(self, action: str) -> None:
+        if self.generation is not None:
+            self.fence.check(self.generation, action)
+
     def _write_via_rename(self, fs_final: str, data: bytes) -> None:
         tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
         try:
             self.fs.pipe_file(tmp, data)
+            if self.fs.exists(fs_final):  # a rename may replace: check first (not atomic here)
+                raise FileExistsError(fs_final)
             self.fs.mv(tmp, fs_final)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -178,12 +244,19 @@ def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None
 
     Raises CheckpointNotFoundError saying what was looked for, and where, otherwise.
     """
+    return checkpoint_candidates(path, storage_options)[0]
+
+
+def checkpoint_candidates(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The checkpoint directories a restore from `path` may use, newest first: the one
+    directory `path` names (as `resolve_checkpoint_path`), or for a job directory all its
+    completed `chk-<n>` (a restore falls back to older ones only when the user allows it)."""
     fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
     uri = path.rstrip("/") if "://" in path else fs_path
     name = posixpath.basename(fs_path.rstrip("/"))
     if name == METADATA_FILE_NAME:
         if fs.isfile(fs_path):
-            return uri.rsplit("/", 1)[0]
+            return [uri.rsplit("/", 1)[0]]
         raise CheckpointNotFoundError(f"checkpoint metadata file {path} does not exist.")
     if not fs.isdir(fs_path):
         what = "is a file, not a checkpoint directory" if fs.exists(fs_path) else "does not exist"
@@ -192,10 +265,10 @@ def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None
             f"{METADATA_FILE_NAME} file, or the job directory <checkpoint-dir>/<job-id>."
         )
     if fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME)):
-        return uri
+        return [uri]
     completed = _completed_checkpoints(fs, fs_path, uri)
     if completed:
-        return completed[-1][1]
+        return [directory for _, directory in reversed(completed)]
     if _CHK_DIR.fullmatch(name):
         raise CheckpointNotFoundError(
             f"{path} holds no {METADATA_FILE_NAME}: that checkpoint did not complete (or was "
@@ -242,6 +315,8 @@ def _job_dirs_hint(fs: AbstractFileSystem, fs_dir: str, uri_dir: str) -> str:
 
 
 def _write_local_atomically(final: str, data: bytes) -> None:
+    """Publish `data` as `final` completely or not at all, never replacing an existing file:
+    a hard link to a fully written temporary file fails atomically if `final` exists."""
     directory = os.path.dirname(final)
     tmp = os.path.join(directory, f"{METADATA_FILE_NAME}.tmp-{uuid.uuid4().hex}")
     try:
@@ -249,12 +324,19 @@ def _write_local_atomically(final: str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
+        try:
+            os.link(tmp, final)
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            # a filesystem without hard links: check, then rename (a rename would replace)
+            if os.path.exists(final):
+                raise FileExistsError(errno.EEXIST, "file exists", final) from exc
+            os.rename(tmp, final)
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise
-    # make the rename itself durable
+    # make the new directory entry durable
     fd = os.open(directory, os.O_RDONLY)
     try:
         with contextlib.suppress(OSError):

@@ -14,6 +14,10 @@ BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
 BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
 QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64
 HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, default 50000
+#: "true": a restore skips damaged checkpoints and falls back to an older one (default false)
+RESTORE_FALLBACK = "execution.checkpointing.restore-fallback"
+#: a fixed job id (default: a new random one per run); the job directory is named after it
+JOB_ID = "pipeline.job-id"
 #: restore the job from this checkpoint or savepoint (Flink 2's key; Flink 1's key also works)
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 SAVEPOINT_PATH = "execution.savepoint.path"
@@ -41,6 +45,18 @@ class Configuration:
             return int(value)
         except ValueError:
             raise ValueError(f"configuration {key!r} must be an integer, got {value!r}") from None
+
+    def get_boolean(self, key: str, default_value: bool) -> bool:
+        value = self._data.get(key)
+        if value is None:
+            return default_value
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"configuration {key!r} must be true or false, got {value!r}")
+        return lowered == "true"
+
+    def set_boolean(self, key: str, value: bool) -> Configuration:
+        return self.set_string(key, "true" if value else "false")
 
     def contains_key(self, key: str) -> bool:
         return key in self._data

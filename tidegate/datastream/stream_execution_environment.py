@@ -13,7 +13,9 @@ from tidegate.common.configuration import (
     BIND_HOST,
     BUFFER_TIMEOUT_MS,
     HEARTBEAT_TIMEOUT_MS,
+    JOB_ID,
     QUEUE_CAPACITY,
+    RESTORE_FALLBACK,
     RUNNER,
     SAVEPOINT_PATH,
     SPARK_MASTER,
@@ -179,6 +181,9 @@ class StreamExecutionEnvironment:
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
+            restore_fallback=bool(overrides.get("restore_fallback"))
+            or cfg.get_boolean(RESTORE_FALLBACK, False),
+            job_id=cfg.get_string(JOB_ID),
             restore_path=overrides.get("restore_path")
             or cfg.get_string(STATE_RECOVERY_PATH)
             or cfg.get_string(SAVEPOINT_PATH),

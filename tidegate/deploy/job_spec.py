@@ -77,6 +77,8 @@ class JobSpec:
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64
     heartbeat_timeout_ms: int = 50_000
+    #: a restore may skip damaged checkpoints and use an older one (restore fallback)
+    restore_fallback: bool = False
     restore_path: str | None = None
     job_id: str | None = None
     spark_session: Any = field(default=None, compare=False)

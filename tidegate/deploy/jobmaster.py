@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
+from tidegate.checkpoint.errors import (
+    CheckpointIntegrityError,
+    CheckpointNotFoundError,
+    FencedWriterError,
+)
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.scheduling import ThreadScheduler
-from tidegate.checkpoint.storage import (
-    CheckpointStorage,
-    read_checkpoint_metadata,
-    resolve_checkpoint_path,
-)
+from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
+from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
@@ -78,6 +80,14 @@ class RetryFinalCheckpoint:
     attempt: int
 
 
+@dataclass(frozen=True)
+class Fenced:
+    """The job directory's fence refused this driver's write: another one took over."""
+
+    attempt: int
+    reason: str
+
+
 class JobFailure(Exception):
     def __init__(self, message: str, detail: str = "", *, recoverable: bool = True) -> None:
         super().__init__(message)
@@ -124,6 +134,11 @@ class JobMaster:
         self._slot_counts: dict[tuple[int, int], tuple[int, int]] = {}
         self._rate_window: tuple[float, int] | None = None
         self.server: ControlServer | None = None
+        #: where the first attempt restored from (newest first); later ones fall back to them
+        self._initial_candidates: list[RestoreCandidate] = []
+        #: set when a checkpoint turned out damaged or another driver took over: the job then
+        #: deletes no checkpoint when it ends, whatever the retention setting says
+        self._keep_checkpoints = False
 
     # public ---------------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -134,7 +149,13 @@ class JobMaster:
         """Run the job to a terminal status (FINISHED, CANCELED or FAILED); never raises."""
         try:
             self.storage.verify_writable()
+            # fence off older writers first, so none completes a checkpoint after the choice
+            self.storage.start_generation()
             restore = self._initial_restore()
+            # never reuse a chk-<n> directory (an earlier run of the same job id left them)
+            self.next_checkpoint_id = max(
+                self.next_checkpoint_id, self.storage.highest_checkpoint_id() + 1
+            )
             self.server = ControlServer(self.secret, self.spec.bind_host, self.events.put)
             while True:
                 outcome = self._run_attempt(restore)
@@ -145,9 +166,8 @@ class JobMaster:
                     break
                 self.attempt += 1
                 self.stats.restarts += 1
-                latest = self.store.latest()
-                if latest is not None:
-                    restore = (latest.metadata, latest.path)
+                self._start_generation()
+                restore = self._restore_after_failure(restore)
         except JobFailure as e:
             self.error = e
             self.status = JobStatus.FAILED
@@ -164,10 +184,40 @@ class JobMaster:
         path = self.spec.restore_path
         if path is None:
             return None
-        directory = resolve_checkpoint_path(path)
-        metadata = read_checkpoint_metadata(directory)
-        self.next_checkpoint_id = int(metadata["checkpoint_id"]) + 1
+        self._initial_candidates = [RestoreCandidate(d) for d in checkpoint_candidates(path)]
+        metadata, directory = self._choose_restore(self._initial_candidates)
+        self.next_checkpoint_id = max(self.next_checkpoint_id, int(metadata["checkpoint_id"]) + 1)
         return metadata, directory
+
+    def _restore_after_failure(self, previous: tuple[dict, str] | None) -> tuple[dict, str] | None:
+        """The retained checkpoint to restart from: the latest, or with restore fallback
+        allowed the newest intact one (then the checkpoint the job started from)."""
+        retained = [RestoreCandidate(cp.path, cp.metadata) for cp in reversed(self.store.all())]
+        candidates = retained + self._initial_candidates
+        if not candidates:
+            return previous
+        return self._choose_restore(candidates)
+
+    def _choose_restore(self, candidates: list[RestoreCandidate]) -> tuple[dict, str]:
+        """The first intact candidate (checkpoint.selection); a damaged checkpoint fails the
+        job for good (a restart would meet the same damage) and keeps every checkpoint."""
+        uids = {op.uid for v in self.spec.graph.vertices.values() for op in v.operators}
+        try:
+            return choose_checkpoint(
+                candidates, uids=uids, allow_fallback=self.spec.restore_fallback
+            )
+        except (CheckpointIntegrityError, CheckpointNotFoundError) as e:
+            self._keep_checkpoints = True
+            raise JobFailure(f"{type(e).__name__}: {e}", recoverable=False) from e
+
+    def _start_generation(self) -> None:
+        """A new writer generation for the next attempt: its files and `_metadata` are named
+        after it, and the slots of earlier attempts can no longer write."""
+        try:
+            self.storage.start_generation()
+        except FencedWriterError as e:  # another driver of this job id took over: stop
+            self._keep_checkpoints = True
+            raise JobFailure(f"{type(e).__name__}: {e}", recoverable=False) from e
 
     def _await_restart(self) -> bool:
         now = time.monotonic()
@@ -213,6 +263,7 @@ class JobMaster:
             queue_capacity=self.spec.queue_capacity,
             restore=plan,
             restored_checkpoint_id=restored_id,
+            generation=self.storage.generation,
         )
         payload = runners.pack_deployment(deployment)
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
@@ -242,9 +293,15 @@ class JobMaster:
             JobStatus.CANCELED: retention is CheckpointRetention.RETAIN_ON_CANCELLATION,
             JobStatus.FAILED: retention is not CheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
         }.get(self.status, True)
+        if self._keep_checkpoints:
+            keep = True
+            log.warning("keeping every retained checkpoint of job %s for inspection", self.job_id)
         if not keep:
-            for cp in self.store.all():
-                self.storage.discard_checkpoint_dir(cp.path)
+            try:
+                for cp in self.store.all():
+                    self.storage.discard_checkpoint_dir(cp.path)
+            except FencedWriterError as e:
+                log.warning("not deleting the job's checkpoints: %s", e)
 
     def update_metrics(self, msg: SlotMetrics) -> None:
         for subtask, counts in msg.counts.items():
@@ -417,6 +474,11 @@ class _Attempt:
                 )
             case FailJob(reason=reason):
                 return self._fail(reason)
+            case Fenced(reason=reason):
+                jm._keep_checkpoints = True
+                self._fail(f"FencedWriterError: {reason}")
+                jm.error.recoverable = False
+                return None
             case Cancel():
                 return JobStatus.CANCELED
         return _CONTINUE
@@ -516,9 +578,18 @@ class _Attempt:
         directory = jm.storage.checkpoint_dir(pending.checkpoint_id)
         completed_ms = int(time.time() * 1000)
         metadata = build_metadata(
-            self.graph, jm.job_id, pending, completed_ms, attempt=self.attempt
+            self.graph,
+            jm.job_id,
+            pending,
+            completed_ms,
+            attempt=self.attempt,
+            generation=jm.storage.generation,
         )
-        jm.storage.write_metadata(directory, metadata)
+        try:
+            jm.storage.write_metadata(directory, metadata)
+        except FencedWriterError as e:  # the checkpoint must not complete here: stop the job
+            jm.events.put(Fenced(self.attempt, str(e)))
+            raise
         return CompletedCheckpoint.of(
             pending,
             completed_ms=completed_ms,
@@ -542,7 +613,11 @@ class _Attempt:
 
     def discard(self, cp: CompletedCheckpoint | PendingCheckpoint) -> None:
         path = getattr(cp, "path", None) or self.jm.storage.checkpoint_dir(cp.checkpoint_id)
-        self.jm.storage.discard_checkpoint_dir(path)
+        try:
+            self.jm.storage.discard_checkpoint_dir(path)
+        except FencedWriterError as e:  # a newer generation may be restoring from it
+            log.warning("not deleting %s: %s", path, e)
+            self.jm.events.put(Fenced(self.attempt, str(e)))
 
     def fail_job(self, reason: str) -> None:
         self.jm.events.put(FailJob(self.attempt, reason))

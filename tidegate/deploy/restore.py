@@ -8,7 +8,8 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
-from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
+from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
     CHANNEL_STATE_KEY,
@@ -19,19 +20,17 @@ from tidegate.runtime.restore import (
 from tidegate.state.operator_state import redistribute_operator_state
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 
-FORMAT = "tidegate-checkpoint"
-VERSION = 1
-
 
 class IncompatibleCheckpointError(CheckpointError):
     pass
 
 
 def build_metadata(
-    graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int
+    graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int, generation: int
 ) -> dict[str, Any]:
     """The `_metadata` of a fully acknowledged checkpoint. File names are relative to the
-    checkpoint directory, so a checkpoint directory can be moved."""
+    checkpoint directory, so a checkpoint directory can be moved; every file's handle carries
+    the size and checksum it was written with (verified on restore)."""
     operators: dict[str, Any] = {}
     channel_state: dict[str, Any] = {}
     size = 0
@@ -43,7 +42,9 @@ def build_metadata(
                 entry = channel_state.setdefault(
                     handle["operator"], {"parallelism": vertex.parallelism, "subtasks": {}}
                 )
-                entry["subtasks"][str(subtask)] = {k: handle[k] for k in ("file", "size", "frames")}
+                entry["subtasks"][str(subtask)] = {
+                    k: handle[k] for k in ("file", "size", "checksum", "frames")
+                }
                 entry["inputs"] = [list(c) for c in graph.input_channels(vertex_id, 0)]
                 size += int(handle["size"])
                 continue
@@ -52,10 +53,10 @@ def build_metadata(
                 {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
             )
             entry["subtasks"][str(subtask)] = handle
-            size += int(handle["index"].get("size", 0))
+            size += int(handle["size"])
     return {
-        "format": FORMAT,
-        "version": VERSION,
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
         "job_id": job_id,
         "job_name": graph.job_name,
         "checkpoint_id": pending.checkpoint_id,
@@ -64,6 +65,7 @@ def build_metadata(
         "duration_ms": max(completed_ms - pending.timestamp_ms, 0),
         "is_savepoint": pending.is_savepoint,
         "attempt": attempt,
+        "generation": generation,
         "max_parallelism": graph.max_parallelism,
         "size_bytes": size,
         "operators": operators,
@@ -79,7 +81,10 @@ def plan_restore(
     graph: JobGraph, metadata: dict[str, Any], directory: str
 ) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
     """Assign the checkpoint's state to the subtasks of `graph` (any parallelism); also
-    returns the max parallelism to run with (the snapshot's: key groups are fixed)."""
+    returns the max parallelism to run with (the snapshot's: key groups are fixed).
+
+    The checkpoint's files are not verified here: the JobMaster restores only a checkpoint
+    whose files `checkpoint.selection.choose_checkpoint` verified."""
     max_p = check_max_parallelism(
         int(metadata["max_parallelism"]),
         max(v.parallelism for v in graph.vertices.values()),
@@ -93,7 +98,6 @@ def plan_restore(
             "does not have (operators are matched by uid). Give the operators the uids they "
             "had, or start the job without this checkpoint."
         )
-    _check_files_exist(metadata, directory)
     channel_plan = _plan_channel_state(graph, metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
     for uid, entry in metadata["operators"].items():
@@ -156,20 +160,6 @@ def _plan_channel_state(
     return plan
 
 
-def _check_files_exist(metadata: dict[str, Any], directory: str) -> None:
-    fs, root = fsspec.core.url_to_fs(directory)
-    entries = [*metadata["operators"].items(), *metadata.get("channel_state", {}).items()]
-    for uid, entry in entries:
-        for subtask, handle in entry["subtasks"].items():
-            path = f"{root}/{handle['file']}"
-            if not fs.exists(path):
-                raise CheckpointError(
-                    f"state file {path} (operator {uid!r}, subtask {subtask}) of the checkpoint "
-                    "is missing, so the checkpoint cannot be restored. Nothing was changed; "
-                    "restore from another (older) retained checkpoint or a savepoint."
-                )
-
-
 def _read_operator_state(directory: str, handle: dict[str, Any]) -> dict[str, Any]:
     index = StateFileIndex.from_json(handle["index"])
     if index.operator_offset is None:
@@ -179,7 +169,7 @@ def _read_operator_state(directory: str, handle: dict[str, Any]) -> dict[str, An
         with fsspec.open(path, "rb") as f:
             return read_operator_state(f, index)
     except FileNotFoundError:
-        raise CheckpointError(
+        raise MissingCheckpointFileError(
             f"state file {path} of the checkpoint is missing; the checkpoint is incomplete. "
             "Restore from another (older) checkpoint or savepoint."
         ) from None

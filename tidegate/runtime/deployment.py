@@ -25,3 +25,5 @@ class Deployment:
     restore: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     #: checkpoint id this attempt was restored from (None on a fresh start)
     restored_checkpoint_id: int | None = None
+    #: the attempt's writer generation: names its files; older generations are fenced off
+    generation: int | None = None

@@ -99,7 +99,9 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         if cancelled.is_set():
             raise SlotCancelledError()
         # Step 3
-        storage = CheckpointStorage(deployment.checkpoint_base, deployment.job_id)
+        storage = CheckpointStorage(
+            deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
+        )
         for vertex_id, index in subtasks:
             vertex = graph.vertices[vertex_id]
             writers = {}

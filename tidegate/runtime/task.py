@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 import traceback
-import uuid
 from collections import deque
 from concurrent.futures import Executor
 from typing import Any
@@ -377,23 +376,21 @@ class StreamTask:
             for uid, snap in snapshots:
                 if snap is None:
                     continue
-                name = f"{_file_safe(uid)}-{self.subtask}-{uuid.uuid4().hex[:12]}.state"
-                with self.storage.open_write(f"{directory}/{name}") as f:
+                stem = f"{_file_safe(uid)}-{self.subtask}"
+                with self.storage.create_artifact(directory, stem, ".state") as f:
                     index = write_state_file(f, snap.keyed, snap.operator)
-                handle: dict[str, Any] = {"file": name, "index": index.to_json()}
+                handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
                 op = next(o for o in self.ops if o.uid == uid)
                 if op.keyed_backend is not None:
                     r = op.keyed_backend.key_group_range
                     handle["key_group_range"] = [r.start, r.stop]
                 state[uid] = handle
             if frames:
-                name = f"channels-{_file_safe(self.ops[0].uid)}-{self.subtask}"
-                name += f"-{uuid.uuid4().hex[:12]}.inflight"
-                with self.storage.open_write(f"{directory}/{name}") as f:
+                stem = f"channels-{_file_safe(self.ops[0].uid)}-{self.subtask}"
+                with self.storage.create_artifact(directory, stem, ".inflight") as f:
                     channel_state_bytes = write_channel_state(f, frames)
                 state[CHANNEL_STATE_KEY] = {
-                    "file": name,
-                    "size": channel_state_bytes,
+                    **f.handle,
                     "frames": len(frames),
                     "operator": self.ops[0].uid,
                 }

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 
 import cloudpickle
 
-from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.errors import CheckpointIntegrityError
 from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
 
 __all__ = [
@@ -69,7 +69,7 @@ _REMEDY = (
 )
 
 
-class CorruptStateError(CheckpointError):
+class CorruptStateError(CheckpointIntegrityError):
     """A state file is damaged, truncated, or not what its index says; it must not be loaded."""
 
     def __init__(self, where: str, problem: str, remedy: str = _REMEDY) -> None:
