@@ -291,6 +291,66 @@ def test_a_missing_directory_is_a_one_line_error(tmp_path):
     assert_one_line_error(result, 2, "does not exist")
 
 
+# --------------------------------------------------------------------------- checkpoints --verify
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def test_verify_reads_every_file_of_a_checkpoint_and_reports_it_intact(base):
+    result = invoke("checkpoints", str(base / "job-a"), "--id", "4", "--verify")
+    assert result.exit_code == 0, result.output
+    assert "  verified    ok (4 files, " in result.stdout
+    assert "attempt 0, generation 1" in result.stdout
+    detail = json.loads(
+        invoke("checkpoints", str(base / "job-a" / "chk-4"), "--json", "--verify").stdout
+    )
+    assert detail["verification"]["ok"] and detail["verification"]["files"] == 4
+    assert all(
+        s["checksum"].startswith("crc32:") for op in detail["operators"] for s in op["subtasks"]
+    )
+
+
+def test_verify_names_a_damaged_file_and_exits_1(base):
+    flip_a_byte(base / "job-a" / "chk-4" / "sum-1-0123456789ab.state")
+    result = invoke("checkpoints", str(base / "job-a" / "chk-4"), "--verify")
+    assert_one_line_error(result, 1, "1 damaged checkpoint(s)", str(base / "job-a" / "chk-4"))
+    assert "  verified    DAMAGED (1 of 4 files)" in result.stdout
+    damaged = [line for line in result.stderr.splitlines() if line.startswith("damaged: ")]
+    assert len(damaged) == 1
+    assert damaged[0].startswith(
+        f"damaged: {base}/job-a/chk-4/sum-1-0123456789ab.state (state file of operator 'sum', "
+        "subtask 1) does not match its checksum (crc32:"
+    )
+    assert "--restore-fallback" in result.stderr
+
+
+def test_verify_of_a_job_directory_checks_every_checkpoint(base):
+    (base / "job-a" / "chk-3" / "numbers-0-0123456789ab.state").unlink()
+    result = invoke("checkpoints", str(base / "job-a"), "--verify")
+    assert_one_line_error(result, 1, "1 damaged checkpoint(s)", "chk-3")
+    table = result.stdout.splitlines()
+    assert table[0].split()[-1] == "VERIFIED"
+    assert "DAMAGED (1 of 4 files)" in table[1] and "ok (4 files," in table[2]
+    assert (
+        "numbers-0-0123456789ab.state (state file of operator 'numbers', subtask 0) does not exist"
+        in result.stderr
+    )
+    records = json.loads(invoke("checkpoints", str(base / "job-a"), "--verify", "--json").stdout)
+    assert [r["verification"]["ok"] for r in records] == [False, True]
+    assert records[0]["verification"]["problems"][0]["missing"] is True
+
+
+def test_verify_counts_unreadable_metadata_as_damage(base):
+    (base / "job-a" / "chk-3" / "_metadata").write_text("{")
+    result = invoke("checkpoints", str(base / "job-a"), "--verify")
+    assert_one_line_error(result, 1, "1 damaged checkpoint(s)", "chk-3")
+    assert "warning: skipped" in result.stderr
+
+
 # --------------------------------------------------------------------------- run: the script
 
 
@@ -501,6 +561,30 @@ def test_from_checkpoint_on_corrupt_metadata_is_a_usage_error(tmp_path, base):
     job = script(tmp_path, "raise AssertionError('must not run')\n")
     result = invoke("run", str(job), "-s", str(base / "job-a" / "chk-4" / "_metadata"))
     assert_one_line_error(result, 2, "not valid checkpoint metadata")
+
+
+def test_restore_fallback_passes_the_job_directory_so_the_job_can_skip_damage(tmp_path, base):
+    seen = tmp_path / "seen.json"
+    job = script(
+        tmp_path,
+        f"""
+        import json
+        from tidegate.datastream import StreamExecutionEnvironment
+        overrides = dict(StreamExecutionEnvironment.cli_overrides)
+        del overrides["on_submit"]
+        json.dump(overrides, open({str(seen)!r}, "w"))
+        """,
+    )
+    (base / "job-a" / "chk-4" / "_metadata").write_text("{")  # the latest is damaged
+    result = invoke("run", str(job), "-s", str(base / "job-a"), "--restore-fallback")
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text()) == {
+        "restore_path": str(base / "job-a"),
+        "restore_fallback": True,
+    }
+    assert f"restoring from {base / 'job-a' / 'chk-4'}, or an older checkpoint" in result.stderr
+    without = invoke("run", str(job), "-s", str(base / "job-a"))
+    assert_one_line_error(without, 2, "not valid checkpoint metadata")
 
 
 def test_from_checkpoint_accepts_a_checkpoint_directory_and_a_metadata_file(tmp_path, base):

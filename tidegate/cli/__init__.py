@@ -1,12 +1,13 @@
 """The `tidegate` command: run a job script with live status, and inspect checkpoints.
 
     tidegate run JOB.py [--parallelism N] [--runner spark|local] [--spark-master URL]
-                        [--from-checkpoint PATH] [-- job args...]
-    tidegate checkpoints DIR [--id N] [--json]
+                        [--from-checkpoint PATH] [--restore-fallback] [-- job args...]
+    tidegate checkpoints DIR [--id N] [--json] [--verify]
 
 Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`
-shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed, 2 a usage or path
-error (a missing script, a wrong checkpoint path, no Spark), 130 interrupted.
+shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed (or `--verify`
+found a damaged checkpoint), 2 a usage or path error (a missing script, a wrong checkpoint path,
+no Spark), 130 interrupted.
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
 checkpoints command), `errors` (error lines and exit codes), `formatting` (shared text helpers).

@@ -1,4 +1,5 @@
-"""`tidegate checkpoints DIR [--id N] [--json]`: list completed checkpoints, or show one."""
+"""`tidegate checkpoints DIR [--id N] [--json] [--verify]`: list completed checkpoints, or show
+one; `--verify` also checks their files (cli/verify.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tidegate.checkpoint.storage import (
 )
 from tidegate.cli.errors import CliError, one_line, reported, verbose_option
 from tidegate.cli.formatting import format_table, human_size, local_iso
+from tidegate.cli.verify import report_damage, verification_of, verification_summary
 
 T = TypeVar("T")
 _CHK_DIR = re.compile(r"chk-\d+")
@@ -34,9 +36,14 @@ _CHK_DIR = re.compile(r"chk-\d+")
 @click.argument("directory", metavar="DIR")
 @click.option("--id", "checkpoint_id", type=int, help="Show this checkpoint's metadata.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also read every file and check its size and checksum; exit 1 if one is damaged.",
+)
 @verbose_option
 def checkpoints_command(
-    directory: str, checkpoint_id: int | None, as_json: bool, verbose: bool
+    directory: str, checkpoint_id: int | None, as_json: bool, verify: bool, verbose: bool
 ) -> None:
     """List completed checkpoints, or show one.
 
@@ -51,10 +58,15 @@ def checkpoints_command(
         else:
             found = _find_checkpoints(directory)
             if checkpoint_id is None:
-                _list_checkpoints(directory, found, as_json)
+                _list_checkpoints(directory, found, as_json, verify)
                 return
             path = _pick(directory, found, checkpoint_id)
-        _show_checkpoint(_described(checkpoint_detail, path), as_json)
+        detail = _described(checkpoint_detail, path)
+        if verify:
+            detail["verification"] = verification_of(path)
+        _show_checkpoint(detail, as_json)
+        if verify:
+            report_damage([detail])
 
 
 def read_metadata(directory: str) -> dict[str, Any]:
@@ -170,7 +182,8 @@ def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
                 {
                     "subtask": int(index),
                     "file": handle.get("file"),
-                    "size_bytes": info.get("size"),
+                    "size_bytes": handle.get("size", info.get("size")),
+                    "checksum": handle.get("checksum"),
                     "key_groups": [kg[0], kg[1] - 1] if kg else None,
                     "non_empty_key_groups": len(info.get("key_groups") or []),
                     "state_kinds": info.get("state_kinds") or {},
@@ -196,16 +209,20 @@ def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
         "size_bytes",
         "max_parallelism",
         "attempt",
+        "generation",
     )
     return {"path": path, **{k: metadata.get(k) for k in keys}, "operators": operators}
 
 
 # output ---------------------------------------------------------------------------------------
-def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> None:
+def _list_checkpoints(directory: str, found: list[_Found], as_json: bool, verify: bool) -> None:
     records = []
     for f in found:
         try:
-            records.append(_described(_summary_record, f.path))
+            record = _described(_summary_record, f.path)
+            if verify:
+                record["verification"] = verification_of(f.path)
+            records.append(record)
         except CheckpointError as exc:
             error = one_line(str(exc))
             click.echo(f"warning: skipped {f.path}: {error}", err=True)
@@ -219,7 +236,15 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> Non
             )
     if as_json:
         click.echo(json.dumps(records, indent=2))
-        return
+    else:
+        _print_checkpoint_table(directory, found, records, verify)
+    if verify:
+        report_damage(records)
+
+
+def _print_checkpoint_table(
+    directory: str, found: list[_Found], records: list[dict[str, Any]], verify: bool
+) -> None:
     if not found:
         click.echo(
             f"no completed checkpoints under {directory}. (A job that FINISHED deletes its "
@@ -238,9 +263,12 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool) -> Non
             r["operators"],
             r["job_name"] or "-",
         ]
+        + ([verification_summary(r["verification"])] if verify else [])
         for r in records
         if "error" not in r
     ]
+    if verify:
+        headers.append("VERIFIED")
     click.echo(format_table(headers, rows))
 
 
@@ -258,8 +286,10 @@ def _show_checkpoint(detail: dict[str, Any], as_json: bool) -> None:
     click.echo(f"  completed   {local_iso(detail['completed_ms'])} (duration {duration} ms)")
     click.echo(
         f"  size        {size}, max parallelism {detail['max_parallelism']}, "
-        f"attempt {detail['attempt']}"
+        f"attempt {detail['attempt']}, generation {detail['generation']}"
     )
+    if "verification" in detail:
+        click.echo(f"  verified    {verification_summary(detail['verification'])}")
     for op in detail["operators"]:
         click.echo(f"\noperator {op['uid']}: {op['name']!r}, parallelism {op['parallelism']}")
         rows = [_subtask_row(s) for s in op["subtasks"]]

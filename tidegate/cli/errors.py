@@ -14,6 +14,8 @@ from tidegate.checkpoint.errors import CheckpointError
 from tidegate.deploy.spark_session import SparkUnavailableError
 
 EXIT_JOB_FAILED = 1
+#: `tidegate checkpoints --verify` found a damaged checkpoint
+EXIT_DAMAGED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 #: failures the JobMaster reports as "<type>: <message>" that are the environment's, not the job's
@@ -21,6 +23,10 @@ ENVIRONMENT_ERRORS = {
     "SparkUnavailableError": "use --runner local to run without Spark, or install Java 17+",
     "CheckpointNotFoundError": "`tidegate checkpoints DIR` lists the completed checkpoints",
     "CorruptCheckpointError": "`tidegate checkpoints DIR` lists the completed checkpoints",
+    "UnsupportedFormatVersionError": "restore with the tidegate version that wrote it",
+    "ChecksumMismatchError": "`tidegate checkpoints DIR --verify` checks every checkpoint",
+    "MissingCheckpointFileError": "`tidegate checkpoints DIR --verify` checks every checkpoint",
+    "FencedWriterError": "run one driver per job id",
     "IncompatibleCheckpointError": "operators are matched by uid: keep the uids they had",
     "CheckpointStorageError": "check the checkpoint directory setting and its permissions",
 }

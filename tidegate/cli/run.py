@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tidegate.checkpoint.storage import resolve_checkpoint_path
+from tidegate.checkpoint.storage import checkpoint_candidates, resolve_checkpoint_path
 from tidegate.cli.checkpoints import read_metadata
 from tidegate.cli.errors import (
     ENVIRONMENT_ERRORS,
@@ -54,6 +54,13 @@ _TRACEBACK_FRAME = re.compile(
     help="Restore from a chk-<n> dir, its _metadata file, or a job dir (its latest checkpoint).",
 )
 @click.option(
+    "--restore-fallback",
+    is_flag=True,
+    default=None,
+    help="If the checkpoint to restore is damaged, fall back to an older retained one (also on "
+    "restarts after a failure) instead of failing.",
+)
+@click.option(
     "--status-interval",
     type=click.FloatRange(min=0),
     default=2.0,
@@ -69,6 +76,7 @@ def run_command(
     runner: str | None,
     spark_master: str | None,
     from_checkpoint: str | None,
+    restore_fallback: bool | None,
     status_interval: float,
     verbose: bool,
 ) -> None:
@@ -84,8 +92,15 @@ def run_command(
         "parallelism": parallelism,
         "runner": runner,
         "spark_master": spark_master,
+        "restore_fallback": restore_fallback,
     }
-    if from_checkpoint is not None:
+    if from_checkpoint is not None and restore_fallback:
+        # the job picks the newest intact checkpoint: check only that the path holds some
+        with reported(verbose):
+            newest = checkpoint_candidates(from_checkpoint)[0]
+        overrides["restore_path"] = from_checkpoint
+        printer.line(f"restoring from {newest}, or an older checkpoint if it is damaged")
+    elif from_checkpoint is not None:
         directory, metadata = _check_restore_path(from_checkpoint, verbose)
         overrides["restore_path"] = directory
         printer.line(f"restoring from checkpoint {metadata['checkpoint_id']} in {directory}")
