@@ -169,6 +169,7 @@ def count_job(
     slow_sink_s: float = 0.0,
     slow_records: int | None = None,
     failure_markers: str | None = None,
+    count: RunningCount | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
     if restore_path:
@@ -184,7 +185,7 @@ def count_job(
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     if failure_markers:
         ds = ds.map(ScheduledFailures(failure_markers)).uid("scheduled-failures")
-    ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    ds = ds.key_by(lambda v: v % NUM_KEYS).process(count or RunningCount()).uid("count")
     if slow_sink_s:
         ds = ds.map(SlowMap(slow_sink_s, slow_records)).uid("slow")
     sink = (
@@ -261,3 +262,39 @@ def kill_slots(client, kills: int, after_checkpoints: int = 1) -> threading.Thre
     thread.killed = []
     thread.start()
     return thread
+
+
+class CountThenFailAfterCheckpoint(RunningCount):
+    """The running count; in the first attempt, when its second checkpoint completed, it flips
+    a byte of this subtask's state file of that checkpoint (if `damage`: storage corrupting a
+    file) and fails before the sink chained after it is notified, so the sink commits nothing
+    of that checkpoint (integrity tests: falling back past it stays exactly-once)."""
+
+    def __init__(self, checkpoints: str, damage: bool) -> None:
+        self.checkpoints = checkpoints
+        self.damage = damage
+
+    def open(self, runtime_context) -> None:
+        super().open(runtime_context)
+        self.first_attempt = runtime_context.get_attempt_number() == 0
+        self.subtask = runtime_context.get_index_of_this_subtask()
+        self.completed = 0
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.completed += 1
+        if not self.first_attempt or self.completed < 2:
+            return
+        if self.damage:
+            pattern = f"{self.checkpoints}/*/chk-{checkpoint_id}/count-{self.subtask}-*"
+            for path in glob.glob(pattern):
+                flip_a_byte(path)
+        raise InjectedFailure(f"injected failure after checkpoint {checkpoint_id}")
+
+
+def flip_a_byte(path: str) -> None:
+    """Flip one bit in the middle of a file, as a storage fault would."""
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x01]))

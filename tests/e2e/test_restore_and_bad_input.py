@@ -4,12 +4,21 @@ loses nothing (the checkpoint is left as it was)."""
 from __future__ import annotations
 
 import glob
+import json
 import os
+import re
 import time
 
 import pytest
 
-from tests.e2e.jobs import AlwaysBroken, check_exactly_once, committed_lines, count_job
+from tests.e2e.jobs import (
+    AlwaysBroken,
+    CountThenFailAfterCheckpoint,
+    check_exactly_once,
+    committed_lines,
+    count_job,
+    flip_a_byte,
+)
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
@@ -142,3 +151,159 @@ def test_a_worker_that_cannot_import_the_users_module_says_so_with_a_hint(
     assert client.jobmaster.stats.restarts == 0
     assert "driver_only_module" in str(err.value)
     assert "importable on every worker" in str(err.value)
+
+
+# --------------------------------------------------------------------------- integrity (§4)
+# A damaged checkpoint (checksum mismatch, missing file, corrupt `_metadata`, unknown format
+# version) is refused with an error naming the file and the checkpoint stays as it was. With
+# restore fallback allowed, the job restores the older retained checkpoint instead. For that
+# to be exactly-once, the damaged checkpoint must not have been committed by the sinks: the
+# job below fails right after the checkpoint completed, before its sink is notified.
+
+N = 20_000
+
+
+def _damaging_job(
+    tmp_path, runner: str, *, damage: bool, restarts: int, fallback: bool, retain: bool
+):
+    env = count_job(
+        tmp_path / "out1",
+        tmp_path / "chk",
+        runner=runner,
+        n=N,
+        rate=5_000,
+        restarts=restarts,
+        count=CountThenFailAfterCheckpoint(str(tmp_path / "chk"), damage),
+    )
+    config = env.get_checkpoint_config()
+    config.set_num_retained_checkpoints(2)
+    if retain:
+        config.set_externalized_checkpoint_retention(
+            ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+        )
+    if fallback:
+        env.get_config().set_string("execution.checkpointing.restore-fallback", "true")
+    return env
+
+
+def _checkpoint_dirs(job_dir: str) -> list[str]:
+    return sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
+
+
+def _contents(directory: str) -> dict[str, bytes]:
+    return {p: open(p, "rb").read() for p in sorted(glob.glob(f"{directory}/*"))}
+
+
+def _resume(tmp_path, runner: str, job_dir: str, fallback: bool):
+    env = count_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, restore_path=job_dir)
+    if fallback:
+        env.get_config().set_string("execution.checkpointing.restore-fallback", "true")
+    return env.execute_async("resumed")
+
+
+def test_with_restore_fallback_a_restart_skips_a_damaged_checkpoint_exactly_once(
+    runner, tmp_path, caplog
+):
+    env = _damaging_job(tmp_path, runner, damage=True, restarts=3, fallback=True, retain=False)
+    client = env.execute_async("fallback on restart")
+    client.get_job_execution_result().result(timeout=300)
+    jm = client.jobmaster
+    skipped = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
+    assert len(skipped) == 1, skipped
+    damaged_id = int(skipped[0].split("chk-", 1)[1].split(" ", 1)[0])
+    assert "does not match its checksum" in skipped[0] and "operator 'count'" in skipped[0]
+    assert jm.stats.restarts == 1 and jm.stats.restored_from < damaged_id
+    check_exactly_once(committed_lines(tmp_path / "out1"), N, 2)
+
+
+def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_is_kept(
+    runner, tmp_path
+):
+    # default retention: a failed job deletes its checkpoints, but not after finding damage
+    env = _damaging_job(tmp_path, runner, damage=True, restarts=3, fallback=False, retain=False)
+    client = env.execute_async("no fallback")
+    with pytest.raises(JobExecutionException, match="ChecksumMismatchError") as err:
+        client.get_job_execution_result().result(timeout=300)
+    jm = client.jobmaster
+    message = str(err.value)
+    named = r"state file (count-\d-g1-[0-9a-f]{12}\.state) \(operator 'count', subtask \d\)"
+    damaged_file = re.search(named, message).group(1)
+    assert "does not match its checksum" in message and "restore-fallback" in message
+    assert jm.stats.restarts == 1  # the restart's restore refused it; no further attempts
+    # nothing deleted: the refused checkpoint still holds the damaged file, the older one too
+    job_dir = str(tmp_path / "chk" / jm.job_id)
+    retained = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    assert len(retained) == 2
+    assert os.path.exists(f"{retained[-1]}/{damaged_file}")
+    first_output = committed_lines(tmp_path / "out1")
+    assert len(set(first_output)) == len(first_output) < N
+    # restoring the job directory: without fallback the same clear error, with it exactly-once
+    before = {d: _contents(d) for d in retained}
+    with pytest.raises(JobExecutionException, match=damaged_file) as again:
+        _resume(tmp_path, runner, job_dir, fallback=False).get_job_execution_result().result(
+            timeout=300
+        )
+    assert f"An older checkpoint is retained ({retained[-2]})" in str(again.value)
+    assert {d: _contents(d) for d in retained} == before
+    resumed = _resume(tmp_path, runner, job_dir, fallback=True)
+    resumed.get_job_execution_result().result(timeout=300)
+    assert resumed.jobmaster.stats.restored_from == int(retained[-2].rsplit("-", 1)[1])
+    check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, 2)
+
+
+def _damage(kind: str, checkpoint: str) -> str:
+    """Damage `checkpoint` like a storage fault or a wrong tool would; returns the file named."""
+    state_file = sorted(glob.glob(f"{checkpoint}/count-*.state"))[0]
+    match kind:
+        case "checksum mismatch":
+            flip_a_byte(state_file)
+        case "missing file":
+            os.remove(state_file)
+        case "corrupt metadata":
+            with open(f"{checkpoint}/_metadata", "r+b") as f:
+                f.truncate(os.path.getsize(f"{checkpoint}/_metadata") // 2)
+            return f"{checkpoint}/_metadata"
+        case "unknown format version":
+            with open(f"{checkpoint}/_metadata") as f:
+                document = json.load(f)
+            with open(f"{checkpoint}/_metadata", "w") as f:
+                json.dump({**document, "version": 7}, f)
+            return f"{checkpoint}/_metadata"
+    return os.path.basename(state_file)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        ("checksum mismatch", "does not match its checksum"),
+        ("missing file", "does not exist"),
+        ("corrupt metadata", "not valid checkpoint metadata"),
+        ("unknown format version", "version 7, but this tidegate reads version 2; it was"),
+    ],
+)
+def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, kind, error):
+    """Without fallback: a clear error naming the file, the checkpoint untouched. With it: the
+    older retained checkpoint, exactly-once."""
+    env = _damaging_job(tmp_path, "local", damage=False, restarts=0, fallback=False, retain=True)
+    first = env.execute_async("fails after its second checkpoint")
+    with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
+        first.get_job_execution_result().result(timeout=300)
+    job_dir = str(tmp_path / "chk" / first.jobmaster.job_id)
+    older, latest = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    named = _damage(kind, latest)
+    before = _contents(latest), _contents(older)
+    with pytest.raises(JobExecutionException) as err:
+        _resume(tmp_path, "local", job_dir, fallback=False).get_job_execution_result().result(
+            timeout=300
+        )
+    assert named in str(err.value) and error in str(err.value)
+    assert f"An older checkpoint is retained ({older})" in str(err.value)
+    assert (_contents(latest), _contents(older)) == before
+    assert not committed_lines(tmp_path / "out2")
+    resumed = _resume(tmp_path, "local", job_dir, fallback=True)
+    resumed.get_job_execution_result().result(timeout=300)
+    assert resumed.jobmaster.stats.restored_from == int(older.rsplit("-", 1)[1])
+    check_exactly_once(
+        committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2"), N, 2
+    )
+    assert (_contents(latest), _contents(older)) == before  # NO_CLAIM: never modified
