@@ -6,6 +6,11 @@ the completed checkpoints of a job directory the user restores from. Each is che
 steps — its `_metadata` decodes (format, version, checksum), and every file the restore will
 read has the recorded size and checksum — and a candidate that fails either step is unusable
 (a CheckpointIntegrityError). Nothing is ever deleted here.
+
+Falling back is opt-in because it can break exactly-once: the sources replay everything after
+the older checkpoint, so output that two-phase-commit sinks already committed for a skipped
+checkpoint is committed again. It is exactly-once only when the skipped checkpoint's output had
+not been committed (e.g. the job failed between completing it and notifying the sinks).
 """
 
 from __future__ import annotations
@@ -73,7 +78,9 @@ def choose_checkpoint(
             continue
         if skipped:
             log.warning(
-                "restoring from the older checkpoint %s: %d newer one(s) skipped as unusable (%s)",
+                "restoring from the older checkpoint %s: %d newer one(s) skipped as unusable "
+                "(%s). The sources replay the records since then: output a sink already "
+                "committed for a skipped checkpoint is written again",
                 candidate.directory,
                 len(skipped),
                 ", ".join(directory for directory, _ in skipped),
