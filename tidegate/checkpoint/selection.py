@@ -15,13 +15,12 @@ not been committed (e.g. the job failed between completing it and notifying the 
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.checkpoint.errors import CheckpointIntegrityError
+from tidegate.checkpoint.errors import CheckpointIntegrityError, CheckpointNotFoundError
 from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.checkpoint.verification import verify_checkpoint
 
@@ -51,13 +50,14 @@ def choose_checkpoint(
 ) -> tuple[dict[str, Any], str]:
     """The (metadata, directory) of the first usable candidate.
 
-    Without `allow_fallback` the first candidate must be usable: its CheckpointIntegrityError is
-    raised, with a hint naming the next older candidate. With it, unusable candidates are
-    skipped with a warning saying which and why; if none is usable, CheckpointIntegrityError
-    lists them all. `uids`: the operators of the job being restored (only their files are
-    verified, as only they are read); None verifies every file.
+    Without `allow_fallback` the first candidate must be usable: its CheckpointIntegrityError
+    (or CheckpointNotFoundError, if its `_metadata` vanished) is raised, with a hint naming the
+    next older candidate. With it, unusable candidates are skipped with a warning saying which
+    and why; if none is usable, CheckpointIntegrityError lists them all. `uids`: the operators
+    of the job being restored (only their files are verified, as only they are read); None
+    verifies every file.
     """
-    skipped: list[tuple[str, CheckpointIntegrityError]] = []
+    skipped: list[tuple[str, Exception]] = []
     for i, candidate in enumerate(candidates):
         try:
             metadata = dict(
@@ -66,9 +66,10 @@ def choose_checkpoint(
             verify_checkpoint(
                 metadata, candidate.directory, uids=uids, storage_options=storage_options
             ).raise_for_problems()
-        except CheckpointIntegrityError as error:
+        except (CheckpointIntegrityError, CheckpointNotFoundError) as error:
             if not allow_fallback:
-                raise _with_hint(error, _fallback_hint(candidates[i + 1 :])) from error
+                _add_hint(error, _fallback_hint(candidates[i + 1 :]))
+                raise
             log.warning(
                 "skipping checkpoint %s (restore fallback is allowed): %s",
                 candidate.directory,
@@ -106,8 +107,6 @@ def _fallback_hint(older: Sequence[RestoreCandidate]) -> str:
     )
 
 
-def _with_hint(error: CheckpointIntegrityError, hint: str) -> CheckpointIntegrityError:
-    """`error` (same type and attributes) with `hint` appended to its message."""
-    hinted = copy.copy(error)
-    hinted.args = (f"{error} {hint}", *error.args[1:])
-    return hinted
+def _add_hint(error: Exception, hint: str) -> None:
+    """Append `hint` to `error`'s message."""
+    error.args = (f"{error} {hint}", *error.args[1:])
