@@ -32,7 +32,6 @@ from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.savepoints import (
     discard_snapshot_dir,
     newest_snapshot,
-    savepoint_location,
 )
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.storage import (
@@ -46,14 +45,18 @@ from tidegate.deploy import runners
 from tidegate.deploy.control_server import ControlServer, SlotLost
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
 from tidegate.deploy.restore import build_metadata, plan_restore, warn_generated_uids
-from tidegate.deploy.snapshot_requests import PendingRequests, SnapshotKind, SnapshotRequest
+from tidegate.deploy.snapshot_requests import (
+    AttemptRequests,
+    SnapshotKind,
+    SnapshotRequest,
+    StopFailed,
+)
 from tidegate.runtime.deployment import Deployment
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
+from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
     DeclineCheckpoint,
-    DrainSources,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     RegisterSlot,
@@ -92,14 +95,6 @@ class Cancel:
 @dataclass(frozen=True)
 class RetryFinalCheckpoint:
     attempt: int
-
-
-@dataclass(frozen=True)
-class StopFailed:
-    """The stop-with-savepoint's savepoint failed (or could not be triggered)."""
-
-    attempt: int
-    reason: str
 
 
 class JobFailure(Exception):
@@ -187,10 +182,11 @@ class JobMaster:
         return self._submit(SnapshotRequest(SnapshotKind.STOP, target_directory, drain))
 
     def _submit(self, request: SnapshotRequest) -> Future:
+        needs_dir = request.kind is not SnapshotKind.CHECKPOINT
         with self._request_lock:
             if self._requests_closed or self.status is not JobStatus.RUNNING:
-                request.fail(self._not_running())
-            elif request.kind is not SnapshotKind.CHECKPOINT and not self._savepoint_dir(request):
+                request.fail(self.not_running_error())
+            elif needs_dir and not self.savepoint_dir_for(request):
                 request.fail(
                     NoSavepointDirectoryError(
                         "no savepoint directory: pass a target directory, or configure a default "
@@ -202,10 +198,10 @@ class JobMaster:
                 self.events.put(request)
         return request.future
 
-    def _savepoint_dir(self, request: SnapshotRequest) -> str | None:
+    def savepoint_dir_for(self, request: SnapshotRequest) -> str | None:
         return request.target_directory or self.spec.checkpoint.savepoint_dir
 
-    def _not_running(self) -> JobNotRunningError:
+    def not_running_error(self) -> JobNotRunningError:
         return JobNotRunningError(
             f"job {self.spec.job_name!r} ({self.job_id}) is {self.status.name}, not RUNNING: "
             "checkpoints and savepoints can only be taken while it runs"
@@ -371,7 +367,7 @@ class JobMaster:
             except queue.Empty:
                 break
             if isinstance(event, SnapshotRequest):
-                event.fail(self._not_running())
+                event.fail(self.not_running_error())
         self.scheduler.shutdown()
         if self.server is not None:
             self.server.close()
@@ -424,11 +420,7 @@ class _Attempt:
         self.runner_ended = False
         self.coordinator: CheckpointCoordinator | None = None
         self.tearing_down = False
-        self.requests = PendingRequests()
-        #: the stop-with-savepoint in progress, its savepoint directory and checkpoint id
-        self.stopping: SnapshotRequest | None = None
-        self.stop_location: str | None = None
-        self.stop_checkpoint_id: int | None = None
+        self.requests = AttemptRequests(self)
 
     # Step 1: wait until every slot registered, then send the address book.
     def run(self) -> JobStatus | None:
@@ -564,83 +556,16 @@ class _Attempt:
             case Cancel():
                 return JobStatus.CANCELED
             case SnapshotRequest():
-                self._start_request(event)
+                self.requests.start(event)
             case StopFailed(reason=reason):
                 return self._on_stop_failed(reason)
         return _CONTINUE
 
-    # user requests: manual checkpoints, savepoints, stop-with-savepoint -----------------------
-    def _start_request(self, request: SnapshotRequest) -> None:
-        jm = self.jm
-        if self.coordinator is None or jm.status is not JobStatus.RUNNING:
-            request.fail(jm._not_running())
-            return
-        if self.stopping is not None:
-            request.fail(JobNotRunningError("the job is stopping with a savepoint"))
-            return
-        if request.kind is SnapshotKind.STOP and self.finished_sources == self.sources:
-            request.fail(
-                JobNotRunningError("every source has finished: the job is finishing on its own")
-            )
-            return
-        options = None  # a checkpoint: the configured options (aligned or unaligned)
-        if request.kind is not SnapshotKind.CHECKPOINT:
-            # Step 1: the savepoint's own directory, created now so a bad one fails early
-            location = savepoint_location(jm._savepoint_dir(request), jm.job_id)
-            try:
-                jm.storage.create_dir(location)
-            except Exception as e:
-                request.fail(
-                    CheckpointTriggerError(
-                        f"cannot create the savepoint directory {location}: "
-                        f"{type(e).__name__}: {e}. Pass a directory this process and every "
-                        "worker can write."
-                    )
-                )
-                return
-            options = _savepoint_options(location, final=request.kind is SnapshotKind.STOP)
-        if request.kind is SnapshotKind.STOP:
-            # Step 2 (stop): no periodic checkpoints meanwhile (Flink's stopCheckpointScheduler)
-            self.stopping, self.stop_location = request, location
-            self.coordinator.suspend_periodic()
-            if request.drain:  # the savepoint is the final checkpoint once the sources ended
-                for slot in {i for _v, i in self.sources}:
-                    jm.server.send(self.attempt, slot, DrainSources())
-                return
-        self._trigger_requested(request, options)
-
-    def _trigger_requested(self, request: SnapshotRequest, options: CheckpointOptions | None):
-        """Step 3: trigger the checkpoint or savepoint and register the request under its id."""
-        try:
-            cid = self.coordinator.trigger_checkpoint(options, force=True)
-        except Exception as e:
-            reason = f"it could not be triggered: {type(e).__name__}: {e}"
-            if request is self.stopping:
-                self.jm.events.put(StopFailed(self.attempt, reason))
-            request.fail(CheckpointTriggerError(reason))
-            return
-        if cid is None:
-            request.fail(self.jm._not_running())
-            return
-        if request is self.stopping:
-            self.stop_checkpoint_id = cid
-            self.final_ids.add(cid)
-        self.requests.register(cid, request)
-
     def _on_stop_failed(self, reason: str):
-        """The stop-with-savepoint failed: without drain the sources resume (the tasks saw the
-        abort); after a drain they cannot, so the job restarts, not counted as a failure."""
-        request, self.stopping = self.stopping, None
-        if request is None:
-            return _CONTINUE
-        self.final_ids.discard(self.stop_checkpoint_id)
-        self.stop_checkpoint_id = self.stop_location = None
-        self.coordinator.resume_periodic()
-        request.fail(CheckpointTriggerError(f"stop-with-savepoint failed: {reason}"))
-        if not request.drain:
+        if not self.requests.stop_failed(reason):
             log.warning("stop-with-savepoint failed, the job keeps running: %s", reason)
             return _CONTINUE
-        self.jm._restart_freely = True
+        self.jm._restart_freely = True  # the drained sources cannot resume: restart
         return self._fail(
             f"stop-with-savepoint --drain failed after the sources were drained ({reason}); "
             "restarting from the latest checkpoint or savepoint"
@@ -698,10 +623,8 @@ class _Attempt:
             return
         if any(cid in self.final_ids for cid in self.coordinator.pending_ids):
             return
-        if self.stopping is not None and self.stopping.drain:
-            # stop-with-savepoint --drain: the sources ended, the savepoint is the final snapshot
-            options = _savepoint_options(self.stop_location, final=True)
-            self._trigger_requested(self.stopping, options)
+        if self.requests.draining:  # stop-with-savepoint --drain: the savepoint is the final one
+            self.requests.trigger_drained()
             return
         # Always aligned: a sink must snapshot after its last record, or what arrives after an
         # unaligned snapshot would never be committed.
@@ -719,7 +642,7 @@ class _Attempt:
             jm.latest_savepoint = newest_snapshot(jm.latest_savepoint, cp)
             log.info("savepoint %d completed: %s", cp.checkpoint_id, cp.path)
             warn_generated_uids(self.graph, cp.metadata["operators"], f"savepoint {cp.path}")
-        request = self.requests.complete(cp)
+        request = self.requests.completed(cp)
         if request is not None and request.kind is SnapshotKind.STOP:
             jm._stop = (request, cp)  # succeeds once the job has finished
 
@@ -729,10 +652,7 @@ class _Attempt:
         if self.coordinator is not None:
             self.coordinator.stop("job attempt ended")
             jm.next_checkpoint_id = self.coordinator.next_checkpoint_id
-        ended = JobNotRunningError("the job attempt ended before the snapshot completed")
-        self.requests.fail_all(ended)
-        if self.stopping is not None and (jm._stop is None or jm._stop[0] is not self.stopping):
-            self.stopping.fail(ended)  # a drain whose savepoint was never triggered
+        self.requests.teardown(jm._stop[0] if jm._stop is not None else None)
         jm.server.broadcast(self.attempt, CancelSlot("the job attempt ended"))
         if not self.runner_ended:
             self.slots.cancel()
@@ -781,10 +701,10 @@ class _Attempt:
             self.jm.stats.failed_checkpoints += 1
         log.info("checkpoint %d aborted: %s", checkpoint_id, reason)
         self.jm.server.broadcast(self.attempt, NotifyCheckpointAborted(checkpoint_id))
-        self.requests.abort(checkpoint_id, reason)
+        was_stop = self.requests.aborted(checkpoint_id, reason)
         if self.tearing_down:
             return
-        if checkpoint_id == self.stop_checkpoint_id:
+        if was_stop:
             self.jm.events.put(StopFailed(self.attempt, reason))
         elif checkpoint_id in self.final_ids:
             self.jm.scheduler.schedule(
@@ -800,13 +720,6 @@ class _Attempt:
 
     def fail_job(self, reason: str) -> None:
         self.jm.events.put(FailJob(self.attempt, reason))
-
-
-def _savepoint_options(location: str | None, *, final: bool) -> CheckpointOptions:
-    """Savepoints are always aligned (no in-flight data, so any topology can restore them)."""
-    return CheckpointOptions(
-        checkpoint_type=CheckpointType.SAVEPOINT, is_final=final, target_location=location
-    )
 
 
 def _claimed_checkpoint(metadata: dict[str, Any], directory: str) -> CompletedCheckpoint:
