@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -343,3 +345,33 @@ def test_savepoints_and_restores_warn_about_stateful_operators_without_a_uid(tmp
     with caplog.at_level(logging.WARNING, logger="tidegate"):
         _resume(tmp_path, "local", path, count_uid=None)
     assert re.search(r"restoring .*Process \(process-\d+\) have no explicit uid", caplog.text)
+
+
+CLI_JOB = f"""
+import sys
+from pathlib import Path
+from tests.e2e.savepoint_jobs import savepoint_job
+
+out, checkpoints, count_uid = sys.argv[1:4]
+env = savepoint_job(Path(out), Path(checkpoints), runner="spark", n={N}, count_uid=count_uid)
+env.execute("cli restore")
+"""
+
+
+def test_tidegate_run_restores_a_savepoint_and_can_drop_unmatched_state(tmp_path):
+    path, metadata, first_lines = _stop_with_savepoint(tmp_path, "local")
+    job = tmp_path / "job.py"
+    job.write_text(CLI_JOB)
+    out = tmp_path / "out2"
+    result = subprocess.run(
+        [sys.executable, "-m", "tidegate", "run", str(job), "--runner", "local",
+         "--from-savepoint", path, "--allow-non-restored-state",
+         "--", str(out), str(tmp_path / "chk"), "count-v2"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"restoring from savepoint {metadata['checkpoint_id']} in {path}" in result.stderr
+    assert "uid 'count' (Process)" in result.stderr and "dropped" in result.stderr
+    values = sorted(int(line.split(",")[1]) for line in first_lines + committed_lines(out))
+    assert values == list(range(N))
