@@ -234,6 +234,12 @@ def identity(i: int) -> int:
     return i
 
 
+def slow(x: Any, seconds: float) -> Any:
+    """A deliberately slow stage (backpressure): sleeps per record."""
+    time.sleep(seconds)
+    return x
+
+
 # jobs -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobParams:
@@ -245,11 +251,18 @@ class JobParams:
     keys: int = 10_000
     rate: float | None = None  # records/s limit of an unbounded source
     restarts: int = 0
+    #: "aligned", "unaligned", or "timeout-<ms>" (aligned, unaligned after <ms> of alignment)
+    alignment: str = "aligned"
+    #: a slow stage before the sink: microseconds of sleep per record (0: none)
+    slow_us: int = 0
 
     @property
     def label(self) -> str:
         ck = f"ckpt {self.checkpoint_ms}ms" if self.checkpoint_ms else "ckpt off"
-        return f"{self.pipeline} p={self.parallelism} {ck} sink={self.sink}"
+        if self.checkpoint_ms and self.alignment != "aligned":
+            ck += f" {self.alignment}"
+        slow_stage = f" slow {self.slow_us}us" if self.slow_us else ""
+        return f"{self.pipeline} p={self.parallelism} {ck} sink={self.sink}{slow_stage}"
 
     def expected_sink_records(self) -> int | None:
         """Records the sink must have committed when the job finished (exactly once)."""
@@ -270,14 +283,19 @@ def build_env(
     env.set_parallelism(params.parallelism)
     if params.checkpoint_ms:
         env.enable_checkpointing(params.checkpoint_ms)
+    if params.alignment != "aligned":
+        env.get_checkpoint_config().enable_unaligned_checkpoints()
+        if params.alignment.startswith("timeout-"):
+            timeout_ms = int(params.alignment.removeprefix("timeout-"))
+            env.get_checkpoint_config().set_aligned_checkpoint_timeout(timeout_ms)
     env.get_checkpoint_config().set_checkpoint_storage_dir(os.path.join(work_dir, "chk"))
     if params.restarts:
         env.set_restart_strategy(RestartStrategies.fixed_delay_restart(params.restarts, 0))
     else:
         env.set_restart_strategy(RestartStrategies.no_restart())
 
-    if params.records is None:
-        source = DataGeneratorSource(identity, count=None, records_per_second=params.rate)
+    if params.records is None or params.rate is not None:
+        source = DataGeneratorSource(identity, count=params.records, records_per_second=params.rate)
     else:
         source = NumberSequenceSource(0, params.records - 1)
     ds = env.from_source(source, None, "numbers").uid("numbers")
@@ -288,6 +306,8 @@ def build_env(
         ds = ds.key_by(first).reduce(add_counts).uid("count")
     else:
         raise ValueError(f"unknown pipeline {params.pipeline!r}")
+    if params.slow_us:
+        ds = ds.map(functools.partial(slow, seconds=params.slow_us / 1e6)).uid("slow")
 
     out = os.path.join(work_dir, "out")
     if params.sink == "file":

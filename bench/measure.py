@@ -158,12 +158,25 @@ class Probe:
 
 
 def _ack_phases(jm: Any) -> dict[int, dict[str, float]]:
-    """Per checkpoint: the slowest subtask's synchronous and asynchronous phase (ms)."""
-    phases: dict[int, dict[str, float]] = {}
+    """Per checkpoint: the slowest subtask's synchronous and asynchronous phase, alignment and
+    start delay (ms), the in-flight bytes persisted, and whether any subtask went unaligned."""
+    phases: dict[int, dict[str, Any]] = {}
     for h in list(jm.stats.history):
-        p = phases.setdefault(h["checkpoint_id"], {"sync_ms": 0.0, "async_ms": 0.0})
-        p["sync_ms"] = max(p["sync_ms"], h["sync_ms"])
-        p["async_ms"] = max(p["async_ms"], h["async_ms"])
+        p = phases.setdefault(
+            h["checkpoint_id"],
+            {
+                "sync_ms": 0.0,
+                "async_ms": 0.0,
+                "alignment_ms": 0.0,
+                "start_delay_ms": 0.0,
+                "channel_state_bytes": 0,
+                "unaligned": False,
+            },
+        )
+        for key in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms"):
+            p[key] = max(p[key], h[key])
+        p["channel_state_bytes"] += h["channel_state_bytes"]
+        p["unaligned"] = p["unaligned"] or h["unaligned"]
     return phases
 
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tidegate.common.time import Duration
 from tidegate.datastream import (
     CheckpointConfig,
     CheckpointingMode,
@@ -16,6 +17,7 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.checkpoint_config import ExternalizedCheckpointCleanup
 from tidegate.deploy.job_spec import CheckpointRetention, CheckpointSettings
+from tidegate.runtime.events import CheckpointOptions
 
 
 @pytest.fixture
@@ -266,3 +268,32 @@ def test_the_job_spec_carries_the_configured_settings(tmp_path):
         storage=str(tmp_path),
         retention=CheckpointRetention.RETAIN_ON_CANCELLATION,
     )
+
+
+def test_unaligned_checkpoints_are_off_by_default_and_map_onto_checkpoint_options(config):
+    assert not config.is_unaligned_checkpoints_enabled()
+    assert config.get_aligned_checkpoint_timeout() == Duration(0)
+    assert config.settings.options == CheckpointOptions()
+    config.enable_unaligned_checkpoints()
+    assert config.is_unaligned_checkpoints_enabled()
+    assert config.settings.options == CheckpointOptions(unaligned=True)
+    config.set_aligned_checkpoint_timeout(Duration.of_millis(250))
+    assert config.get_aligned_checkpoint_timeout() == Duration(250)
+    assert config.settings.options == CheckpointOptions(aligned_timeout_ms=250)
+    config.set_alignment_timeout(40)  # PyFlink's older name, in ms
+    assert config.settings.options == CheckpointOptions(aligned_timeout_ms=40)
+    config.disable_unaligned_checkpoints()
+    assert config.settings.options == CheckpointOptions()  # the timeout alone does nothing
+
+
+def test_unaligned_checkpoints_refuse_at_least_once_and_concurrent_checkpoints(config):
+    config.enable_unaligned_checkpoints()
+    config.set_checkpointing_mode(CheckpointingMode.AT_LEAST_ONCE)
+    with pytest.raises(ValueError, match=r"need CheckpointingMode\.EXACTLY_ONCE"):
+        _ = config.settings
+    config.set_checkpointing_mode(CheckpointingMode.EXACTLY_ONCE)
+    config.set_max_concurrent_checkpoints(2)
+    with pytest.raises(ValueError, match="one at a time"):
+        _ = config.settings
+    with pytest.raises(ValueError, match="aligned checkpoint timeout must be >= 0"):
+        config.set_aligned_checkpoint_timeout(-1)

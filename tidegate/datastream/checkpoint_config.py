@@ -28,7 +28,8 @@ class CheckpointConfig:
 
     @property
     def settings(self) -> CheckpointSettings:
-        return replace(self._s, storage=self._storage.checkpoint_path if self._storage else None)
+        storage = self._storage.checkpoint_path if self._storage else None
+        return replace(self._s, storage=storage).validate()
 
     def is_checkpointing_enabled(self) -> bool:
         return self._s.interval_ms is not None

@@ -62,7 +62,9 @@ class CheckpointSettings:
     #: where savepoints go when none is given when one is triggered (None: must be given)
     savepoint_dir: str | None = None
 
-    def __post_init__(self) -> None:
+    def validate(self) -> CheckpointSettings:
+        """Raise ValueError for settings that contradict each other (checked when the job is
+        built, so the setters can be called in any order)."""
         if self.unaligned and not self.exactly_once:
             raise ValueError(
                 "unaligned checkpoints need CheckpointingMode.EXACTLY_ONCE (at-least-once "
@@ -73,6 +75,7 @@ class CheckpointSettings:
                 "unaligned checkpoints run one at a time: set max concurrent checkpoints to 1 "
                 f"(it is {self.max_concurrent}) or disable unaligned checkpoints"
             )
+        return self
 
     @property
     def options(self) -> CheckpointOptions:
