@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 import textwrap
 import threading
@@ -97,6 +98,14 @@ def write_checkpoint(
     metadata = build_metadata(graph, job_id, pending, timestamp + 25, attempt=0, generation=1)
     storage.write_metadata(directory, metadata)
     return directory
+
+
+def rewrite_metadata(path: Path, **changes: object) -> None:
+    """Change keys of a `_metadata` file as a writer would (with a valid checksum)."""
+    document = json.loads(path.read_text())
+    for key in ("format", "version", "checksum"):
+        del document[key]
+    path.write_bytes(encode_metadata({**document, **changes}))
 
 
 @pytest.fixture
@@ -267,10 +276,7 @@ def test_a_corrupt_checkpoint_is_a_one_line_error(base):
 def test_metadata_with_unexpected_operators_is_reported_as_corrupt(base):
     # a valid envelope (and checksum) around content this tidegate does not understand
     path = base / "job-a" / "chk-4" / "_metadata"
-    document = json.loads(path.read_text())
-    for key in ("format", "version", "checksum"):
-        del document[key]
-    path.write_bytes(encode_metadata({**document, "operators": ["not", "a", "map"]}))
+    rewrite_metadata(path, operators=["not", "a", "map"])
     listed = invoke("checkpoints", str(base / "job-a"))
     assert listed.exit_code == 0 and "has unexpected content" in listed.stderr
     result = invoke("checkpoints", str(base / "job-a" / "chk-4"))
@@ -393,6 +399,39 @@ def test_run_executes_the_script_as_main_with_its_arguments_and_the_overrides(tm
     assert "submitted no job" in result.stderr
     assert sys.argv == argv_before
     assert StreamExecutionEnvironment.cli_overrides is overrides_before
+
+
+def test_run_passes_the_savepoint_restore_options_to_the_job(tmp_path, base):
+    seen = tmp_path / "seen.json"
+    savepoint = tmp_path / "savepoint-0a0a0a-0123456789ab"
+    shutil.copytree(base / "job-a" / "chk-4", savepoint)
+    rewrite_metadata(savepoint / "_metadata", is_savepoint=True)
+    job = script(
+        tmp_path,
+        f"""
+        import json
+        from tidegate.datastream import StreamExecutionEnvironment
+        overrides = dict(StreamExecutionEnvironment.cli_overrides)
+        del overrides["on_submit"]
+        json.dump(overrides, open({str(seen)!r}, "w"))
+        """,
+    )
+    result = invoke(
+        "run", str(job), "--from-savepoint", str(savepoint), "--allow-non-restored-state",
+        "--claim-mode", "claim",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text()) == {
+        "restore_path": str(savepoint),
+        "allow_non_restored_state": True,
+        "restore_mode": "CLAIM",
+    }
+    assert "restoring from savepoint 4" in result.stderr
+    result = invoke("run", str(job), "-s", str(savepoint), "-n", "--claim-mode", "no_claim")
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text())["restore_mode"] == "NO_CLAIM"
+    result = invoke("run", str(job), "--claim-mode", "legacy")
+    assert result.exit_code == 2 and "legacy" in result.output
 
 
 def test_run_without_options_overrides_nothing_but_the_submit_hook(tmp_path):

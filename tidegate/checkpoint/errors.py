@@ -7,6 +7,8 @@ these errors reach users through `tidegate run --from-checkpoint` and `tidegate 
       CheckpointStorageError          the storage cannot be created, written or read
         FencedWriterError             a newer generation owns the job directory
       CheckpointNotFoundError         no completed checkpoint at the path
+      CheckpointTriggerError          a user-triggered checkpoint or savepoint was not taken
+        JobNotRunningError, NoSavepointDirectoryError
       CheckpointIntegrityError        a stored checkpoint cannot be used as it is
         CorruptCheckpointError        `_metadata` is damaged or not a tidegate checkpoint
         UnsupportedFormatVersionError `_metadata` has a format version this tidegate cannot read
@@ -69,3 +71,17 @@ class MissingCheckpointFileError(_ArtifactError):
 
 class ChecksumMismatchError(_ArtifactError):
     """A file's size or checksum differs from what `_metadata` recorded when it was written."""
+
+
+class CheckpointTriggerError(CheckpointError):
+    """A checkpoint or savepoint triggered by the user was not taken: it could not be triggered,
+    or it was declined by a subtask or expired (the message gives the reason)."""
+
+
+class JobNotRunningError(CheckpointTriggerError):
+    """The job is not RUNNING (still starting, restarting, stopping or ended), so no checkpoint
+    or savepoint can be taken now."""
+
+
+class NoSavepointDirectoryError(CheckpointTriggerError):
+    """A savepoint was triggered without a target directory and no default is configured."""

@@ -77,41 +77,49 @@ class CheckpointStorage:
 
     def create_checkpoint_dir(self, checkpoint_id: int) -> str:
         path = self.checkpoint_dir(checkpoint_id)
-        self.fs.makedirs(self._fs_path(path), exist_ok=True)
+        self.create_dir(path)
         return path
+
+    def create_dir(self, path: str) -> None:
+        """Create a directory (and its parents), here or on another filesystem (savepoints)."""
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(fs_path, exist_ok=True)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a whole file (creating its directory); not atomic, for state files."""
-        fs_path = self._fs_path(path)
-        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        self.fs.pipe_file(fs_path, data)
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        fs.pipe_file(fs_path, data)
 
     def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(self._fs_path(path))
+        fs, fs_path = self._resolve(path)
+        return fs.cat_file(fs_path)
 
     def open_write(self, path: str) -> BinaryIO:
         """Open a new file for writing (creating its directory)."""
-        fs_path = self._fs_path(path)
-        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        return self.fs.open(fs_path, "wb")
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        return fs.open(fs_path, "wb")
 
     def create_artifact(self, directory: str, stem: str, suffix: str) -> ChecksummingWriter:
         """Create a new file of a checkpoint in `directory`: `<stem>-g<generation>-<12 hex>
         <suffix>`, a name no other writer uses. Returns a writer that checksums what is written:
         once it is closed, its `handle` ({"file", "size", "checksum"}) goes into the state handle
         the subtask acknowledges. Raises FencedWriterError if a newer generation took over."""
-        self._check_fence(f"write a file into {directory}")
+        self.check_fence(f"write a file into {directory}")
         tag = f"-g{self.generation}" if self.generation is not None else ""
         name = f"{stem}{tag}-{uuid.uuid4().hex[:12]}{suffix}"
         return ChecksummingWriter(self.open_write(_join(directory, name)), name)
 
     def open_read(self, path: str) -> BinaryIO:
         """Open a file for reading; the file is seekable."""
-        return self.fs.open(self._fs_path(path), "rb")
+        fs, fs_path = self._resolve(path)
+        return fs.open(fs_path, "rb")
 
     def size_of(self, path: str) -> int:
         """Total bytes of a file or of everything under a directory."""
-        return int(self.fs.du(self._fs_path(path), total=True))
+        fs, fs_path = self._resolve(path)
+        return int(fs.du(fs_path, total=True))
 
     def write_metadata(self, checkpoint_dir: str, metadata: dict[str, Any]) -> str:
         """Write `<checkpoint_dir>/_metadata` atomically, never over an existing one, and
@@ -126,16 +134,16 @@ class CheckpointStorage:
         """
         data = encode_metadata(metadata)
         final = _join(checkpoint_dir, METADATA_FILE_NAME)
-        fs_final = self._fs_path(final)
-        self._check_fence(f"write {final}")
+        fs, fs_final = self._resolve(final)
+        self.check_fence(f"write {final}")
         try:
-            self.fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
-            if isinstance(self.fs, LocalFileSystem):
+            fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
+            if isinstance(fs, LocalFileSystem):
                 _write_local_atomically(fs_final, data)
-            elif _protocols(self.fs) & _ATOMIC_PUT_PROTOCOLS:
-                create_new_file(self.fs, fs_final, data)
+            elif _protocols(fs) & _ATOMIC_PUT_PROTOCOLS:
+                create_new_file(fs, fs_final, data)
             else:
-                self._write_via_rename(fs_final, data)
+                _write_via_rename(fs, fs_final, data)
         except FileExistsError as exc:
             raise CheckpointStorageError(
                 f"refusing to write checkpoint metadata {final}: it exists already, and a "
@@ -147,7 +155,7 @@ class CheckpointStorage:
                 f"could not write checkpoint metadata {final}: {exc}. Check that the checkpoint "
                 "directory is writable and has free space; this checkpoint is not completed."
             ) from exc
-        self._check_fence(f"complete the checkpoint {checkpoint_dir}")
+        self.check_fence(f"complete the checkpoint {checkpoint_dir}")
         return final
 
     def read_metadata(self, checkpoint_dir: str) -> dict[str, Any]:
@@ -164,7 +172,7 @@ class CheckpointStorage:
         fs_path = self._fs_path(path).rstrip("/")
         if not fs_path.startswith(self._fs_path(self.job_dir).rstrip("/") + "/"):
             raise ValueError(f"refusing to delete {path}: it is not inside {self.job_dir}")
-        self._check_fence(f"delete {path}")
+        self.check_fence(f"delete {path}")
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(fs_path, recursive=True)
 
@@ -201,21 +209,31 @@ class CheckpointStorage:
     def _fs_path(self, path: str) -> str:
         return self.fs._strip_protocol(path)
 
-    def _check_fence(self, action: str) -> None:
+    def check_fence(self, action: str) -> None:
+        """Raise FencedWriterError if a newer generation took over (a fenced storage only)."""
         if self.generation is not None:
             self.fence.check(self.generation, action)
 
-    def _write_via_rename(self, fs_final: str, data: bytes) -> None:
-        tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
-        try:
-            self.fs.pipe_file(tmp, data)
-            if self.fs.exists(fs_final):  # a rename may replace: check first (not atomic here)
-                raise FileExistsError(fs_final)
-            self.fs.mv(tmp, fs_final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self.fs.rm_file(tmp)
-            raise
+    def _resolve(self, path: str) -> tuple[AbstractFileSystem, str]:
+        """The filesystem and its path for `path`: the storage's own, or, for a URI of another
+        filesystem (a savepoint directory elsewhere), that one."""
+        protocol, sep, _ = path.partition("://")
+        if sep and protocol not in _protocols(self.fs):
+            return url_to_fs(path, **self.storage_options)
+        return self.fs, self._fs_path(path)
+
+
+def _write_via_rename(fs: AbstractFileSystem, fs_final: str, data: bytes) -> None:
+    tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
+    try:
+        fs.pipe_file(tmp, data)
+        if fs.exists(fs_final):  # a rename may replace: check first (not atomic here)
+            raise FileExistsError(fs_final)
+        fs.mv(tmp, fs_final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.rm_file(tmp)
+        raise
 
 
 def read_checkpoint_metadata(

@@ -1,7 +1,8 @@
 """The `tidegate` command: run a job script with live status, and inspect checkpoints.
 
     tidegate run JOB.py [--parallelism N] [--runner spark|local] [--spark-master URL]
-                        [--from-checkpoint PATH] [--restore-fallback] [-- job args...]
+                        [--from-savepoint PATH] [--allow-non-restored-state]
+                        [--claim-mode no_claim|claim] [--restore-fallback] [-- job args...]
     tidegate checkpoints DIR [--id N] [--json] [--verify]
 
 Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`

@@ -21,6 +21,16 @@ JOB_ID = "pipeline.job-id"
 #: restore the job from this checkpoint or savepoint (Flink 2's key; Flink 1's key also works)
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 SAVEPOINT_PATH = "execution.savepoint.path"
+#: drop state of operators the job does not have instead of failing the restore (Flink 2's key,
+#: then Flink 1's); "true" or "false"
+IGNORE_UNCLAIMED_STATE = "execution.state-recovery.ignore-unclaimed-state"
+SAVEPOINT_IGNORE_UNCLAIMED_STATE = "execution.savepoint.ignore-unclaimed-state"
+#: who owns the restored snapshot: NO_CLAIM (default) or CLAIM (Flink 2's key, then Flink 1's)
+CLAIM_MODE = "execution.state-recovery.claim-mode"
+SAVEPOINT_RESTORE_MODE = "execution.savepoint-restore-mode"
+#: default directory for savepoints (Flink 2's key, then Flink 1's)
+SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
+STATE_SAVEPOINTS_DIR = "state.savepoints.dir"
 
 
 class Configuration:
