@@ -274,9 +274,16 @@ class JobParams:
 
 
 def build_env(
-    params: JobParams, *, runner: str, work_dir: str, spark: Any = None
+    params: JobParams,
+    *,
+    runner: str,
+    work_dir: str,
+    spark: Any = None,
+    restore_path: str | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
+    if restore_path is not None:
+        conf.set_string("execution.state-recovery.path", restore_path)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if spark is not None:
         env.set_spark_session(spark)
