@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +29,7 @@ from tidegate.runtime.messages import (
     SlotFailed,
     SlotFinished,
     SlotMetrics,
+    SubtaskMetrics,
     TriggerCheckpoint,
 )
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
@@ -218,8 +220,11 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
             errors.append(network.error)
             for t in tasks:
                 t.gate.close()
-        counts = {t.subtask_id: (t.records_in, t.records_out) for t in tasks}
-        control.send(SlotMetrics(deployment.attempt, slot, counts))
+        metrics = {
+            t.subtask_id: SubtaskMetrics(t.records_in, t.records_out, t.backpressured_s, t.idle_s)
+            for t in tasks
+        }
+        control.send(SlotMetrics(deployment.attempt, slot, metrics, time.monotonic()))
     if errors:
         raise errors[0]
     if cancelled.is_set():
