@@ -277,6 +277,7 @@ def build_env(
     params: JobParams, *, runner: str, work_dir: str, spark: Any = None
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
+    conf.set_integer("web.checkpoints.history", 100_000)  # phases of every checkpoint
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if spark is not None:
         env.set_spark_session(spark)
