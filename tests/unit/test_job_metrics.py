@@ -92,15 +92,18 @@ def test_a_writer_counts_the_time_a_full_downstream_gate_blocks_it():
     gate = InputGate(capacity=1)
     writer = RecordWriter([(LocalTransport(gate), 0)], lambda recs, bufs: bufs[0].extend(recs), 1)
     writer.process_batch([1])  # fills the gate
-    assert writer.backpressured_s < 0.05
-
-    def drain_later() -> None:
-        time.sleep(0.3)
-        gate.get(0)
-
-    threading.Thread(target=drain_later).start()
-    writer.process_batch([2])  # blocks until the reader took the first frame
-    assert writer.backpressured_s >= 0.25
+    assert writer.backpressured_s(time.perf_counter()) < 0.05
+    blocked = threading.Thread(target=writer.process_batch, args=([2],))
+    blocked.start()  # blocks until a reader takes the first frame
+    while writer._blocked[1] is None:  # until the send started
+        time.sleep(0.01)
+    time.sleep(0.3)
+    during = writer.backpressured_s(time.perf_counter())  # a send still blocked counts
+    assert during >= 0.25
+    gate.get(0)
+    blocked.join()
+    after = writer.backpressured_s(time.perf_counter())
+    assert after >= during  # never decreases
 
 
 def test_the_timeline_keeps_failures_once_and_the_time_of_each_status():

@@ -82,8 +82,10 @@ class RecordWriter:
         self.batch_size = batch_size
         self.buffers: list[list] = [[] for _ in channels]
         self.records_out = 0
-        #: seconds spent in `transport.send` (blocked while downstream is full)
-        self.backpressured_s = 0.0
+        #: (seconds blocked in completed sends, perf_counter() when the send in progress
+        #: started, else None): one tuple, so the metrics thread reads a consistent pair
+        self._blocked: tuple[float, float | None] = (0.0, None)
+        self._reported_blocked_s = 0.0
 
     def process_batch(self, records: list) -> None:
         self.route(records, self.buffers)
@@ -97,7 +99,7 @@ class RecordWriter:
         buf = self.buffers[i]
         self.buffers[i] = []
         transport, channel = self.channels[i]
-        self.backpressured_s += transport.send(channel, buf)
+        self._transmit(transport, channel, buf)
 
     def flush(self) -> None:
         for i, buf in enumerate(self.buffers):
@@ -107,7 +109,20 @@ class RecordWriter:
     def broadcast_event(self, event: Any) -> None:
         self.flush()
         for transport, channel in self.channels:
-            self.backpressured_s += transport.send(channel, event)
+            self._transmit(transport, channel, event)
+
+    def _transmit(self, transport: Any, channel: int, payload: Any) -> None:
+        done = self._blocked[0]
+        self._blocked = (done, perf_counter())
+        self._blocked = (done + transport.send(channel, payload), None)
+
+    def backpressured_s(self, now: float) -> float:
+        """Seconds blocked sending so far (`now`: perf_counter()), counting a send that is
+        still blocked; never decreases. For the metrics thread."""
+        done, since = self._blocked
+        blocked = done if since is None else done + max(now - since, 0.0)
+        self._reported_blocked_s = max(self._reported_blocked_s, blocked)
+        return self._reported_blocked_s
 
 
 class SlotNetwork:

@@ -220,11 +220,14 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
             errors.append(network.error)
             for t in tasks:
                 t.gate.close()
+        now = time.perf_counter()
         metrics = {
-            t.subtask_id: SubtaskMetrics(t.records_in, t.records_out, t.backpressured_s, t.idle_s)
+            t.subtask_id: SubtaskMetrics(
+                t.records_in, t.records_out, t.backpressured_s(now), t.idle_s
+            )
             for t in tasks
         }
-        control.send(SlotMetrics(deployment.attempt, slot, metrics, time.monotonic()))
+        control.send(SlotMetrics(deployment.attempt, slot, metrics, now))
     if errors:
         raise errors[0]
     if cancelled.is_set():

@@ -131,10 +131,9 @@ class StreamTask:
     def records_out(self) -> int:
         return sum(w.records_out for w in self.writers)
 
-    @property
-    def backpressured_s(self) -> float:
-        """Seconds spent blocked sending output downstream."""
-        return sum(w.backpressured_s for w in self.writers)
+    def backpressured_s(self, now: float) -> float:
+        """Seconds spent blocked sending output downstream (`now`: perf_counter())."""
+        return sum(w.backpressured_s(now) for w in self.writers)
 
     def _wait(self, timeout: float) -> tuple[bool, Any] | None:
         """`gate.get(timeout)`, counted as idle time."""
