@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 import textwrap
 import threading
@@ -323,6 +324,40 @@ def test_run_executes_the_script_as_main_with_its_arguments_and_the_overrides(tm
     assert "submitted no job" in result.stderr
     assert sys.argv == argv_before
     assert StreamExecutionEnvironment.cli_overrides is overrides_before
+
+
+def test_run_passes_the_savepoint_restore_options_to_the_job(tmp_path, base):
+    seen = tmp_path / "seen.json"
+    savepoint = tmp_path / "savepoint-0a0a0a-0123456789ab"
+    shutil.copytree(base / "job-a" / "chk-4", savepoint)
+    metadata = json.loads((savepoint / "_metadata").read_text())
+    (savepoint / "_metadata").write_text(json.dumps({**metadata, "is_savepoint": True}))
+    job = script(
+        tmp_path,
+        f"""
+        import json
+        from tidegate.datastream import StreamExecutionEnvironment
+        overrides = dict(StreamExecutionEnvironment.cli_overrides)
+        del overrides["on_submit"]
+        json.dump(overrides, open({str(seen)!r}, "w"))
+        """,
+    )
+    result = invoke(
+        "run", str(job), "--from-savepoint", str(savepoint), "--allow-non-restored-state",
+        "--claim-mode", "claim",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text()) == {
+        "restore_path": str(savepoint),
+        "allow_non_restored_state": True,
+        "restore_mode": "CLAIM",
+    }
+    assert "restoring from savepoint 4" in result.stderr
+    result = invoke("run", str(job), "-s", str(savepoint), "-n", "--claim-mode", "no_claim")
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text())["restore_mode"] == "NO_CLAIM"
+    result = invoke("run", str(job), "--claim-mode", "legacy")
+    assert result.exit_code == 2 and "legacy" in result.output
 
 
 def test_run_without_options_overrides_nothing_but_the_submit_hook(tmp_path):

@@ -284,6 +284,19 @@ def test_periodic_checkpoints_start_one_interval_after_start(make_harness):
     assert h.hooks.trigger_times_ms == {1: 1_000, 2: 2_000}
 
 
+def test_suspended_periodic_checkpoints_skip_their_ticks_until_resumed(make_harness):
+    h = make_harness(interval_ms=1_000)
+    h.coordinator.start()
+    h.coordinator.suspend_periodic()  # a stop-with-savepoint is running
+    h.advance(3.0)
+    assert h.hooks.ids("trigger") == []
+    assert h.coordinator.trigger_checkpoint(SAVEPOINT, force=True) == 1  # forced ones still go
+    h.ack_all(1)
+    h.coordinator.resume_periodic()  # it failed: back to the interval
+    h.advance(1.0)
+    assert h.hooks.ids("trigger") == [1, 2]
+
+
 def test_no_periodic_checkpoints_without_an_interval(make_harness):
     h = make_harness(interval_ms=None)
     h.coordinator.start()

@@ -139,6 +139,7 @@ class CheckpointCoordinator:
         self._latest_completed_id: int | None = None
         self._last_completion_s: float | None = None
         self._periodic: Cancellable | None = None
+        self._periodic_suspended = False
         self._started = False
         self._stopped = False
 
@@ -169,6 +170,16 @@ class CheckpointCoordinator:
         for pending in aborted:
             if pending is not None:
                 self._finish_abort(pending, AbortReason.STOPPED, reason)
+
+    def suspend_periodic(self) -> None:
+        """Skip periodic triggers until `resume_periodic` (Flink's stopCheckpointScheduler, used
+        while a stop-with-savepoint runs); manual and forced checkpoints still trigger."""
+        with self._lock:
+            self._periodic_suspended = True
+
+    def resume_periodic(self) -> None:
+        with self._lock:
+            self._periodic_suspended = False
 
     def trigger_checkpoint(
         self, options: CheckpointOptions | None = None, force: bool = False
@@ -236,7 +247,7 @@ class CheckpointCoordinator:
             # Otherwise the next tick is armed before triggering, so a failure cannot end it.
             delay_s = pause_s if pause_s > 0 else interval_ms / 1000
             self._periodic = self._scheduler.schedule(delay_s, self._on_periodic_timer)
-            if pause_s > 0:
+            if pause_s > 0 or self._periodic_suspended:
                 return
         try:
             self.trigger_checkpoint()

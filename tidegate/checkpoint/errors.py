@@ -21,3 +21,17 @@ class CheckpointNotFoundError(CheckpointError):
 
 class CorruptCheckpointError(CheckpointError):
     """A `_metadata` file exists but cannot be read as a tidegate checkpoint."""
+
+
+class CheckpointTriggerError(CheckpointError):
+    """A checkpoint or savepoint triggered by the user was not taken: it could not be triggered,
+    or it was declined by a subtask or expired (the message gives the reason)."""
+
+
+class JobNotRunningError(CheckpointTriggerError):
+    """The job is not RUNNING (still starting, restarting, stopping or ended), so no checkpoint
+    or savepoint can be taken now."""
+
+
+class NoSavepointDirectoryError(CheckpointTriggerError):
+    """A savepoint was triggered without a target directory and no default is configured."""

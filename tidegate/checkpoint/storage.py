@@ -52,31 +52,39 @@ class CheckpointStorage:
 
     def create_checkpoint_dir(self, checkpoint_id: int) -> str:
         path = self.checkpoint_dir(checkpoint_id)
-        self.fs.makedirs(self._fs_path(path), exist_ok=True)
+        self.create_dir(path)
         return path
+
+    def create_dir(self, path: str) -> None:
+        """Create a directory (and its parents), here or on another filesystem (savepoints)."""
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(fs_path, exist_ok=True)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a whole file (creating its directory); not atomic, for state files."""
-        fs_path = self._fs_path(path)
-        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        self.fs.pipe_file(fs_path, data)
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        fs.pipe_file(fs_path, data)
 
     def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(self._fs_path(path))
+        fs, fs_path = self._resolve(path)
+        return fs.cat_file(fs_path)
 
     def open_write(self, path: str) -> BinaryIO:
         """Open a new file for writing (creating its directory)."""
-        fs_path = self._fs_path(path)
-        self.fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
-        return self.fs.open(fs_path, "wb")
+        fs, fs_path = self._resolve(path)
+        fs.makedirs(posixpath.dirname(fs_path), exist_ok=True)
+        return fs.open(fs_path, "wb")
 
     def open_read(self, path: str) -> BinaryIO:
         """Open a file for reading; the file is seekable."""
-        return self.fs.open(self._fs_path(path), "rb")
+        fs, fs_path = self._resolve(path)
+        return fs.open(fs_path, "rb")
 
     def size_of(self, path: str) -> int:
         """Total bytes of a file or of everything under a directory."""
-        return int(self.fs.du(self._fs_path(path), total=True))
+        fs, fs_path = self._resolve(path)
+        return int(fs.du(fs_path, total=True))
 
     def write_metadata(self, checkpoint_dir: str, metadata: dict[str, Any]) -> str:
         """Write `<checkpoint_dir>/_metadata` atomically and return its path.
@@ -87,15 +95,15 @@ class CheckpointStorage:
         """
         data = encode_metadata(metadata)
         final = _join(checkpoint_dir, METADATA_FILE_NAME)
-        fs_final = self._fs_path(final)
+        fs, fs_final = self._resolve(final)
         try:
-            self.fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
-            if isinstance(self.fs, LocalFileSystem):
+            fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
+            if isinstance(fs, LocalFileSystem):
                 _write_local_atomically(fs_final, data)
-            elif _protocols(self.fs) & _ATOMIC_PUT_PROTOCOLS:
-                self.fs.pipe_file(fs_final, data)
+            elif _protocols(fs) & _ATOMIC_PUT_PROTOCOLS:
+                fs.pipe_file(fs_final, data)
             else:
-                self._write_via_rename(fs_final, data)
+                _write_via_rename(fs, fs_final, data)
         except OSError as exc:
             raise CheckpointStorageError(
                 f"could not write checkpoint metadata {final}: {exc}. Check that the checkpoint "
@@ -141,15 +149,24 @@ class CheckpointStorage:
     def _fs_path(self, path: str) -> str:
         return self.fs._strip_protocol(path)
 
-    def _write_via_rename(self, fs_final: str, data: bytes) -> None:
-        tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
-        try:
-            self.fs.pipe_file(tmp, data)
-            self.fs.mv(tmp, fs_final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self.fs.rm_file(tmp)
-            raise
+    def _resolve(self, path: str) -> tuple[AbstractFileSystem, str]:
+        """The filesystem and its path for `path`: the storage's own, or, for a URI of another
+        filesystem (a savepoint directory elsewhere), that one."""
+        protocol, sep, _ = path.partition("://")
+        if sep and protocol not in _protocols(self.fs):
+            return url_to_fs(path, **self.storage_options)
+        return self.fs, self._fs_path(path)
+
+
+def _write_via_rename(fs: AbstractFileSystem, fs_final: str, data: bytes) -> None:
+    tmp = f"{fs_final}.tmp-{uuid.uuid4().hex}"
+    try:
+        fs.pipe_file(tmp, data)
+        fs.mv(tmp, fs_final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.rm_file(tmp)
+        raise
 
 
 def read_checkpoint_metadata(

@@ -1,7 +1,8 @@
 """The `tidegate` command: run a job script with live status, and inspect checkpoints.
 
     tidegate run JOB.py [--parallelism N] [--runner spark|local] [--spark-master URL]
-                        [--from-checkpoint PATH] [-- job args...]
+                        [--from-savepoint PATH] [--allow-non-restored-state]
+                        [--claim-mode no_claim|claim] [-- job args...]
     tidegate checkpoints DIR [--id N] [--json]
     tidegate checkpoints --job JOB [--id N] [--json]
     tidegate list | trigger-checkpoint JOB | savepoint JOB [DIR] | cancel JOB

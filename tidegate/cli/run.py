@@ -49,9 +49,25 @@ _TRACEBACK_FRAME = re.compile(
 )
 @click.option(
     "-s",
+    "--from-savepoint",
     "--from-checkpoint",
+    "restore_from",
     metavar="PATH",
-    help="Restore from a chk-<n> dir, its _metadata file, or a job dir (its latest checkpoint).",
+    help="Restore from a savepoint or chk-<n> dir, its _metadata file, or a job dir (its latest "
+    "checkpoint).",
+)
+@click.option(
+    "-n",
+    "--allow-non-restored-state",
+    is_flag=True,
+    default=None,
+    help="Drop the restored state of operators (uids) the job no longer has instead of failing.",
+)
+@click.option(
+    "--claim-mode",
+    type=click.Choice(["no_claim", "claim"], case_sensitive=False),
+    help="no_claim (default): never modify or delete the restored snapshot; claim: the job owns "
+    "it (deleted once its own checkpoints subsume it).",
 )
 @click.option(
     "--status-interval",
@@ -68,7 +84,9 @@ def run_command(
     parallelism: int | None,
     runner: str | None,
     spark_master: str | None,
-    from_checkpoint: str | None,
+    restore_from: str | None,
+    allow_non_restored_state: bool | None,
+    claim_mode: str | None,
     status_interval: float,
     verbose: bool,
 ) -> None:
@@ -84,11 +102,14 @@ def run_command(
         "parallelism": parallelism,
         "runner": runner,
         "spark_master": spark_master,
+        "allow_non_restored_state": allow_non_restored_state,
+        "restore_mode": claim_mode and claim_mode.upper(),
     }
-    if from_checkpoint is not None:
-        directory, metadata = _check_restore_path(from_checkpoint, verbose)
+    if restore_from is not None:
+        directory, metadata = _check_restore_path(restore_from, verbose)
         overrides["restore_path"] = directory
-        printer.line(f"restoring from checkpoint {metadata['checkpoint_id']} in {directory}")
+        kind = "savepoint" if metadata.get("is_savepoint") else "checkpoint"
+        printer.line(f"restoring from {kind} {metadata['checkpoint_id']} in {directory}")
     monitor = JobMonitor(printer, status_interval)
     overrides = {k: v for k, v in overrides.items() if v is not None} | {"on_submit": monitor}
     with _job_environment(script, [script, *job_args], overrides), cli_logging(printer, verbose):

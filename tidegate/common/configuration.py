@@ -27,6 +27,16 @@ WEB_REFRESH_INTERVAL = "web.refresh-interval"
 #: restore the job from this checkpoint or savepoint (Flink 2's key; Flink 1's key also works)
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 SAVEPOINT_PATH = "execution.savepoint.path"
+#: drop state of operators the job does not have instead of failing the restore (Flink 2's key,
+#: then Flink 1's); "true" or "false"
+IGNORE_UNCLAIMED_STATE = "execution.state-recovery.ignore-unclaimed-state"
+SAVEPOINT_IGNORE_UNCLAIMED_STATE = "execution.savepoint.ignore-unclaimed-state"
+#: who owns the restored snapshot: NO_CLAIM (default) or CLAIM (Flink 2's key, then Flink 1's)
+CLAIM_MODE = "execution.state-recovery.claim-mode"
+SAVEPOINT_RESTORE_MODE = "execution.savepoint-restore-mode"
+#: default directory for savepoints (Flink 2's key, then Flink 1's)
+SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
+STATE_SAVEPOINTS_DIR = "state.savepoints.dir"
 
 
 class Configuration:
@@ -51,6 +61,18 @@ class Configuration:
             return int(value)
         except ValueError:
             raise ValueError(f"configuration {key!r} must be an integer, got {value!r}") from None
+
+    def get_boolean(self, key: str, default_value: bool) -> bool:
+        value = self._data.get(key)
+        if value is None:
+            return default_value
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"configuration {key!r} must be true or false, got {value!r}")
+        return lowered == "true"
+
+    def set_boolean(self, key: str, value: bool) -> Configuration:
+        return self.set_string(key, "true" if value else "false")
 
     def contains_key(self, key: str) -> bool:
         return key in self._data

@@ -96,3 +96,24 @@ class JobClient:
 
     def get_job_execution_result(self) -> Future:
         return self._result
+
+    def trigger_savepoint(self, savepoint_directory: str | None = None) -> Future:
+        """Take a savepoint; the Future holds the savepoint directory's path. A new directory
+        `savepoint-<job id prefix>-<random>` is made under `savepoint_directory` (default: the
+        configured default savepoint directory). The job keeps running; a failed savepoint
+        fails the Future (with the reason), never the job."""
+        return self._jm.trigger_savepoint(savepoint_directory)
+
+    def stop_with_savepoint(
+        self, advance_to_end_of_event_time: bool = False, savepoint_directory: str | None = None
+    ) -> Future:
+        """Stop the job with a savepoint; the Future holds the savepoint directory's path once
+        the job has FINISHED. `advance_to_end_of_event_time` drains first: the sources end
+        their input as if bounded and every operator flushes before the savepoint. If the
+        savepoint fails, the job keeps running and the Future fails with the reason."""
+        return self._jm.stop_with_savepoint(savepoint_directory, drain=advance_to_end_of_event_time)
+
+    def trigger_checkpoint(self) -> Future:
+        """Take a checkpoint now; the Future holds the CompletedCheckpoint (`checkpoint_id`,
+        `path`, `size_bytes`, ...)."""
+        return self._jm.trigger_checkpoint()

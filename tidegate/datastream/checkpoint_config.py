@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from tidegate.common.time import Duration
@@ -151,6 +152,21 @@ class CheckpointConfig:
         return Duration(self._s.aligned_timeout_ms)
 
     get_alignment_timeout = get_aligned_checkpoint_timeout
+
+    def set_default_savepoint_directory(self, directory: str | None) -> CheckpointConfig:
+        """Where savepoints go when none is given when one is triggered (a local path, made
+        absolute, or an fsspec URI); None unsets it."""
+        if directory is not None:
+            directory = str(directory)
+            if not directory:
+                raise ValueError("the default savepoint directory must not be empty")
+            if "://" not in directory:
+                directory = os.path.abspath(os.path.expanduser(directory))
+        self._s = replace(self._s, savepoint_dir=directory)
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._s.savepoint_dir
 
     def set_checkpoint_storage(self, storage: FileSystemCheckpointStorage) -> CheckpointConfig:
         self._storage = storage

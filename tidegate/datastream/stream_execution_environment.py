@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -14,12 +15,18 @@ from tidegate.common.configuration import (
     BIND_HOST,
     BUFFER_TIMEOUT_MS,
     CHECKPOINTS_HISTORY,
+    CLAIM_MODE,
     HEARTBEAT_TIMEOUT_MS,
+    IGNORE_UNCLAIMED_STATE,
     QUEUE_CAPACITY,
     RUNNER,
+    SAVEPOINT_DIR,
+    SAVEPOINT_IGNORE_UNCLAIMED_STATE,
     SAVEPOINT_PATH,
+    SAVEPOINT_RESTORE_MODE,
     SPARK_MASTER,
     STATE_RECOVERY_PATH,
+    STATE_SAVEPOINTS_DIR,
     Configuration,
 )
 from tidegate.common.job_client import JobClient, JobExecutionResult
@@ -30,7 +37,7 @@ from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.datastream.data_stream import DataStream
 from tidegate.datastream.state_backend import HashMapStateBackend
-from tidegate.deploy.job_spec import JobSpec
+from tidegate.deploy.job_spec import JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
@@ -98,6 +105,15 @@ class StreamExecutionEnvironment:
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return self._checkpoint_config.get_checkpointing_mode()
 
+    def set_default_savepoint_directory(self, directory: str | None) -> StreamExecutionEnvironment:
+        """Where savepoints go when none is given when one is triggered (PyFlink's name; the
+        same as `get_checkpoint_config().set_default_savepoint_directory`)."""
+        self._checkpoint_config.set_default_savepoint_directory(directory)
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._checkpoint_config.get_default_savepoint_directory()
+
     def set_restart_strategy(self, restart_strategy_configuration) -> StreamExecutionEnvironment:
         self._restart_strategy = restart_strategy_configuration
         return self
@@ -161,13 +177,15 @@ class StreamExecutionEnvironment:
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
         settings = self._checkpoint_config.settings
+        cfg = self._config
         if settings.storage is None:
-            from dataclasses import replace
-
             settings = replace(
                 settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
             )
-        cfg = self._config
+        if settings.savepoint_dir is None:
+            configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)
+            if configured:
+                settings = replace(settings, savepoint_dir=configured)
         return JobSpec(
             job_name=name,
             graph=graph,
@@ -186,6 +204,15 @@ class StreamExecutionEnvironment:
             restore_path=overrides.get("restore_path")
             or cfg.get_string(STATE_RECOVERY_PATH)
             or cfg.get_string(SAVEPOINT_PATH),
+            allow_non_restored_state=overrides.get("allow_non_restored_state")
+            or cfg.get_boolean(IGNORE_UNCLAIMED_STATE, False)
+            or cfg.get_boolean(SAVEPOINT_IGNORE_UNCLAIMED_STATE, False),
+            restore_mode=RestoreMode.parse(
+                overrides.get("restore_mode")
+                or cfg.get_string(CLAIM_MODE)
+                or cfg.get_string(SAVEPOINT_RESTORE_MODE)
+                or RestoreMode.NO_CLAIM
+            ),
             spark_session=self._spark_session,
         )
 

@@ -21,6 +21,29 @@ class CheckpointRetention(enum.Enum):
     RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
 
 
+class RestoreMode(enum.Enum):
+    """Who owns the snapshot a job is started from (Flink's `RestoreMode`/`RecoveryClaimMode`).
+
+    NO_CLAIM: the snapshot stays the user's; the new job never modifies or deletes it.
+    CLAIM: the new job owns the snapshot like one of its own checkpoints: it is subsumed and
+    deleted by the job's retention as the job's own checkpoints complete.
+    """
+
+    NO_CLAIM = "NO_CLAIM"
+    CLAIM = "CLAIM"
+
+    @classmethod
+    def parse(cls, value: str | RestoreMode) -> RestoreMode:
+        if isinstance(value, RestoreMode):
+            return value
+        try:
+            return cls(str(value).strip().upper().replace("-", "_"))
+        except ValueError:
+            raise ValueError(
+                f"unknown restore (claim) mode {value!r}: use NO_CLAIM (the default) or CLAIM"
+            ) from None
+
+
 @dataclass(frozen=True)
 class CheckpointSettings:
     interval_ms: int | None = None
@@ -36,6 +59,8 @@ class CheckpointSettings:
     #: with `unaligned`: start aligned and switch after this many ms of alignment (0: never
     #: aligned)
     aligned_timeout_ms: int = 0
+    #: where savepoints go when none is given when one is triggered (None: must be given)
+    savepoint_dir: str | None = None
 
     def validate(self) -> CheckpointSettings:
         """Raise ValueError for settings that contradict each other (checked when the job is
@@ -82,5 +107,8 @@ class JobSpec:
     queue_capacity: int = 64
     heartbeat_timeout_ms: int = 50_000
     restore_path: str | None = None
+    #: drop the state of operators the job does not have instead of failing the restore
+    allow_non_restored_state: bool = False
+    restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     job_id: str | None = None
     spark_session: Any = field(default=None, compare=False)

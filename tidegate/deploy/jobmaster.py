@@ -2,7 +2,9 @@
 from the latest completed checkpoint after a failure (DESIGN §2 step 6, §3).
 
 Everything the slots, the runner and the coordinator report arrives as an event on one queue
-and is handled on the JobMaster's own thread, so the attempt's state needs no locks.
+and is handled on the JobMaster's own thread, so the attempt's state needs no locks. User
+requests (a manual checkpoint, a savepoint, stop-with-savepoint) come from other threads the
+same way, as SnapshotRequests with a future.
 """
 
 from __future__ import annotations
@@ -15,11 +17,22 @@ import secrets
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
+from tidegate.checkpoint.errors import (
+    CheckpointError,
+    CheckpointTriggerError,
+    JobNotRunningError,
+    NoSavepointDirectoryError,
+)
 from tidegate.checkpoint.pending import PendingCheckpoint
+from tidegate.checkpoint.savepoints import (
+    discard_snapshot_dir,
+    newest_snapshot,
+)
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.storage import (
     CheckpointStorage,
@@ -30,8 +43,14 @@ from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointSt
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
 from tidegate.deploy.control_server import ControlServer, SlotLost
-from tidegate.deploy.job_spec import CheckpointRetention, JobSpec
-from tidegate.deploy.restore import build_metadata, plan_restore
+from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
+from tidegate.deploy.restore import build_metadata, plan_restore, warn_generated_uids
+from tidegate.deploy.snapshot_requests import (
+    AttemptRequests,
+    SnapshotKind,
+    SnapshotRequest,
+    StopFailed,
+)
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.failures import JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics
@@ -156,6 +175,16 @@ class JobMaster:
         self.done = threading.Event()
         self._cancelled = threading.Event()
         self.server: ControlServer | None = None
+        #: the latest savepoint of this job (a failover restores it when it is the newest)
+        self.latest_savepoint: CompletedCheckpoint | None = None
+        #: snapshot directories this job owns besides its own (restored with RestoreMode.CLAIM)
+        self._claimed: set[str] = set()
+        #: the completed stop-with-savepoint: its future succeeds once the job has finished
+        self._stop: tuple[SnapshotRequest, CompletedCheckpoint] | None = None
+        #: the next restart is not a failure (a failed stop-with-savepoint --drain)
+        self._restart_freely = False
+        self._requests_closed = False
+        self._request_lock = threading.Lock()
 
     # public ---------------------------------------------------------------------------------
     @property
@@ -182,6 +211,54 @@ class JobMaster:
         self._cancelled.set()
         self.events.put(Cancel())
 
+    def trigger_checkpoint(self) -> Future[CompletedCheckpoint]:
+        """Take a checkpoint now (whatever the interval); the future holds it once completed.
+        Thread-safe. Fails with JobNotRunningError or, if it is declined or expires,
+        CheckpointTriggerError with the reason."""
+        return self._submit(SnapshotRequest(SnapshotKind.CHECKPOINT))
+
+    def trigger_savepoint(self, target_directory: str | None = None) -> Future[str]:
+        """Take a savepoint into a new directory under `target_directory` (default: the
+        configured savepoint directory); the future holds that savepoint directory's path.
+        The job keeps running; a failed savepoint never fails the job. Thread-safe."""
+        return self._submit(SnapshotRequest(SnapshotKind.SAVEPOINT, target_directory))
+
+    def stop_with_savepoint(
+        self, target_directory: str | None = None, drain: bool = False
+    ) -> Future[str]:
+        """Take a savepoint and finish the job: the future holds the savepoint directory's path
+        once the job is FINISHED. Without `drain` the sources stop right after the savepoint's
+        barrier; with it they first end their input as if bounded, so operators flush, and the
+        final snapshot is the savepoint. If the savepoint fails the job keeps running (after a
+        drain it restarts from its latest checkpoint). Thread-safe."""
+        return self._submit(SnapshotRequest(SnapshotKind.STOP, target_directory, drain))
+
+    def _submit(self, request: SnapshotRequest) -> Future:
+        needs_dir = request.kind is not SnapshotKind.CHECKPOINT
+        with self._request_lock:
+            if self._requests_closed or self.status is not JobStatus.RUNNING:
+                request.fail(self.not_running_error())
+            elif needs_dir and not self.savepoint_dir_for(request):
+                request.fail(
+                    NoSavepointDirectoryError(
+                        "no savepoint directory: pass a target directory, or configure a default "
+                        "with env.set_default_savepoint_directory(...) or the configuration key "
+                        "execution.checkpointing.savepoint-dir"
+                    )
+                )
+            else:
+                self.events.put(request)
+        return request.future
+
+    def savepoint_dir_for(self, request: SnapshotRequest) -> str | None:
+        return request.target_directory or self.spec.checkpoint.savepoint_dir
+
+    def not_running_error(self) -> JobNotRunningError:
+        return JobNotRunningError(
+            f"job {self.spec.job_name!r} ({self.job_id}) is {self.status.name}, not RUNNING: "
+            "checkpoints and savepoints can only be taken while it runs"
+        )
+
     def run(self) -> None:
         """Run the job to a terminal status (FINISHED, CANCELED or FAILED); never raises."""
         try:
@@ -197,11 +274,15 @@ class JobMaster:
                     break
                 self.attempt += 1
                 self.stats.restarts += 1
-                latest = self.store.latest()
+                # a savepoint newer than the latest checkpoint committed its sinks' output
+                latest = newest_snapshot(self.store.latest(), self.latest_savepoint)
                 if latest is not None:
                     restore = (latest.metadata, latest.path)
         except JobFailure as e:
             self.error = e
+            self.status = JobStatus.FAILED
+        except CheckpointError as e:  # e.g. a restore that cannot work: say why, no traceback
+            self.error = JobFailure(str(e), recoverable=False)
             self.status = JobStatus.FAILED
         except Exception as e:  # a bug or an environment problem: report, don't hang the client
             log.exception("JobMaster crashed")
@@ -209,6 +290,7 @@ class JobMaster:
             self.status = JobStatus.FAILED
         finally:
             self._shutdown()
+            self._settle_stop(self.status)
             self.done.set()
 
     # attempts ---------------------------------------------------------------------------------
@@ -219,9 +301,18 @@ class JobMaster:
         directory = resolve_checkpoint_path(path)
         metadata = read_checkpoint_metadata(directory)
         self.next_checkpoint_id = int(metadata["checkpoint_id"]) + 1
+        warn_generated_uids(self.spec.graph, metadata["operators"], f"restoring {directory}")
+        if self.spec.restore_mode is RestoreMode.CLAIM:
+            # the job owns it now: subsumed and deleted like one of its own checkpoints
+            self.store.add(_claimed_checkpoint(metadata, directory))
+            self._claimed.add(directory)
         return metadata, directory
 
     def _await_restart(self) -> bool:
+        if self._restart_freely and not self._cancelled.is_set():
+            self._restart_freely = False  # not a failure: no delay, not counted
+            self.status = JobStatus.RESTARTING
+            return True
         now = time.monotonic()
         self.failure_times.append(now)
         delay = self.spec.restart_strategy.restart_delay_s(self.failure_times, now)
@@ -247,7 +338,9 @@ class JobMaster:
         plan, restored_id = {}, None
         if restore is not None:
             metadata, directory = restore
-            plan, max_p = plan_restore(graph, metadata, directory)
+            plan, max_p = plan_restore(
+                graph, metadata, directory, self.spec.allow_non_restored_state
+            )
             graph = dataclasses.replace(graph, max_parallelism=max_p)
             restored_id = int(metadata["checkpoint_id"])
             self.stats.checkpoints.report_restored(
@@ -283,11 +376,53 @@ class JobMaster:
             slots = runners.start_spark(spark, payload, num_slots, on_end)
         attempt_state = _Attempt(self, attempt, slots, graph)
         try:
-            return attempt_state.run()
+            outcome = attempt_state.run()
         finally:
             attempt_state.teardown()
+        if outcome is not JobStatus.FINISHED:
+            self._settle_stop(outcome)
+        return outcome
+
+    def _settle_stop(self, outcome: JobStatus | None) -> None:
+        """Settle a completed stop-with-savepoint: it succeeded if the job then FINISHED
+        (`outcome` None: the attempt failed and the job restarts)."""
+        if self._stop is None:
+            return
+        (request, savepoint), self._stop = self._stop, None
+        if outcome is JobStatus.FINISHED:
+            request.succeed(savepoint)
+            return
+        match outcome:
+            case JobStatus.CANCELED:
+                why = "it was cancelled"
+            case None:
+                why = f"it failed ({self.error}) and restarts from that savepoint"
+            case _:
+                why = f"it ended {outcome.name} ({self.error})"
+        request.fail(
+            CheckpointTriggerError(
+                f"the savepoint {savepoint.path} completed, but the job did not finish: {why}"
+            )
+        )
+
+    def discard_snapshot(self, path: str) -> None:
+        """Delete a checkpoint's directory: one of the job's own, a claimed one, or a failed
+        savepoint's."""
+        if path.startswith(self.storage.job_dir.rstrip("/") + "/") and path not in self._claimed:
+            self.storage.discard_checkpoint_dir(path)
+        else:
+            discard_snapshot_dir(path)
 
     def _shutdown(self) -> None:
+        with self._request_lock:
+            self._requests_closed = True
+        while True:  # requests nobody will handle any more
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, SnapshotRequest):
+                event.fail(self.not_running_error())
         self.scheduler.shutdown()
         if self.server is not None:
             self.server.close()
@@ -299,7 +434,7 @@ class JobMaster:
         }.get(self.status, True)
         if not keep:
             for cp in self.store.all():
-                self.storage.discard_checkpoint_dir(cp.path)
+                self.discard_snapshot(cp.path)
 
     def update_metrics(self, msg: SlotMetrics) -> None:
         self.stats.metrics.update(msg)
@@ -327,6 +462,7 @@ class _Attempt:
         self.runner_ended = False
         self.coordinator: CheckpointCoordinator | None = None
         self.tearing_down = False
+        self.requests = AttemptRequests(self)
 
     # Step 1: wait until every slot registered, then send the address book.
     def run(self) -> JobStatus | None:
@@ -449,7 +585,21 @@ class _Attempt:
                 return self._fail(reason)
             case Cancel():
                 return JobStatus.CANCELED
+            case SnapshotRequest():
+                self.requests.start(event)
+            case StopFailed(reason=reason):
+                return self._on_stop_failed(reason)
         return _CONTINUE
+
+    def _on_stop_failed(self, reason: str):
+        if not self.requests.stop_failed(reason):
+            log.warning("stop-with-savepoint failed, the job keeps running: %s", reason)
+            return _CONTINUE
+        self.jm._restart_freely = True  # the drained sources cannot resume: restart
+        return self._fail(
+            f"stop-with-savepoint --drain failed after the sources were drained ({reason}); "
+            "restarting from the latest checkpoint or savepoint"
+        )
 
     def _check_finished(self):
         if len(self.finished_slots) == self.graph.num_slots and self.final_completed:
@@ -503,6 +653,9 @@ class _Attempt:
             return
         if any(cid in self.final_ids for cid in self.coordinator.pending_ids):
             return
+        if self.requests.draining:  # stop-with-savepoint --drain: the savepoint is the final one
+            self.requests.trigger_drained()
+            return
         # Always aligned: a sink must snapshot after its last record, or what arrives after an
         # unaligned snapshot would never be committed.
         cid = self.coordinator.trigger_checkpoint(CheckpointOptions(is_final=True), force=True)
@@ -510,9 +663,17 @@ class _Attempt:
             self.final_ids.add(cid)
 
     def _on_complete(self, cp: CompletedCheckpoint) -> None:
-        self.jm.stats.checkpoints.report_completed(cp)
+        jm = self.jm
+        jm.stats.checkpoints.report_completed(cp)
         if cp.checkpoint_id in self.final_ids:
             self.final_completed = True
+        if cp.is_savepoint:
+            jm.latest_savepoint = newest_snapshot(jm.latest_savepoint, cp)
+            log.info("savepoint %d completed: %s", cp.checkpoint_id, cp.path)
+            warn_generated_uids(self.graph, cp.metadata["operators"], f"savepoint {cp.path}")
+        request = self.requests.completed(cp)
+        if request is not None and request.kind is SnapshotKind.STOP:
+            jm._stop = (request, cp)  # succeeds once the job has finished
 
     def teardown(self) -> None:
         jm = self.jm
@@ -520,6 +681,7 @@ class _Attempt:
         if self.coordinator is not None:
             self.coordinator.stop("job attempt ended")
             jm.next_checkpoint_id = self.coordinator.next_checkpoint_id
+        self.requests.teardown(jm._stop[0] if jm._stop is not None else None)
         jm.server.broadcast(self.attempt, CancelSlot("the job attempt ended"))
         if not self.runner_ended:
             self.slots.cancel()
@@ -532,7 +694,10 @@ class _Attempt:
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: CheckpointOptions) -> None:
         subtasks = len(self.graph.all_subtasks())
         self.jm.stats.checkpoints.report_triggered(checkpoint_id, timestamp_ms, options, subtasks)
-        self.jm.storage.create_checkpoint_dir(checkpoint_id)
+        if options.target_location is not None:
+            self.jm.storage.create_dir(options.target_location)  # a savepoint's own directory
+        else:
+            self.jm.storage.create_checkpoint_dir(checkpoint_id)
         # unaligned (or aligned with a timeout): the trigger reaches every subtask ahead of the
         # barriers, to snapshot at once (or start the alignment clock); else just the sources
         to_all = options.unaligned or options.aligned_timeout_ms is not None
@@ -544,7 +709,8 @@ class _Attempt:
 
     def finalize(self, pending: PendingCheckpoint) -> CompletedCheckpoint:
         jm = self.jm
-        directory = jm.storage.checkpoint_dir(pending.checkpoint_id)
+        target = pending.options.target_location
+        directory = target or jm.storage.checkpoint_dir(pending.checkpoint_id)
         completed_ms = int(time.time() * 1000)
         metadata = build_metadata(
             self.graph, jm.job_id, pending, completed_ms, attempt=self.attempt
@@ -565,17 +731,41 @@ class _Attempt:
         self.jm.stats.checkpoints.report_failed(checkpoint_id, reason)
         log.info("checkpoint %d aborted: %s", checkpoint_id, reason)
         self.jm.server.broadcast(self.attempt, NotifyCheckpointAborted(checkpoint_id))
-        if checkpoint_id in self.final_ids:
+        was_stop = self.requests.aborted(checkpoint_id, reason)
+        if self.tearing_down:
+            return
+        if was_stop:
+            self.jm.events.put(StopFailed(self.attempt, reason))
+        elif checkpoint_id in self.final_ids:
             self.jm.scheduler.schedule(
                 0.2, lambda: self.jm.events.put(RetryFinalCheckpoint(self.attempt))
             )
 
     def discard(self, cp: CompletedCheckpoint | PendingCheckpoint) -> None:
-        path = getattr(cp, "path", None) or self.jm.storage.checkpoint_dir(cp.checkpoint_id)
-        self.jm.storage.discard_checkpoint_dir(path)
+        if isinstance(cp, CompletedCheckpoint):
+            path = cp.path
+        else:  # a pending one: a savepoint's own directory, or the job's chk-<n>
+            path = cp.options.target_location or self.jm.storage.checkpoint_dir(cp.checkpoint_id)
+        self.jm.discard_snapshot(path)
 
     def fail_job(self, reason: str) -> None:
         self.jm.events.put(FailJob(self.attempt, reason))
+
+
+def _claimed_checkpoint(metadata: dict[str, Any], directory: str) -> CompletedCheckpoint:
+    """The restored snapshot as one of the job's own retained checkpoints (RestoreMode.CLAIM)."""
+    timestamp_ms = int(metadata["timestamp_ms"])
+    completed_ms = int(metadata.get("completed_ms", timestamp_ms))
+    return CompletedCheckpoint(
+        checkpoint_id=int(metadata["checkpoint_id"]),
+        timestamp_ms=timestamp_ms,
+        completed_ms=completed_ms,
+        duration_ms=max(completed_ms - timestamp_ms, 0),
+        path=directory,
+        size_bytes=int(metadata.get("size_bytes", 0)),
+        is_savepoint=False,
+        metadata=metadata,
+    )
 
 
 _CONTINUE = object()

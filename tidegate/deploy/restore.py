@@ -3,6 +3,7 @@ a function from (metadata, job graph) to what each subtask loads (DESIGN §7).""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import fsspec
@@ -18,6 +19,8 @@ from tidegate.runtime.restore import (
 )
 from tidegate.state.operator_state import redistribute_operator_state
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
+
+log = logging.getLogger("tidegate.restore")
 
 FORMAT = "tidegate-checkpoint"
 VERSION = 1
@@ -76,23 +79,22 @@ def _op_name(vertex, uid: str) -> str:
 
 
 def plan_restore(
-    graph: JobGraph, metadata: dict[str, Any], directory: str
+    graph: JobGraph,
+    metadata: dict[str, Any],
+    directory: str,
+    allow_non_restored_state: bool = False,
 ) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
-    """Assign the checkpoint's state to the subtasks of `graph` (any parallelism); also
-    returns the max parallelism to run with (the snapshot's: key groups are fixed)."""
+    """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
+    returns the max parallelism to run with (the snapshot's: key groups are fixed).
+
+    State is matched by operator uid. State of a uid the job does not have fails the restore,
+    unless `allow_non_restored_state`: then it is dropped with a warning."""
     max_p = check_max_parallelism(
         int(metadata["max_parallelism"]),
         max(v.parallelism for v in graph.vertices.values()),
         graph.max_parallelism if graph.max_parallelism_configured else None,
     )
-    known = {op.uid for v in graph.vertices.values() for op in v.operators}
-    unknown = sorted(set(metadata["operators"]) - known)
-    if unknown:
-        raise IncompatibleCheckpointError(
-            f"the checkpoint in {directory} holds state for operators {unknown} that this job "
-            "does not have (operators are matched by uid). Give the operators the uids they "
-            "had, or start the job without this checkpoint."
-        )
+    metadata = _matched_state(graph, metadata, directory, allow_non_restored_state)
     _check_files_exist(metadata, directory)
     channel_plan = _plan_channel_state(graph, metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
@@ -129,6 +131,66 @@ def plan_restore(
     for subtask_id, restored in channel_plan.items():
         plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def _matched_state(
+    graph: JobGraph, metadata: dict[str, Any], directory: str, allow_non_restored_state: bool
+) -> dict[str, Any]:
+    """`metadata` without the state of operators `graph` does not have (which is an error
+    unless non-restored state is allowed)."""
+    known = {op.uid for v in graph.vertices.values() for op in v.operators}
+    sections = ("operators", "channel_state")
+    unmatched = {
+        uid: entry.get("name", uid)
+        for section in sections
+        for uid, entry in metadata.get(section, {}).items()
+        if uid not in known
+    }
+    if not unmatched:
+        return metadata
+    listing = ", ".join(f"uid {uid!r} ({name})" for uid, name in sorted(unmatched.items()))
+    if not allow_non_restored_state:
+        raise IncompatibleCheckpointError(
+            f"cannot restore {directory}: it holds state of {len(unmatched)} operator(s) that "
+            f"this job does not have: {listing}. Operators are matched by uid: if you changed "
+            "an operator's uid, give it its old one again with .uid(...); if you removed the "
+            "operator on purpose, allow dropping its state with `tidegate run "
+            "--allow-non-restored-state` or the configuration key "
+            "execution.state-recovery.ignore-unclaimed-state=true."
+        )
+    log.warning(
+        "restoring %s without the state of %d operator(s) this job does not have "
+        "(non-restored state is allowed, so it is dropped): %s",
+        directory,
+        len(unmatched),
+        listing,
+    )
+    return {
+        **metadata,
+        **{
+            section: {u: e for u, e in metadata.get(section, {}).items() if u in known}
+            for section in sections
+        },
+    }
+
+
+def warn_generated_uids(graph: JobGraph, stateful_uids: Any, action: str) -> None:
+    """Warn that operators whose state is in a snapshot have no explicit uid: their generated
+    uid (`<kind>-<n>`) changes when the job is edited, and then the state no longer maps."""
+    generated = [
+        f"{op.name} ({op.uid})"
+        for v in graph.vertices.values()
+        for op in v.operators
+        if op.uid_generated and op.uid in stateful_uids
+    ]
+    if generated:
+        log.warning(
+            "%s: the stateful operator(s) %s have no explicit uid; their state is matched by a "
+            "uid generated from the job's shape, which changes when you edit the job. Set "
+            ".uid(...) on every stateful operator so savepoints survive upgrades.",
+            action,
+            ", ".join(generated),
+        )
 
 
 def _plan_channel_state(

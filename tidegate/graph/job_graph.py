@@ -95,6 +95,7 @@ def build_job_graph(
                 factory=t.make_operator,
                 chained_outputs=tuple(chained_outputs[t.id]),
                 network_outputs=tuple(network_outputs[t.id]),
+                uid_generated=t.uid is None,
             )
             for t in chain
         )

@@ -113,5 +113,11 @@ class NotifyCheckpointAborted:
 
 
 @dataclass(frozen=True)
+class DrainSources:
+    """stop-with-savepoint --drain: every source ends its input now, as if it were bounded
+    (its operators finish and EndOfData flows), which leads to the final snapshot."""
+
+
+@dataclass(frozen=True)
 class CancelSlot:
     reason: str

@@ -22,6 +22,8 @@ class OperatorSpec:
     factory: Callable[[], Any]
     chained_outputs: tuple[int, ...] = ()
     network_outputs: tuple[int, ...] = ()
+    #: the uid was derived from the operator's position (`<kind>-<n>`), not set with `.uid()`
+    uid_generated: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.events import (
     CancelCheckpointMarker,
     CheckpointBarrier,
+    CheckpointOptions,
     EndOfData,
     EndOfPartition,
 )
@@ -42,6 +43,7 @@ from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
     DeclineCheckpoint,
+    DrainSources,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     SourceFinished,
@@ -100,6 +102,8 @@ class StreamTask:
         self.end_of_data: set[int] = set()
         self.final_checkpoint_id: int | None = None
         self.final_notified = False
+        #: stop-with-savepoint --drain: end the input as if the source were bounded
+        self.draining = False
         self.records_in = 0
         #: seconds spent waiting for input (metrics: idle time)
         self.idle_s = 0.0
@@ -180,12 +184,13 @@ class StreamTask:
             if msg is not None:
                 self._on_control(msg[1])
                 continue
-            if finished:
+            if finished or self.final_checkpoint_id is not None:
+                # finished, or stopping: no records after a stop-with-savepoint's barrier
                 msg = self._wait(0.05)
                 if msg is not None:
                     self._on_control(msg[1])
                 continue
-            batch = source.poll(self.batch_size)
+            batch = None if self.draining else source.poll(self.batch_size)
             if batch:
                 self.records_in += len(batch)  # a source's input: records read from its splits
             if batch is None:
@@ -296,7 +301,11 @@ class StreamTask:
                     op.notify_checkpoint_complete(cid)
                 if self.final_checkpoint_id is not None and cid >= self.final_checkpoint_id:
                     self.final_notified = True
+            case DrainSources():
+                self.draining = True
             case NotifyCheckpointAborted(checkpoint_id=cid):
+                if cid == self.final_checkpoint_id:  # a failed stop-with-savepoint: resume
+                    self.final_checkpoint_id = None
                 handler = self.handler
                 if (
                     handler is not None
@@ -345,7 +354,9 @@ class StreamTask:
         # for an unaligned checkpoint, once the in-flight frames are all recorded.
         if not unaligned_channels:
             frames = None if unaligned_channels is None else []
-            self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
+            self.executor.submit(
+                self._write_and_ack, cid, snapshots, sync_ms, timings, frames, barrier.options
+            )
             return
         for older in [i for i in self._unaligned if i < cid]:
             del self._unaligned[older]
@@ -379,6 +390,7 @@ class StreamTask:
         sync_ms: float,
         timings: tuple[float, float],
         frames: list[bytes] | None,
+        options: CheckpointOptions | None = None,
     ) -> None:
         """Write the state files (and, for an unaligned checkpoint, the channel state whose
         frames are given), then acknowledge with their handles."""
@@ -386,7 +398,8 @@ class StreamTask:
         try:
             state: dict[str, Any] = {}
             channel_state_bytes = 0
-            directory = self.storage.checkpoint_dir(cid)
+            target = options.target_location if options is not None else None
+            directory = target or self.storage.checkpoint_dir(cid)  # a savepoint's own directory
             for uid, snap in snapshots:
                 if snap is None:
                     continue
