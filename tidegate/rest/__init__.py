@@ -38,13 +38,12 @@ def register_job(jm: Any, configuration: dict[str, str]) -> RestServer | None:
     `configuration` enables it. Returns the server (None if disabled or it could not start:
     that is logged, and the job runs anyway)."""
     global _server
+    conf = Configuration().add_all(configuration)
+    enabled = _enabled(conf.get_string(REST_ENABLED, "true"))  # a bad value fails the submit
     _registry.add(jm)
     with _lock:
-        if _server is not None:
+        if _server is not None or not enabled:
             return _server
-        conf = Configuration().add_all(configuration)
-        if not _enabled(conf.get_string(REST_ENABLED, "true")):
-            return None
         host = conf.get_string(REST_BIND_ADDRESS, "127.0.0.1") or "127.0.0.1"
         token = conf.get_string(REST_TOKEN) or None
         if token is None and not is_loopback(host):

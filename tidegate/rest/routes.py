@@ -210,7 +210,12 @@ def _trigger_savepoint(api: RestApi, match: re.Match, request: Request) -> tuple
     cancel = _optional(body, "cancel-job", bool) or False
     future = jm.trigger_savepoint(target)
     if cancel:  # Flink's cancel-with-savepoint: cancel once the savepoint completed
-        future.add_done_callback(lambda f: f.exception() is None and jm.cancel())
+
+        def cancel_after(done: Any) -> None:
+            if not done.cancelled() and done.exception() is None:
+                jm.cancel()
+
+        future.add_done_callback(cancel_after)
     return 202, {"request-id": api.operations.add(jm.job_id, OperationKind.SAVEPOINT, future)}
 
 
