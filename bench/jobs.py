@@ -284,6 +284,7 @@ def build_env(
     conf = Configuration().set_string("execution.runner", runner)
     if restore_path is not None:
         conf.set_string("execution.state-recovery.path", restore_path)
+    conf.set_integer("web.checkpoints.history", 100_000)  # phases of every checkpoint
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if spark is not None:
         env.set_spark_session(spark)

@@ -161,22 +161,18 @@ def _ack_phases(jm: Any) -> dict[int, dict[str, float]]:
     """Per checkpoint: the slowest subtask's synchronous and asynchronous phase, alignment and
     start delay (ms), the in-flight bytes persisted, and whether any subtask went unaligned."""
     phases: dict[int, dict[str, Any]] = {}
-    for h in list(jm.stats.history):
-        p = phases.setdefault(
-            h["checkpoint_id"],
-            {
-                "sync_ms": 0.0,
-                "async_ms": 0.0,
-                "alignment_ms": 0.0,
-                "start_delay_ms": 0.0,
-                "channel_state_bytes": 0,
-                "unaligned": False,
-            },
-        )
-        for key in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms"):
-            p[key] = max(p[key], h[key])
-        p["channel_state_bytes"] += h["channel_state_bytes"]
-        p["unaligned"] = p["unaligned"] or h["unaligned"]
+    for checkpoint in jm.stats.checkpoints.history():
+        acks = list(checkpoint.subtasks.values())
+        if not acks:
+            continue
+        phases[checkpoint.checkpoint_id] = {
+            "sync_ms": max(a.sync_duration_ms for a in acks),
+            "async_ms": max(a.async_duration_ms for a in acks),
+            "alignment_ms": max(a.alignment_duration_ms for a in acks),
+            "start_delay_ms": max(a.start_delay_ms for a in acks),
+            "channel_state_bytes": sum(a.persisted_data for a in acks),
+            "unaligned": any(a.unaligned for a in acks),
+        }
     return phases
 
 

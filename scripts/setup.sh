@@ -3,7 +3,8 @@
 #
 #   bash scripts/setup.sh                       # create .venv, install, check Java
 #   bash scripts/setup.sh run-example [ARGS]    # ... then run examples/account_balances.py
-#   bash scripts/setup.sh test [PYTEST ARGS]    # ... then ruff check + pytest (CI runs this)
+#   bash scripts/setup.sh test [PYTEST ARGS]    # ... installs Chromium (apt), then ruff check
+#                                               #     + pytest (CI runs this)
 #
 # The virtualenv is `.venv` in the repository root, with the package installed editable with
 # its test extras (`pip install -e '.[test]'`); it is reinstalled only when pyproject.toml
@@ -84,6 +85,35 @@ EOF
     fi
 }
 
+# The dashboard test drives headless Chromium: install Debian's chromium package unless a
+# Chromium is on the PATH (apt-get as root, else through sudo). Failing to install is reported,
+# not fatal: that test then fails and says why.
+ensure_chromium() {
+    if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        return 0
+    fi
+    local sudo=()
+    if [[ "$(id -u)" -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || {
+            say "warning: Chromium is missing (the dashboard test needs it): apt-get install chromium"
+            return 0
+        }
+        sudo=(sudo)
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        say "warning: Chromium is missing and there is no apt-get: install Chromium for the dashboard test"
+        return 0
+    fi
+    say "installing Chromium for the dashboard test (apt-get install chromium)"
+    local log="${TMPDIR:-/tmp}/tidegate-chromium-install.log"
+    if ! { "${sudo[@]}" apt-get update -qq \
+            && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+            >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        say "warning: could not install Chromium (log: $log): the dashboard test will fail"
+    fi
+}
+
 uses_local_runner() {
     local previous=""
     for arg in "$@"; do
@@ -111,13 +141,14 @@ case "$command" in
     test)
         ensure_venv
         check_java || say "warning: without Java the Spark tests will fail"
+        ensure_chromium
         say "ruff check"
         "$VENV/bin/ruff" check "$ROOT" || say "warning: ruff found problems (see above)"
         say "pytest $*"
         exec "$VENV/bin/pytest" "$@"
         ;;
     -h|--help|help)
-        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
         ;;
     *)
         die "unknown command '$command'; use: setup | run-example [ARGS] | test [PYTEST ARGS]"

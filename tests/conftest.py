@@ -20,3 +20,19 @@ def runner(request):
     if request.param == "spark":
         request.getfixturevalue("spark")
     return request.param
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tidegate_home(tmp_path_factory):
+    """Discovery files of the REST servers this test process (and the CLIs it runs) start go
+    to a temporary TIDEGATE_HOME, not the user's ~/.tidegate."""
+    import os
+
+    home = tmp_path_factory.mktemp("tidegate-home")
+    saved = os.environ.get("TIDEGATE_HOME")
+    os.environ["TIDEGATE_HOME"] = str(home)
+    yield home
+    if saved is None:
+        os.environ.pop("TIDEGATE_HOME", None)
+    else:
+        os.environ["TIDEGATE_HOME"] = saved

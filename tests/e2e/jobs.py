@@ -172,6 +172,7 @@ def count_job(
     count: RunningCount | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
+    conf.set_integer("web.checkpoints.history", 10_000)  # tests inspect every checkpoint
     if restore_path:
         conf.set_string("execution.state-recovery.path", restore_path)
     env = StreamExecutionEnvironment.get_execution_environment(conf)

@@ -3,22 +3,25 @@ checkpoints that do not block the next ones, and the failure tolerance."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.e2e.jobs import check_exactly_once, committed_lines, count_job
 from tidegate.common import RestartStrategies
 from tidegate.common.job_client import JobExecutionException
+from tidegate.metrics.checkpoint_stats import CheckpointStats
 
 N = 20_000
 
 
-def overlapped(history: list[dict]) -> bool:
+def overlapped(history: list[CheckpointStats]) -> bool:
     """Whether an ack of a newer checkpoint arrived before the last ack of an older one."""
-    newest = -1
-    for ack in history:
-        if ack["checkpoint_id"] < newest:
+    for older, newer in itertools.combinations(history, 2):  # oldest first
+        first = min((a.ack_timestamp_ms for a in newer.subtasks.values()), default=None)
+        last = older.latest_ack_timestamp_ms
+        if first is not None and last is not None and first < last:
             return True
-        newest = max(newest, ack["checkpoint_id"])
     return False
 
 
@@ -35,7 +38,7 @@ def test_concurrent_aligned_checkpoints_overlap_and_keep_exactly_once(spark, tmp
     env.get_checkpoint_config().set_max_concurrent_checkpoints(3)
     client = env.execute_async("concurrent checkpoints")
     client.get_job_execution_result().result(timeout=300)
-    assert overlapped(client.jobmaster.stats.history), "checkpoints never overlapped"
+    assert overlapped(client.jobmaster.stats.checkpoints.history()), "checkpoints never overlapped"
     assert client.jobmaster.stats.completed_checkpoints >= 3
     check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
 

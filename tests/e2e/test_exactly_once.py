@@ -14,10 +14,11 @@ def test_a_job_without_failures_commits_exactly_the_reference_output(runner, tmp
     client.get_job_execution_result().result(timeout=300)
     check_exactly_once(committed_lines(tmp_path / "out"), 20_000, 2)
     # every ack reports its phases; the keyed subtasks (2 input channels) report alignment
-    history = client.jobmaster.stats.history
-    assert history
-    assert all(h["alignment_ms"] >= 0 and h["start_delay_ms"] >= 0 for h in history)
-    assert all(h["sync_ms"] > 0 and h["async_ms"] > 0 for h in history)
+    history = client.jobmaster.stats.checkpoints.history()
+    acks = [ack for checkpoint in history for ack in checkpoint.subtasks.values()]
+    assert acks
+    assert all(a.alignment_duration_ms >= 0 and a.start_delay_ms >= 0 for a in acks)
+    assert all(a.sync_duration_ms > 0 and a.async_duration_ms > 0 for a in acks)
 
 
 @pytest.mark.parametrize("parallelism", [2, 3])

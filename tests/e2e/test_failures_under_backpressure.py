@@ -62,11 +62,12 @@ def run_with_scheduled_failures(tmp_path, mode: str):
 def test_five_failures_under_backpressure_keep_exactly_once(spark, tmp_path, mode):
     client, lines = run_with_scheduled_failures(tmp_path, mode)
     check_exactly_once(lines, N, PARALLELISM)
-    acks = client.jobmaster.stats.history
+    history = client.jobmaster.stats.checkpoints.history()
+    acks = [ack for checkpoint in history for ack in checkpoint.subtasks.values()]
     if mode == "aligned":
-        assert not any(a["unaligned"] for a in acks)
+        assert not any(a.unaligned for a in acks)
     else:  # the slow operator holds records in flight: they were persisted
-        assert any(a["unaligned"] and a["channel_state_bytes"] > 0 for a in acks)
+        assert any(a.unaligned and a.persisted_data > 0 for a in acks)
 
 
 def test_five_failures_under_backpressure_lose_nothing_at_least_once(spark, tmp_path):

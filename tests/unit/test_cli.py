@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner, Result
 
+from tidegate import rest
 from tidegate.checkpoint.checksums import ChecksummingWriter
 from tidegate.checkpoint.metadata import encode_metadata
 from tidegate.checkpoint.pending import PendingCheckpoint
@@ -40,7 +41,11 @@ from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 from tidegate.deploy.jobmaster import JobStats
 from tidegate.deploy.restore import build_metadata
 from tidegate.graph.job_graph import build_job_graph
+from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
+from tidegate.metrics.job_metrics import JobMetrics
 from tidegate.runtime.events import CheckpointOptions
+from tidegate.runtime.messages import SlotMetrics, SubtaskMetrics
+from tidegate.runtime.plan import JobGraph, VertexSpec
 from tidegate.state.keygroups import assign_to_key_group, key_group_range
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
 
@@ -637,24 +642,46 @@ def test_from_checkpoint_accepts_a_checkpoint_directory_and_a_metadata_file(tmp_
 # --------------------------------------------------------------------------- status lines
 
 
+def fake_stats(
+    *, read: int = 0, received: int = 0, rate: int = 0, restarts: int = 0,
+    completed: int = 0, failed: int = 0,
+) -> JobStats:  # fmt: skip
+    """Real statistics fed as a JobMaster feeds them: a source vertex and one other, two
+    metrics samples a second apart, `completed` checkpoints (the last one #7, 40 ms, 3 KiB)
+    and then `failed` ones."""
+    vertices = {
+        v: VertexSpec(v, f"v{v}", 1, operators=(), input_edges=(), is_source=v == 1) for v in (1, 2)
+    }
+    stats = JobStats(CheckpointStatsTracker(), JobMetrics(JobGraph("demo", vertices, {}, 128)))
+    stats.restarts = restarts
+    for sampled_s, ahead in ((0.0, rate), (1.0, 0)):
+        counts = {(1, 0): SubtaskMetrics(read - ahead, 0), (2, 0): SubtaskMetrics(received, 0)}
+        stats.metrics.update(SlotMetrics(0, 0, counts, sampled_s))
+    first = 8 - completed
+    for cid in range(first, first + completed + failed):
+        stats.checkpoints.report_triggered(cid, 10_000, CheckpointOptions(), 2)
+        if cid > 7:
+            stats.checkpoints.report_failed(cid, "declined", 10_100)
+            continue
+        cp = CompletedCheckpoint(
+            checkpoint_id=cid, timestamp_ms=10_000, completed_ms=10_040, duration_ms=40,
+            path=f"/c/chk-{cid}", size_bytes=3 * 1024, is_savepoint=False, metadata={},
+        )  # fmt: skip
+        stats.checkpoints.report_completed(cp)
+    return stats
+
+
 def fake_jobmaster(**stats) -> SimpleNamespace:
-    cp = CompletedCheckpoint(
-        checkpoint_id=7, timestamp_ms=10_000, completed_ms=10_040, duration_ms=40,
-        path="/c/chk-7", size_bytes=3 * 1024, is_savepoint=False, metadata={},
-    )  # fmt: skip
     return SimpleNamespace(
         status=JobStatus.RUNNING,
-        stats=JobStats(last_checkpoint=cp, **stats),
+        stats=fake_stats(**stats),
         job_id="abc",
         spec=SimpleNamespace(job_name="demo"),
     )
 
 
 def test_the_status_line_shows_rates_counts_and_the_last_checkpoint():
-    jm = fake_jobmaster(
-        records_in=12_345, records_read=20_000, records_per_s=1500.4, restarts=1,
-        completed_checkpoints=7, failed_checkpoints=2,
-    )  # fmt: skip
+    jm = fake_jobmaster(received=12_345, read=20_000, rate=1500, restarts=1, completed=7, failed=2)
     line = format_status(jm, 65.0, now_ms=13_040)
     assert line == (
         "RUNNING 1:05.0 | 1,500 rec/s | read 20,000 | in 12,345 | restarts 1"
@@ -663,7 +690,7 @@ def test_the_status_line_shows_rates_counts_and_the_last_checkpoint():
 
 
 def test_the_summary_line_names_the_job_and_its_final_status():
-    jm = fake_jobmaster(records_in=5, completed_checkpoints=7)
+    jm = fake_jobmaster(received=5, completed=7)
     jm.status = JobStatus.FINISHED
     assert format_summary(jm, 2.25) == (
         "FINISHED: job 'demo' (abc) after 2.2s | read 0 | in 5 | restarts 0"
@@ -672,7 +699,7 @@ def test_the_summary_line_names_the_job_and_its_final_status():
 
 
 def test_the_monitor_prints_status_lines_while_a_job_runs_then_its_summary():
-    jm = fake_jobmaster(completed_checkpoints=1)
+    jm = fake_jobmaster(completed=1)
     jm.done = threading.Event()
     jm.spec = SimpleNamespace(
         job_name="demo", runner="local",
@@ -687,7 +714,9 @@ def test_the_monitor_prints_status_lines_while_a_job_runs_then_its_summary():
     jm.status = JobStatus.FINISHED
     monitor.summarize()
     first, *statuses, last = out.getvalue().splitlines()
-    assert first == "submitted job 'demo' (abc): runner local, parallelism 3"
+    submitted = "submitted job 'demo' (abc): runner local, parallelism 3"
+    server = rest.running_server()  # started by any job this test process ran before
+    assert first == (submitted if server is None else f"{submitted}, dashboard {server.url}/")
     assert statuses and all(line.startswith("RUNNING ") for line in statuses)
     assert last.startswith("FINISHED: job 'demo' (abc) after ")
     assert monitor.running() == []

@@ -4,6 +4,12 @@
                         [--from-savepoint PATH] [--allow-non-restored-state]
                         [--claim-mode no_claim|claim] [--restore-fallback] [-- job args...]
     tidegate checkpoints DIR [--id N] [--json] [--verify]
+    tidegate checkpoints --job JOB [--id N] [--json]
+    tidegate list | trigger-checkpoint JOB | savepoint JOB [DIR] | cancel JOB
+    tidegate stop JOB [--savepoint DIR] [--drain]
+
+The job commands talk to the drivers' REST API (`--address URL`, default: every driver
+running on this machine).
 
 Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`
 shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed (or `--verify`
@@ -11,7 +17,8 @@ found a damaged checkpoint), 2 a usage or path error (a missing script, a wrong 
 no Spark), 130 interrupted.
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
-checkpoints command), `errors` (error lines and exit codes), `formatting` (shared text helpers).
+checkpoints command), `jobs` (the commands on running jobs), `errors` (error lines and exit
+codes), `formatting` (shared text helpers).
 """
 
 from __future__ import annotations
@@ -21,6 +28,13 @@ import click
 from tidegate.cli.checkpoints import checkpoint_detail, checkpoints_command
 from tidegate.cli.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_USAGE, CliError
 from tidegate.cli.formatting import format_table, human_size, local_iso
+from tidegate.cli.jobs import (
+    cancel_command,
+    list_command,
+    savepoint_command,
+    stop_command,
+    trigger_checkpoint_command,
+)
 from tidegate.cli.run import run_command
 from tidegate.cli.status import JobMonitor, StatusPrinter, format_status, format_summary
 
@@ -49,6 +63,14 @@ def cli() -> None:
 
 cli.add_command(run_command)
 cli.add_command(checkpoints_command)
+for command in (
+    list_command,
+    trigger_checkpoint_command,
+    savepoint_command,
+    stop_command,
+    cancel_command,
+):
+    cli.add_command(command)
 
 
 def main() -> None:

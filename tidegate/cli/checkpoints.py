@@ -1,5 +1,6 @@
 """`tidegate checkpoints DIR [--id N] [--json] [--verify]`: list completed checkpoints, or show
-one; `--verify` also checks their files (cli/verify.py)."""
+one; `--verify` also checks their files (cli/verify.py). With `--job JOB` instead of DIR, a
+running job's checkpoint statistics (tidegate/cli/jobs.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tidegate.checkpoint.storage import (
 )
 from tidegate.cli.errors import CliError, one_line, reported, verbose_option
 from tidegate.cli.formatting import format_table, human_size, local_iso
+from tidegate.cli.jobs import address_options, show_job_checkpoints
 from tidegate.cli.verify import report_damage, verification_of, verification_summary
 
 T = TypeVar("T")
@@ -33,23 +35,43 @@ _CHK_DIR = re.compile(r"chk-\d+")
 
 
 @click.command("checkpoints")
-@click.argument("directory", metavar="DIR")
-@click.option("--id", "checkpoint_id", type=int, help="Show this checkpoint's metadata.")
+@click.argument("directory", metavar="[DIR]", required=False)
+@click.option("--job", metavar="JOB", help="A running job's checkpoint statistics (REST API).")
+@click.option("--id", "checkpoint_id", type=int, help="Show this checkpoint only.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
     "--verify",
     is_flag=True,
     help="Also read every file and check its size and checksum; exit 1 if one is damaged.",
 )
+@address_options
 @verbose_option
 def checkpoints_command(
-    directory: str, checkpoint_id: int | None, as_json: bool, verify: bool, verbose: bool
+    directory: str | None,
+    job: str | None,
+    checkpoint_id: int | None,
+    as_json: bool,
+    verify: bool,
+    address: str | None,
+    token: str | None,
+    verbose: bool,
 ) -> None:
     """List completed checkpoints, or show one.
 
     DIR is a checkpoint directory holding job directories, or one job directory. To show one
     checkpoint's metadata, pass --id N, or a chk-<n> directory (or its _metadata file) as DIR.
+
+    With --job JOB instead of DIR: the checkpoint statistics of a running job (counts, summary,
+    latest, history) from its driver; with --id N, that checkpoint's per-subtask statistics.
     """
+    if (directory is None) == (job is None):
+        raise CliError(
+            "give either DIR (checkpoints on disk) or --job JOB (a running job's statistics)",
+            "`tidegate checkpoints --help` shows both forms",
+        )
+    if job is not None:
+        show_job_checkpoints(job, checkpoint_id, as_json, address, token, verbose)
+        return
     with reported(verbose):
         if _names_one_checkpoint(directory):
             if checkpoint_id is not None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tidegate import rest
 from tidegate.cli.errors import ENVIRONMENT_ERRORS, full_traceback
 from tidegate.cli.formatting import duration, human_size
 from tidegate.common.job_client import JobClient
@@ -109,9 +110,11 @@ class JobMonitor:
         watched = _Watched(client, time.monotonic())
         self.jobs.append(watched)
         spec = client.jobmaster.spec
+        server = rest.running_server()
         self.printer.line(
             f"submitted job {spec.job_name!r} ({client.get_job_id()}): runner {spec.runner}, "
             f"parallelism {max(v.parallelism for v in spec.graph.vertices.values())}"
+            + ("" if server is None else f", dashboard {server.url}/")
         )
         watched.thread = threading.Thread(
             target=self._watch, args=(watched,), name="tidegate-cli-status", daemon=True

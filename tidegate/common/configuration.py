@@ -18,6 +18,16 @@ HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, d
 RESTORE_FALLBACK = "execution.checkpointing.restore-fallback"
 #: a fixed job id (default: a new random one per run); the job directory is named after it
 JOB_ID = "pipeline.job-id"
+#: observability (docs/rest-api.md): checkpoints kept in the statistics' history, default 10
+CHECKPOINTS_HISTORY = "web.checkpoints.history"
+#: the driver's REST API and dashboard: on/off ("true"), address (127.0.0.1), port or range
+#: ("8081": the first free of 8081..8180; "0": any), bearer token (required off loopback)
+REST_ENABLED = "rest.enabled"
+REST_BIND_ADDRESS = "rest.bind-address"
+REST_PORT = "rest.port"
+REST_TOKEN = "rest.token"
+#: how often the dashboard polls, in ms (default 3000)
+WEB_REFRESH_INTERVAL = "web.refresh-interval"
 #: restore the job from this checkpoint or savepoint (Flink 2's key; Flink 1's key also works)
 STATE_RECOVERY_PATH = "execution.state-recovery.path"
 SAVEPOINT_PATH = "execution.savepoint.path"

@@ -8,11 +8,13 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar
 
+from tidegate import rest
 from tidegate.common.configuration import (
     ADVERTISED_HOST,
     BATCH_SIZE,
     BIND_HOST,
     BUFFER_TIMEOUT_MS,
+    CHECKPOINTS_HISTORY,
     CLAIM_MODE,
     HEARTBEAT_TIMEOUT_MS,
     IGNORE_UNCLAIMED_STATE,
@@ -195,6 +197,8 @@ class StreamExecutionEnvironment:
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
             bind_host=cfg.get_string(BIND_HOST, "127.0.0.1"),
             advertised_host=cfg.get_string(ADVERTISED_HOST),
+            checkpoint_history_size=cfg.get_integer(CHECKPOINTS_HISTORY, 10),
+            configuration=cfg.to_dict(),
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
@@ -221,7 +225,9 @@ class StreamExecutionEnvironment:
         spec = self._job_spec(job_name)
         if spec.runner not in ("spark", "local"):
             raise ValueError(f"unknown runner {spec.runner!r}: use 'spark' or 'local'")
-        client = JobClient(JobMaster(spec))
+        jobmaster = JobMaster(spec)
+        rest.register_job(jobmaster, spec.configuration)  # the driver's REST API and dashboard
+        client = JobClient(jobmaster)
         hook = self.cli_overrides.get("on_submit")
         if hook is not None:
             hook(client)

@@ -98,6 +98,10 @@ class JobSpec:
     bind_host: str = "127.0.0.1"
     #: the host slots dial to reach the driver when it binds to all interfaces
     advertised_host: str | None = None
+    #: checkpoints kept in the statistics' history (`web.checkpoints.history`)
+    checkpoint_history_size: int = 10
+    #: the job's configuration keys, as given (shown by the REST API)
+    configuration: dict[str, str] = field(default_factory=dict, compare=False)
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64

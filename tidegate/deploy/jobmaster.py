@@ -51,6 +51,9 @@ from tidegate.deploy.snapshot_requests import (
     SnapshotRequest,
     StopFailed,
 )
+from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
+from tidegate.metrics.failures import JobTimeline
+from tidegate.metrics.job_metrics import JobMetrics
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import (
@@ -115,26 +118,57 @@ class JobFailure(Exception):
 
 @dataclass
 class JobStats:
-    """What `tidegate run` shows while the job runs."""
+    """What the driver knows about a job while it runs: checkpoint statistics, subtask metrics
+    and the failure timeline (served in full by the REST API), and the few numbers
+    `tidegate run`'s status line shows (the properties)."""
 
-    #: records read by the sources, and records received by the other subtasks
-    records_read: int = 0
-    records_in: int = 0
-    records_per_s: float = 0.0
+    checkpoints: CheckpointStatsTracker
+    metrics: JobMetrics
+    timeline: JobTimeline = field(default_factory=JobTimeline)
     restarts: int = 0
-    completed_checkpoints: int = 0
-    failed_checkpoints: int = 0
-    last_checkpoint: CompletedCheckpoint | None = None
-    restored_from: int | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def records_read(self) -> int:
+        """Records the sources read in the current attempt."""
+        return self.metrics.records_read
+
+    @property
+    def records_in(self) -> int:
+        """Records the non-source subtasks received in the current attempt."""
+        return self.metrics.records_in
+
+    @property
+    def records_per_s(self) -> float:
+        return self.metrics.records_per_s
+
+    @property
+    def completed_checkpoints(self) -> int:
+        return self.checkpoints.counts.completed
+
+    @property
+    def failed_checkpoints(self) -> int:
+        return self.checkpoints.counts.failed
+
+    @property
+    def last_checkpoint(self) -> CompletedCheckpoint | None:
+        """The latest completed checkpoint or savepoint."""
+        return self.checkpoints.latest_completed
+
+    @property
+    def restored_from(self) -> int | None:
+        """The id of the checkpoint or savepoint restored last."""
+        restored = self.checkpoints.latest_restored
+        return None if restored is None else restored.checkpoint_id
 
 
 class JobMaster:
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self.job_id = spec.job_id or uuid.uuid4().hex
+        self.stats = JobStats(
+            CheckpointStatsTracker(spec.checkpoint_history_size), JobMetrics(spec.graph)
+        )
         self.status = JobStatus.INITIALIZING
-        self.stats = JobStats()
         self.error: JobFailure | None = None
         self.events: queue.Queue = queue.Queue()
         self.secret = secrets.token_bytes(32)
@@ -148,8 +182,6 @@ class JobMaster:
         self.slot_pids: dict[int, int] = {}
         self.done = threading.Event()
         self._cancelled = threading.Event()
-        self._slot_counts: dict[tuple[int, int], tuple[int, int]] = {}
-        self._rate_window: tuple[float, int] | None = None
         self.server: ControlServer | None = None
         #: where the first attempt restored from (newest first); later ones fall back to them
         self._initial_candidates: list[RestoreCandidate] = []
@@ -168,6 +200,26 @@ class JobMaster:
         self._request_lock = threading.Lock()
 
     # public ---------------------------------------------------------------------------------
+    @property
+    def status(self) -> JobStatus:
+        return self._status
+
+    @status.setter
+    def status(self, status: JobStatus) -> None:
+        self._status = status
+        self.stats.timeline.status_changed(status)
+
+    @property
+    def error(self) -> JobFailure | None:
+        """What ended the latest attempt (or the job); each one is kept in the timeline."""
+        return self._error
+
+    @error.setter
+    def error(self, error: JobFailure | None) -> None:
+        self._error = error
+        if error is not None:
+            self.stats.timeline.record_failure(self.attempt, error)
+
     def cancel(self) -> None:
         self._cancelled.set()
         self.events.put(Cancel())
@@ -342,7 +394,12 @@ class JobMaster:
             )
             graph = dataclasses.replace(graph, max_parallelism=max_p)
             restored_id = int(metadata["checkpoint_id"])
-            self.stats.restored_from = restored_id
+            self.stats.checkpoints.report_restored(
+                restored_id,
+                directory,
+                is_savepoint=bool(metadata.get("is_savepoint")),
+                attempt=attempt,
+            )
         deployment = Deployment(
             job_id=self.job_id,
             attempt=attempt,
@@ -369,8 +426,6 @@ class JobMaster:
 
             spark = self.spec.spark_session or get_spark(self.spec.spark_master, num_slots)
             slots = runners.start_spark(spark, payload, num_slots, on_end)
-        self._slot_counts.clear()  # counters restart with the slots
-        self._rate_window = None
         attempt_state = _Attempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()
@@ -441,20 +496,7 @@ class JobMaster:
                 log.warning("not deleting the job's checkpoints: %s", e)
 
     def update_metrics(self, msg: SlotMetrics) -> None:
-        for subtask, counts in msg.counts.items():
-            self._slot_counts[subtask] = counts
-        sources = {v.vertex_id for v in self.spec.graph.vertices.values() if v.is_source}
-        read = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v in sources)
-        received = sum(i for (v, _), (i, _o) in self._slot_counts.items() if v not in sources)
-        now = time.monotonic()
-        if self._rate_window is not None:
-            t0, n0 = self._rate_window
-            if now - t0 >= 1.0:
-                self.stats.records_per_s = max(read - n0, 0) / (now - t0)
-                self._rate_window = (now, read)
-        else:
-            self._rate_window = (now, read)
-        self.stats.records_read, self.stats.records_in = read, received
+        self.stats.metrics.update(msg)
 
 
 class _Attempt:
@@ -565,19 +607,7 @@ class _Attempt:
             case RegisterSlot(slot=slot):
                 self.registered[slot] = event
             case AcknowledgeCheckpoint(subtask=subtask, checkpoint_id=cid, state=state):
-                jm.stats.history.append(
-                    {
-                        "checkpoint_id": cid,
-                        "subtask": subtask,
-                        "sync_ms": event.sync_ms,
-                        "async_ms": event.async_ms,
-                        "alignment_ms": event.alignment_ms,
-                        "start_delay_ms": event.start_delay_ms,
-                        "channel_state_bytes": event.channel_state_bytes,
-                        "unaligned": event.unaligned,
-                    }
-                )
-                del jm.stats.history[:-1000]
+                jm.stats.checkpoints.report_ack(event)
                 self.coordinator.receive_ack(subtask, cid, state)
             case DeclineCheckpoint(subtask=subtask, checkpoint_id=cid, reason=reason):
                 if self.coordinator is not None:
@@ -698,8 +728,7 @@ class _Attempt:
 
     def _on_complete(self, cp: CompletedCheckpoint) -> None:
         jm = self.jm
-        jm.stats.completed_checkpoints += 1
-        jm.stats.last_checkpoint = cp
+        jm.stats.checkpoints.report_completed(cp)
         if cp.checkpoint_id in self.final_ids:
             self.final_completed = True
         if cp.is_savepoint:
@@ -727,6 +756,8 @@ class _Attempt:
 
     # CoordinatorHooks -------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: CheckpointOptions) -> None:
+        subtasks = len(self.graph.all_subtasks())
+        self.jm.stats.checkpoints.report_triggered(checkpoint_id, timestamp_ms, options, subtasks)
         if options.target_location is not None:
             self.jm.storage.create_dir(options.target_location)  # a savepoint's own directory
         else:
@@ -770,8 +801,7 @@ class _Attempt:
         self.jm.server.broadcast(self.attempt, NotifyCheckpointComplete(checkpoint_id))
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
-        if not self.tearing_down:  # checkpoints cut short by the attempt's end did not fail
-            self.jm.stats.failed_checkpoints += 1
+        self.jm.stats.checkpoints.report_failed(checkpoint_id, reason)
         log.info("checkpoint %d aborted: %s", checkpoint_id, reason)
         self.jm.server.broadcast(self.attempt, NotifyCheckpointAborted(checkpoint_id))
         was_stop = self.requests.aborted(checkpoint_id, reason)

@@ -68,12 +68,25 @@ class SlotFailed:
     traceback: str
 
 
+@dataclass(frozen=True, slots=True)
+class SubtaskMetrics:
+    """A subtask's counters since its slot started."""
+
+    records_in: int
+    records_out: int
+    #: seconds blocked handing output downstream (its queue or connection was full)
+    backpressured_s: float = 0.0
+    #: seconds spent waiting for input
+    idle_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class SlotMetrics:
     attempt: int
     slot: int
-    #: subtask -> (records in, records out) since the slot started
-    counts: dict[SubtaskId, tuple[int, int]]
+    subtasks: dict[SubtaskId, SubtaskMetrics]
+    #: the slot's monotonic clock when the counters were read (rates divide by its differences)
+    sampled_s: float = 0.0
 
 
 # driver -> slot

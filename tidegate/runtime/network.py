@@ -6,7 +6,9 @@ of records or an event.
 A connection feeds exactly one vertex's input gate, so a full gate only stops upstream work
 for that vertex: waits always point downstream in the DAG and cannot form a cycle (a connection
 shared by several vertices could deadlock). Inside a slot, frames go straight into the gate.
-Backpressure: a full gate blocks the reader thread, TCP fills, and the sender blocks.
+Backpressure: a full gate blocks the reader thread, TCP fills, and the sender blocks. A
+transport's `send` returns the seconds it took (blocked, under backpressure); each RecordWriter
+adds them up as its subtask's backpressured time (tidegate/metrics/job_metrics.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
+from time import perf_counter
 from typing import Any
 
 from tidegate.runtime.auth import (
@@ -36,8 +39,10 @@ class LocalTransport:
     def __init__(self, gate: InputGate) -> None:
         self.gate = gate
 
-    def send(self, channel: int, payload: Any) -> None:
+    def send(self, channel: int, payload: Any) -> float:
+        started = perf_counter()
         self.gate.put_data((channel, payload))
+        return perf_counter() - started
 
     def close(self) -> None:
         pass
@@ -51,10 +56,12 @@ class RemoteTransport:
         self.lock = threading.Lock()
         self._plain_pickle = True
 
-    def send(self, channel: int, payload: Any) -> None:
+    def send(self, channel: int, payload: Any) -> float:
         data, self._plain_pickle = encode_frame((channel, payload), self._plain_pickle)
+        started = perf_counter()
         with self.lock:
             self.conn.send_bytes(data)
+        return perf_counter() - started
 
     def close(self) -> None:
         shutdown_connection(self.conn)
@@ -75,6 +82,10 @@ class RecordWriter:
         self.batch_size = batch_size
         self.buffers: list[list] = [[] for _ in channels]
         self.records_out = 0
+        #: (seconds blocked in completed sends, perf_counter() when the send in progress
+        #: started, else None): one tuple, so the metrics thread reads a consistent pair
+        self._blocked: tuple[float, float | None] = (0.0, None)
+        self._reported_blocked_s = 0.0
 
     def process_batch(self, records: list) -> None:
         self.route(records, self.buffers)
@@ -88,7 +99,7 @@ class RecordWriter:
         buf = self.buffers[i]
         self.buffers[i] = []
         transport, channel = self.channels[i]
-        transport.send(channel, buf)
+        self._transmit(transport, channel, buf)
 
     def flush(self) -> None:
         for i, buf in enumerate(self.buffers):
@@ -98,7 +109,20 @@ class RecordWriter:
     def broadcast_event(self, event: Any) -> None:
         self.flush()
         for transport, channel in self.channels:
-            transport.send(channel, event)
+            self._transmit(transport, channel, event)
+
+    def _transmit(self, transport: Any, channel: int, payload: Any) -> None:
+        done = self._blocked[0]
+        self._blocked = (done, perf_counter())
+        self._blocked = (done + transport.send(channel, payload), None)
+
+    def backpressured_s(self, now: float) -> float:
+        """Seconds blocked sending so far (`now`: perf_counter()), counting a send that is
+        still blocked; never decreases. For the metrics thread."""
+        done, since = self._blocked
+        blocked = done if since is None else done + max(now - since, 0.0)
+        self._reported_blocked_s = max(self._reported_blocked_s, blocked)
+        return self._reported_blocked_s
 
 
 class SlotNetwork:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +29,7 @@ from tidegate.runtime.messages import (
     SlotFailed,
     SlotFinished,
     SlotMetrics,
+    SubtaskMetrics,
     TriggerCheckpoint,
 )
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
@@ -220,8 +222,14 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
             errors.append(network.error)
             for t in tasks:
                 t.gate.close()
-        counts = {t.subtask_id: (t.records_in, t.records_out) for t in tasks}
-        control.send(SlotMetrics(deployment.attempt, slot, counts))
+        now = time.perf_counter()
+        metrics = {
+            t.subtask_id: SubtaskMetrics(
+                t.records_in, t.records_out, t.backpressured_s(now), t.idle_s
+            )
+            for t in tasks
+        }
+        control.send(SlotMetrics(deployment.attempt, slot, metrics, now))
     if errors:
         raise errors[0]
     if cancelled.is_set():

@@ -104,6 +104,8 @@ class StreamTask:
         #: stop-with-savepoint --drain: end the input as if the source were bounded
         self.draining = False
         self.records_in = 0
+        #: seconds spent waiting for input (metrics: idle time)
+        self.idle_s = 0.0
         self._last_flush = time.monotonic()
         self._first_barrier: dict[int, tuple[float, int]] = {}
         #: unaligned checkpoints snapshotted but still recording in-flight frames
@@ -131,6 +133,17 @@ class StreamTask:
     @property
     def records_out(self) -> int:
         return sum(w.records_out for w in self.writers)
+
+    def backpressured_s(self, now: float) -> float:
+        """Seconds spent blocked sending output downstream (`now`: perf_counter())."""
+        return sum(w.backpressured_s(now) for w in self.writers)
+
+    def _wait(self, timeout: float) -> tuple[bool, Any] | None:
+        """`gate.get(timeout)`, counted as idle time."""
+        started = time.perf_counter()
+        got = self.gate.get(timeout)
+        self.idle_s += time.perf_counter() - started
+        return got
 
     # Step 0: run ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -172,7 +185,7 @@ class StreamTask:
                 continue
             if finished or self.final_checkpoint_id is not None:
                 # finished, or stopping: no records after a stop-with-savepoint's barrier
-                msg = get(0.05)
+                msg = self._wait(0.05)
                 if msg is not None:
                     self._on_control(msg[1])
                 continue
@@ -185,7 +198,7 @@ class StreamTask:
                 self.control.send(SourceFinished(self.attempt, self.subtask_id))
             elif not batch:
                 self._flush()
-                msg = get(0.005)
+                msg = self._wait(0.005)
                 if msg is not None:
                     self._on_control(msg[1])
             self._maybe_flush()
@@ -205,7 +218,7 @@ class StreamTask:
                     wait = self.buffer_timeout_s
                     if deadline is not None:
                         wait = max(min(wait, deadline - time.monotonic()), 0.0)
-                    got = get(wait)
+                    got = self._wait(wait)
                     if got is None:
                         continue
                 is_control, item = got
