@@ -7,7 +7,7 @@ import threading
 import time
 
 from tidegate.common.job_status import JobStatus
-from tidegate.deploy.jobmaster import JobFailure
+from tidegate.deploy.attempt import JobFailure
 from tidegate.metrics.failures import MAX_FAILURES, JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics, SubtaskRates, backpressure_level
 from tidegate.runtime.gate import InputGate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidegate.deploy.jobmaster import _runner_error
+from tidegate.deploy.attempt import _runner_error
 
 SPARK_ERROR = """An error occurred while calling z:...PythonRDD.collectAndServe.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed

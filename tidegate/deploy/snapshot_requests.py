@@ -142,7 +142,7 @@ def savepoint_options(location: str | None, *, final: bool) -> CheckpointOptions
 
 
 class AttemptRequests:
-    """The user requests of one job attempt (`attempt`: the JobMaster's `_Attempt`). Runs on
+    """The user requests of one job attempt (`attempt`: the JobAttempt, deploy/attempt.py). Runs on
     the JobMaster's thread, except `aborted`, which the coordinator may call on its scheduler
     thread (a timeout).
 
