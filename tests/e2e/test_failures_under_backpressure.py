@@ -19,6 +19,7 @@ from tests.e2e.jobs import (
     count_job,
     kill_when_scheduled,
 )
+from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import CheckpointingMode, ExternalizedCheckpointRetention
 
@@ -129,4 +130,33 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
     resumed = env.execute_async("resumed from unaligned")
     resumed.get_job_execution_result().result(timeout=300)
     assert resumed.jobmaster.stats.restored_from == checkpoint.checkpoint_id
+    check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, PARALLELISM)
+
+
+def test_an_unaligned_job_under_backpressure_takes_aligned_savepoints(spark, tmp_path):
+    """Savepoints never go unaligned: a savepoint and a stop-with-savepoint of an unaligned job
+    under backpressure hold no in-flight records, and a job restored from the stop savepoint
+    continues exactly-once."""
+    env = count_job(
+        tmp_path / "out1", tmp_path / "chk", runner="spark", n=N, rate=12_000, slow_sink_s=0.0002
+    )
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    env.set_default_savepoint_directory(str(tmp_path / "savepoints"))
+    client = env.execute_async("unaligned with savepoints")
+    jm = client.jobmaster
+    while jm.stats.completed_checkpoints < 2:
+        assert not jm.done.is_set()
+        time.sleep(0.02)
+    savepoint = client.trigger_savepoint().result(timeout=300)
+    stop = client.stop_with_savepoint(False).result(timeout=300)
+    for path in (savepoint, stop):
+        metadata = read_checkpoint_metadata(path)
+        assert metadata["is_savepoint"] and metadata["channel_state"] == {}
+    unaligned = [c for c in jm.stats.checkpoints.history() if c.unaligned]
+    assert unaligned and any(c.persisted_data for c in unaligned)
+    first_output = committed_lines(tmp_path / "out1")
+    assert len(first_output) < N
+
+    resumed = count_job(tmp_path / "out2", tmp_path / "chk", runner="spark", n=N, restore_path=stop)
+    resumed.execute("resumed from the stop savepoint")
     check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, PARALLELISM)
