@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import shutil
 import sys
 import textwrap
@@ -46,6 +47,8 @@ from tidegate.metrics.job_metrics import JobMetrics
 from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import SlotMetrics, SubtaskMetrics
 from tidegate.runtime.plan import JobGraph, VertexSpec
+from tidegate.runtime.restore import CHANNEL_STATE_KEY
+from tidegate.state.channel_state import write_channel_state
 from tidegate.state.keygroups import assign_to_key_group, key_group_range
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
 
@@ -88,7 +91,7 @@ def subtask_state(storage, directory, graph, vertex_id: int, subtask: int) -> di
 
 
 def write_checkpoint(
-    base: Path | str, job_id: str, checkpoint_id: int, parallelism: int = 2
+    base: Path | str, job_id: str, checkpoint_id: int, parallelism: int = 2, in_flight: bool = False
 ) -> str:
     graph = job_graph(parallelism)
     storage = CheckpointStorage(str(base), job_id)
@@ -99,6 +102,13 @@ def write_checkpoint(
     )
     for vertex_id, subtask in graph.all_subtasks():
         state = subtask_state(storage, directory, graph, vertex_id, subtask)
+        head = graph.vertices[vertex_id].operators[0].uid
+        if in_flight and head == "sum":  # an unaligned checkpoint's channel state
+            name = f"channels-sum-{subtask}-0123456789ab.inflight"
+            frames = [pickle.dumps((0, [(1, 2), (2, 3)])) for _ in range(subtask + 1)]
+            with ChecksummingWriter(storage.open_write(f"{directory}/{name}"), name) as f:
+                write_channel_state(f, frames)
+            state[CHANNEL_STATE_KEY] = {**f.handle, "frames": len(frames), "operator": head}
         pending.acknowledge((vertex_id, subtask), state)
     metadata = build_metadata(graph, job_id, pending, timestamp + 25, attempt=0, generation=1)
     storage.write_metadata(directory, metadata)
@@ -245,6 +255,24 @@ def test_checkpoint_detail_json_has_key_groups_state_kinds_and_sizes(base):
     assert source["file"] == "numbers-0-0123456789ab.state"
     sizes = sum(s["size_bytes"] for op in ops.values() for s in op["subtasks"])
     assert detail["size_bytes"] == sizes
+
+
+def test_checkpoint_detail_lists_the_in_flight_records_of_an_unaligned_checkpoint(tmp_path):
+    path = write_checkpoint(tmp_path / "ckpt", "job-u", 7, in_flight=True)
+    out = invoke("checkpoints", path).stdout
+    assert "in-flight records (unaligned) into 'sum', parallelism 2" in out
+    assert "channels-sum-0-0123456789ab.inflight" in out
+    detail = json.loads(invoke("checkpoints", path, "--json").stdout)
+    (entry,) = detail["channel_state"]
+    assert entry["uid"] == "sum" and [s["frames"] for s in entry["subtasks"]] == [1, 2]
+    assert all(s["size_bytes"] > 0 and s["checksum"] for s in entry["subtasks"])
+    verified = invoke("checkpoints", path, "--verify")
+    assert verified.exit_code == 0, verified.output
+    channel_file = Path(path) / "channels-sum-1-0123456789ab.inflight"
+    damaged = bytearray(channel_file.read_bytes())
+    damaged[-1] ^= 0xFF
+    channel_file.write_bytes(bytes(damaged))
+    assert invoke("checkpoints", path, "--verify").exit_code == 1
 
 
 @pytest.mark.parametrize("suffix", ["chk-3", "chk-3/_metadata"])

@@ -233,7 +233,31 @@ def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
         "attempt",
         "generation",
     )
-    return {"path": path, **{k: metadata.get(k) for k in keys}, "operators": operators}
+    channel_state = [
+        {
+            "uid": uid,
+            "parallelism": entry.get("parallelism"),
+            "subtasks": [
+                {
+                    "subtask": int(index),
+                    "file": handle.get("file"),
+                    "size_bytes": handle.get("size"),
+                    "checksum": handle.get("checksum"),
+                    "frames": handle.get("frames"),
+                }
+                for index, handle in sorted(
+                    entry.get("subtasks", {}).items(), key=lambda kv: int(kv[0])
+                )
+            ],
+        }
+        for uid, entry in sorted(metadata.get("channel_state", {}).items())
+    ]
+    return {
+        "path": path,
+        **{k: metadata.get(k) for k in keys},
+        "operators": operators,
+        "channel_state": channel_state,
+    }
 
 
 # output ---------------------------------------------------------------------------------------
@@ -317,6 +341,16 @@ def _show_checkpoint(detail: dict[str, Any], as_json: bool) -> None:
         rows = [_subtask_row(s) for s in op["subtasks"]]
         headers = ["SUBTASK", "FILE", "SIZE", "KEY GROUPS", "STATE"]
         click.echo(format_table(headers, rows, indent="  "))
+    for entry in detail["channel_state"]:
+        click.echo(
+            f"\nin-flight records (unaligned) into {entry['uid']!r}, "
+            f"parallelism {entry['parallelism']}"
+        )
+        rows = [
+            [s["subtask"], s["file"] or "-", _or_dash(s["size_bytes"], human_size), s["frames"]]
+            for s in entry["subtasks"]
+        ]
+        click.echo(format_table(["SUBTASK", "FILE", "SIZE", "FRAMES"], rows, indent="  "))
 
 
 def _subtask_row(s: dict[str, Any]) -> list[Any]:
