@@ -170,8 +170,10 @@ def count_job(
     slow_records: int | None = None,
     failure_markers: str | None = None,
     count: RunningCount | None = None,
+    configuration: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
+    conf.add_all(configuration or {})
     conf.set_integer("web.checkpoints.history", 10_000)  # tests inspect every checkpoint
     if restore_path:
         conf.set_string("execution.state-recovery.path", restore_path)

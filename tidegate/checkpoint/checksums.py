@@ -12,8 +12,10 @@ algorithm can change in a later format version without ambiguity.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import zlib
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -62,9 +64,29 @@ class ChecksummingWriter:
         self.name = name
         self.size = 0
         self._crc = 0
+        self._mirror: BinaryIO | None = None
+        self._on_mirror_failure: Callable[[], None] | None = None
+
+    def mirror_to(self, mirror: BinaryIO, on_failure: Callable[[], None]) -> None:
+        """Write everything to `mirror` too (a task-local copy), best effort: if writing the
+        mirror fails, it is dropped and `on_failure` is called; the file itself is unaffected."""
+        self._mirror, self._on_mirror_failure = mirror, on_failure
+
+    def _drop_mirror(self) -> None:
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            with contextlib.suppress(OSError):
+                mirror.close()
+            if self._on_mirror_failure is not None:
+                self._on_mirror_failure()
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         self._raw.write(data)  # binary files write everything or raise
+        if self._mirror is not None:
+            try:
+                self._mirror.write(data)
+            except OSError:
+                self._drop_mirror()
         self._crc = zlib.crc32(data, self._crc)
         written = memoryview(data).nbytes
         self.size += written
@@ -78,6 +100,11 @@ class ChecksummingWriter:
 
     def close(self) -> None:
         self._raw.close()
+        if self._mirror is not None:
+            try:
+                self._mirror.close()
+            except OSError:
+                self._drop_mirror()
 
     @property
     def closed(self) -> bool:
@@ -104,4 +131,6 @@ class ChecksummingWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if exc_type is not None:
+            self._drop_mirror()  # an incomplete file must not survive as a local copy
         self.close()

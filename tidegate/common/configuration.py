@@ -41,6 +41,10 @@ SAVEPOINT_RESTORE_MODE = "execution.savepoint-restore-mode"
 #: default directory for savepoints (Flink 2's key, then Flink 1's)
 SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
 STATE_SAVEPOINTS_DIR = "state.savepoints.dir"
+#: task-local recovery: keep a copy of each subtask's latest checkpoint on the worker's disk and
+#: restore from it when intact ("true"/"false", default false), and where (Flink's keys)
+LOCAL_RECOVERY = "state.backend.local-recovery"
+LOCAL_RECOVERY_DIRS = "taskmanager.state.local.root-dirs"
 
 
 class Configuration:

@@ -19,6 +19,8 @@ from tidegate.common.configuration import (
     HEARTBEAT_TIMEOUT_MS,
     IGNORE_UNCLAIMED_STATE,
     JOB_ID,
+    LOCAL_RECOVERY,
+    LOCAL_RECOVERY_DIRS,
     QUEUE_CAPACITY,
     RESTORE_FALLBACK,
     RUNNER,
@@ -44,6 +46,7 @@ from tidegate.deploy.jobmaster import JobMaster
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.connector_operators import SourceOperator
+from tidegate.state.local_recovery import default_local_root
 
 DEFAULT_JOB_NAME = "tidegate job"
 
@@ -219,6 +222,11 @@ class StreamExecutionEnvironment:
                 or RestoreMode.NO_CLAIM
             ),
             spark_session=self._spark_session,
+            local_recovery_dir=(
+                cfg.get_string(LOCAL_RECOVERY_DIRS) or default_local_root()
+                if cfg.get_boolean(LOCAL_RECOVERY, False)
+                else None
+            ),
         )
 
     def execute_async(self, job_name: str | None = None) -> JobClient:

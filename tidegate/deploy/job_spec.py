@@ -109,6 +109,8 @@ class JobSpec:
     #: a restore may skip damaged checkpoints and use an older one (restore fallback)
     restore_fallback: bool = False
     restore_path: str | None = None
+    #: task-local recovery's root directory on every worker (None: local recovery disabled)
+    local_recovery_dir: str | None = None
     #: drop the state of operators the job does not have instead of failing the restore
     allow_non_restored_state: bool = False
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM

@@ -362,6 +362,7 @@ class JobMaster:
             restore=plan,
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,
+            local_recovery_dir=self.spec.local_recovery_dir,
         )
         payload = runners.pack_deployment(deployment)
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731

@@ -106,7 +106,7 @@ def plan_restore(
         vertex, _op = graph.operator(uid)
         old_subtasks = sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0]))
         keyed = [
-            (range(*h["key_group_range"]), (f"{directory}/{h['file']}", h["index"]))
+            (range(*h["key_group_range"]), (f"{directory}/{h['file']}", h))
             for _, h in old_subtasks
             if h.get("key_group_range")
         ]
@@ -124,10 +124,8 @@ def plan_restore(
                         assigned[name] = (mode, list(entries))
         for i in range(vertex.parallelism):
             handles = tuple(
-                KeyedStateHandle(path, index, r)
-                for r, (path, index) in keyed_handles_for_subtask(
-                    keyed, i, vertex.parallelism, max_p
-                )
+                KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
+                for r, (path, h) in keyed_handles_for_subtask(keyed, i, vertex.parallelism, max_p)
             )
             plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
                 handles, per_subtask[i]

@@ -111,6 +111,16 @@ class JobMetrics:
         with self._lock:
             return sum(r.records_in_per_s for s, r in self._rates.items() if s[0] in self._sources)
 
+    @property
+    def restored_files(self) -> tuple[int, int]:
+        """Keyed-state files this attempt's subtasks read on restore: (task-local, remote)."""
+        with self._lock:
+            latest = list(self._latest.values())
+        return (
+            sum(m.restored_local_files for m in latest),
+            sum(m.restored_remote_files for m in latest),
+        )
+
     def subtask(self, subtask: SubtaskId) -> tuple[SubtaskMetrics | None, SubtaskRates]:
         with self._lock:
             return self._latest.get(subtask), self._rates.get(subtask, SubtaskRates())
@@ -153,6 +163,8 @@ def _subtask_json(index: int, m: SubtaskMetrics, rates: SubtaskRates | None) -> 
         "busy-ratio": round(r.busy_ratio, 3) if rates is not None else 0.0,
         "accumulated-backpressured-time": round(m.backpressured_s * 1000),
         "accumulated-idle-time": round(m.idle_s * 1000),
+        "restored-state-files-local": m.restored_local_files,
+        "restored-state-files-remote": m.restored_remote_files,
         "rates-known": rates is not None,
     }
 

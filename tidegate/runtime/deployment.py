@@ -27,3 +27,5 @@ class Deployment:
     restored_checkpoint_id: int | None = None
     #: the attempt's writer generation: names its files; older generations are fenced off
     generation: int | None = None
+    #: task-local recovery: the local root directory of checkpoint copies (None: disabled)
+    local_recovery_dir: str | None = None

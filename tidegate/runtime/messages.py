@@ -78,6 +78,9 @@ class SubtaskMetrics:
     backpressured_s: float = 0.0
     #: seconds spent waiting for input
     idle_s: float = 0.0
+    #: keyed-state files read on restore from task-local copies and from checkpoint storage
+    restored_local_files: int = 0
+    restored_remote_files: int = 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ class OperatorRuntime:
     attempt: int
     #: the job restored from a checkpoint or savepoint (even if this operator had no state in it)
     is_restored: bool = False
+    #: task-local copies of checkpoints (LocalStateStore), if local recovery is enabled
+    local_state: Any = None
 
 
 @dataclass
@@ -53,6 +55,8 @@ class StreamOperator:
         self.keyed_backend: HeapKeyedStateBackend | None = None
         self.operator_state = OperatorStateBackend()
         self.ctx: OperatorRuntime
+        #: keyed-state files read on restore: (from task-local copies, from checkpoint storage)
+        self.restored_files = (0, 0)
 
     # lifecycle -------------------------------------------------------------------------------
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
@@ -65,7 +69,9 @@ class StreamOperator:
             self.keyed_backend = HeapKeyedStateBackend(runtime.max_parallelism, kg_range)
         if restored is not None:
             if self.keyed_backend is not None:
-                restored.restore_keyed(self.keyed_backend)
+                self.restored_files = restored.restore_keyed(
+                    self.keyed_backend, runtime.local_state
+                )
             self.operator_state.restore(restored.operator_state)
         fn = self.function
         if hasattr(fn, "initialize_state") and hasattr(fn, "snapshot_state"):

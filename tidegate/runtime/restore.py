@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from tidegate.state.channel_state import read_channel_state
-from tidegate.state.snapshot_format import StateFileIndex, read_key_groups
+from tidegate.state.local_recovery import LocalStateStore
+from tidegate.state.snapshot_format import KeyGroupData, StateFileIndex, read_key_groups
+
+#: state files of one subtask downloaded at once on restore
+MAX_PARALLEL_DOWNLOADS = 8
 
 #: key of a subtask's channel state (unaligned checkpoints) in its ack and its restore plan
 CHANNEL_STATE_KEY = "__channel_state__"
@@ -19,6 +25,20 @@ class KeyedStateHandle:
     path: str  # absolute path or URI of an old subtask's state file
     index: dict[str, Any]  # StateFileIndex.to_json()
     key_groups: range  # the key groups to read from it (its range ∩ the new subtask's)
+    size: int | None = None  # as recorded in _metadata (task-local recovery compares them)
+    checksum: str | None = None
+
+    def source(self, local: LocalStateStore | None) -> tuple[str, bool]:
+        """Where to read this file: the task-local copy if there is an intact one, else the
+        checkpoint storage; and whether it is the local copy."""
+        local_path = local.find(self.path, self.size, self.checksum) if local else None
+        return (local_path, True) if local_path else (self.path, False)
+
+    def read(self, path: str) -> Iterator[tuple[int, KeyGroupData]]:
+        """The key groups this handle contributes, from `path` (see `source`)."""
+        index = StateFileIndex.from_json(self.index)
+        with fsspec.open(path, "rb") as f:
+            yield from read_key_groups(f, index, self.key_groups)
 
 
 @dataclass(frozen=True)
@@ -27,11 +47,24 @@ class RestoredOperatorState:
     #: operator state of this subtask, already redistributed: name -> (mode, entries)
     operator_state: dict[str, Any] = field(default_factory=dict)
 
-    def restore_keyed(self, backend: Any) -> None:
-        for handle in self.keyed:
-            index = StateFileIndex.from_json(handle.index)
-            with fsspec.open(handle.path, "rb") as f:
-                backend.restore(read_key_groups(f, index, handle.key_groups))
+    def restore_keyed(self, backend: Any, local: LocalStateStore | None = None) -> tuple[int, int]:
+        """Load the keyed state into `backend`; returns (files read locally, remotely).
+
+        A rescaled subtask reads parts of several old subtasks' files: they are downloaded in
+        parallel (I/O overlaps) and loaded one after another in the planned order."""
+        sources = [h.source(local) for h in self.keyed]
+        if len(self.keyed) == 1:  # the common case: stream it, key group by key group
+            backend.restore(self.keyed[0].read(sources[0][0]))
+        elif self.keyed:
+            workers = min(len(self.keyed), MAX_PARALLEL_DOWNLOADS)
+            with ThreadPoolExecutor(workers, thread_name_prefix="tidegate-restore") as pool:
+                loaded = pool.map(
+                    lambda hs: list(hs[0].read(hs[1][0])), zip(self.keyed, sources, strict=True)
+                )
+                for key_groups in loaded:  # in plan order, each as soon as it is read
+                    backend.restore(key_groups)
+        used_local = sum(1 for _, is_local in sources if is_local)
+        return used_local, len(sources) - used_local
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from tidegate.runtime.messages import (
 )
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
 from tidegate.runtime.task import StreamTask
+from tidegate.state.local_recovery import LocalStateStore
 
 ADDRESS_TIMEOUT_S = 120.0
 METRICS_INTERVAL_S = 1.0
@@ -104,6 +105,9 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         storage = CheckpointStorage(
             deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
         )
+        local_state = None
+        if deployment.local_recovery_dir is not None:
+            local_state = LocalStateStore(deployment.local_recovery_dir, deployment.job_id)
         for vertex_id, index in subtasks:
             vertex = graph.vertices[vertex_id]
             writers = {}
@@ -129,6 +133,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     is_restored=deployment.restored_checkpoint_id is not None,
                     batch_size=deployment.batch_size,
                     buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
+                    local_state=local_state,
                 )
             )
         # Step 4
@@ -225,7 +230,7 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
         now = time.perf_counter()
         metrics = {
             t.subtask_id: SubtaskMetrics(
-                t.records_in, t.records_out, t.backpressured_s(now), t.idle_s
+                t.records_in, t.records_out, t.backpressured_s(now), t.idle_s, *t.restored_files
             )
             for t in tasks
         }

@@ -55,6 +55,7 @@ from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
 from tidegate.state.channel_state import write_channel_state
+from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.snapshot_format import write_state_file
 
 
@@ -81,6 +82,7 @@ class StreamTask:
         is_restored: bool = False,
         batch_size: int,
         buffer_timeout_s: float,
+        local_state: LocalStateStore | None = None,
     ) -> None:
         self.vertex = vertex
         self.subtask = subtask
@@ -91,6 +93,7 @@ class StreamTask:
         self.control = control
         self.storage = storage
         self.executor = executor
+        self.local_state = local_state
         self.batch_size = batch_size
         self.buffer_timeout_s = buffer_timeout_s
         handler_cls = SingleCheckpointBarrierHandler if exactly_once else TrackingBarrierHandler
@@ -120,7 +123,12 @@ class StreamTask:
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
         runtime = OperatorRuntime(
-            subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
+            subtask,
+            vertex.parallelism,
+            max_parallelism,
+            attempt,
+            is_restored or bool(restored),
+            local_state,
         )
         restored = restored or {}
         for op in self.ops:
@@ -129,6 +137,12 @@ class StreamTask:
         if channel_state is not None:
             # in-flight records of an unaligned checkpoint come before any new input
             self.replay.extend(channel_state.read())
+
+    @property
+    def restored_files(self) -> tuple[int, int]:
+        """Keyed-state files read on restore: (from task-local copies, from the storage)."""
+        counts = [op.restored_files for op in self.ops]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
     @property
     def records_out(self) -> int:
@@ -296,6 +310,8 @@ class StreamTask:
             case ChannelStateCaptured(checkpoint_id=cid):
                 self._write_unaligned(cid)
             case NotifyCheckpointComplete(checkpoint_id=cid):
+                if self.local_state is not None:
+                    self.local_state.confirm(cid)
                 for op in self.ops:
                     op.notify_checkpoint_complete(cid)
                 if self.final_checkpoint_id is not None and cid >= self.final_checkpoint_id:
@@ -371,6 +387,13 @@ class StreamTask:
         snapshots, sync_ms, timings = pending
         self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
 
+    def _mirror_locally(self, artifact: Any, cid: int) -> None:
+        """Task-local recovery: the state file goes to the worker's local disk too."""
+        local, name = self.local_state, artifact.name
+        copy = local.open_copy(cid, name)
+        if copy is not None:
+            artifact.mirror_to(copy, lambda: local.discard(cid, name))
+
     def _barrier_timings(self, barrier: CheckpointBarrier) -> tuple[float, float]:
         """(alignment ms, start delay ms) of this subtask for `barrier`'s checkpoint."""
         cid = barrier.checkpoint_id
@@ -404,6 +427,8 @@ class StreamTask:
                     continue
                 stem = f"{_file_safe(uid)}-{self.subtask}"
                 with self.storage.create_artifact(directory, stem, ".state") as f:
+                    if self.local_state is not None and target is None:
+                        self._mirror_locally(f, cid)
                     index = write_state_file(f, snap.keyed, snap.operator)
                 handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
                 op = next(o for o in self.ops if o.uid == uid)
