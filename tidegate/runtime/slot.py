@@ -139,6 +139,8 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         # Step 4
         _run_tasks(tasks, control, deployment, slot, network, cancelled)
         executor.shutdown(wait=True)
+        if local_state is not None:
+            local_state.remove_job()  # the job finished: no restart needs the copies
         control.send(SlotFinished(deployment.attempt, slot))
     except SlotCancelledError:
         pass

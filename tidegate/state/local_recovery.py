@@ -16,7 +16,8 @@ may find the copy another slot of the same host wrote. Savepoints get no local c
 the user's, and a job does not restart from one unless asked to).
 
 Retention: when checkpoint n completes, the local copies of every checkpoint older than n are
-deleted; copies of checkpoints that never complete are deleted by the next completion too.
+deleted; copies of checkpoints that never complete are deleted by the next completion too. When
+the job finishes, its local directory is removed.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class LocalStateStore:
                 match = _CHK_DIR.fullmatch(entry)
                 if match and int(match.group(1)) < checkpoint_id:
                     shutil.rmtree(os.path.join(job_dir, entry), ignore_errors=True)
+
+    def remove_job(self) -> None:
+        """The job finished: delete all its local copies (a job that fails or is cancelled
+        keeps them, as its restart may need them)."""
+        for job_dir in self.job_dirs:
+            shutil.rmtree(job_dir, ignore_errors=True)
 
     def find(self, remote_path: str, size: int | None, checksum: str | None) -> str | None:
         """The intact local copy of the checkpoint file at `remote_path`, or None.
