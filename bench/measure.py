@@ -259,6 +259,7 @@ def run_recovery(
     kill_after_checkpoints: int = 2,
     kill_slot: int = -1,
     timeout_s: float = 120.0,
+    configuration: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Kill a slot's worker with SIGKILL after `kill_after_checkpoints` completed checkpoints of
     an unbounded job; measure from the kill to (a) RESTARTING and back to RUNNING and (b) the
@@ -266,6 +267,7 @@ def run_recovery(
     work_dir = tempfile.mkdtemp(prefix="recovery-", dir=work_root)
     markers = os.path.join(work_dir, "markers")
     env = build_env(params, runner=runner, work_dir=work_dir, spark=spark)
+    env.get_config().add_all(configuration or {})
     submitted = time.time()
     client = env.execute_async(params.label)
     jm = client.jobmaster
@@ -339,6 +341,9 @@ def run_recovery(
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"
     finally:
+        if configuration and "error" in result and result["error"] is None:
+            time.sleep(1.5)  # every slot of the new attempt reported its metrics once
+            result["restored_files"] = jm.stats.metrics.restored_files
         client.cancel()
         jm.done.wait(90)
         if jm.error is not None and jm.status.name not in ("CANCELED", "FINISHED"):
