@@ -54,6 +54,7 @@ from tidegate.runtime.network import RecordWriter
 from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
+from tidegate.runtime.two_input import batch_dispatch
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.snapshot_format import write_state_file
 
@@ -81,6 +82,7 @@ class StreamTask:
         is_restored: bool = False,
         batch_size: int,
         buffer_timeout_s: float,
+        channel_inputs: tuple[int, ...] = (),
     ) -> None:
         self.vertex = vertex
         self.subtask = subtask
@@ -119,6 +121,8 @@ class StreamTask:
                 writers[e] for e in spec.network_outputs
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
+        #: process(channel, batch): the head's input that channel feeds (two-input operators)
+        self._process = batch_dispatch(self.ops[0], channel_inputs)
         runtime = OperatorRuntime(
             subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
         )
@@ -204,7 +208,7 @@ class StreamTask:
             self._maybe_flush()
 
     def _input_loop(self) -> None:
-        get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
+        get, process, handler, stash = self.gate.get, self._process, self.handler, self.stash
         while not (self.final_notified and self.open_channels == 0):
             deadline = handler.alignment_deadline
             if deadline is not None and time.monotonic() >= deadline:
@@ -231,7 +235,7 @@ class StreamTask:
                 continue
             if type(payload) is list:
                 self.records_in += len(payload)
-                head.process_batch(payload)
+                process(channel, payload)
                 self._maybe_flush()
             else:
                 self._on_event(channel, payload)
