@@ -23,6 +23,7 @@ from tidegate.datastream.state import (
     ReadOnlyBroadcastState,
     ValueStateDescriptor,
 )
+from tidegate.deploy.restore import plan_restore
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.runtime.broadcast import BroadcastProcessOperator
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
@@ -305,3 +306,39 @@ def test_the_api_refuses_mismatched_functions_and_descriptors_with_the_fix():
         rules.broadcast(RULES, MapStateDescriptor("rules"))
     with pytest.raises(TypeError, match="takes a BroadcastStream"):
         events.connect(rules)
+
+
+# restore planning ---------------------------------------------------------------------------
+@pytest.mark.parametrize("new_parallelism", [1, 2, 3])
+def test_a_restore_plan_gives_every_subtask_a_full_copy_of_the_broadcast_state(
+    tmp_path, new_parallelism
+):
+    chk = tmp_path / "chk-5"
+    chk.mkdir()
+    subtasks = {}
+    for i in range(2):
+        with open(chk / f"s{i}.state", "wb") as f:
+            state = {"rules": ("broadcast", [("r", 1), ("s", 2)]), "own": ("split", [i])}
+            index = write_state_file(f, None, state)
+        subtasks[str(i)] = {"file": f"s{i}.state", "index": index.to_json()}
+    metadata = {
+        "checkpoint_id": 5,
+        "max_parallelism": MAX_P,
+        "operators": {"rules": {"name": "r", "parallelism": 2, "subtasks": subtasks}},
+    }
+    env, events, rules = _job(new_parallelism)
+    events.connect(rules.broadcast(RULES)).process(Passes()).uid("rules").print()
+    graph = build_job_graph(env._stream_graph, "job", new_parallelism, None)
+    plan, _max_p = plan_restore(graph, metadata, str(chk))
+    vertex = graph.operator("rules")[0].vertex_id
+    shares = [plan[(vertex, i)]["rules"].operator_state for i in range(new_parallelism)]
+    assert [s["rules"] for s in shares] == [("broadcast", [("r", 1), ("s", 2)])] * new_parallelism
+    assert sorted(e for s in shares for e in s["own"][1]) == [0, 1]
+
+
+class Passes(BroadcastProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+    def process_broadcast_element(self, value, ctx):
+        return None
