@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidegate.runtime.context import _NoTimers
 from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.two_input import TwoInputStreamOperator
 from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
@@ -90,7 +89,10 @@ class ReadOnlyBroadcastContext(_BaseContext):
         return backend.current_key
 
     def timer_service(self) -> Any:
-        return _NoTimers()
+        raise NotImplementedError(
+            "timers are not supported in a KeyedBroadcastProcessFunction yet: use a "
+            "KeyedProcessFunction after the broadcast operator for timer-driven logic"
+        )
 
 
 class BroadcastContext(_BaseContext):
@@ -116,11 +118,22 @@ class BroadcastContext(_BaseContext):
         state = getattr(backend, getter)(state_descriptor)
         saved = backend.current_key
         try:
-            for key in list(backend.table(state_descriptor.name)):
+            for key in _keys_with_state(backend, state_descriptor.name):
                 backend.current_key = key
                 function(key, state)
         finally:
             backend.current_key = saved
+
+
+def _keys_with_state(backend: Any, name: str) -> list[Any]:
+    """The keys of this subtask that have state `name` (a copy: the caller may clear some).
+
+    `entries(name)` is the keyed backends' listing for internal services (the timer service
+    uses it too); the heap backend's live `table(name)` serves where it is absent."""
+    entries = getattr(backend, "entries", None)
+    if entries is not None:
+        return [key for key, _value in entries(name)]
+    return list(backend.table(name))
 
 
 class BroadcastProcessOperator(TwoInputStreamOperator):
