@@ -117,6 +117,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     vertex=vertex,
                     subtask=index,
                     num_channels=len(graph.input_channels(vertex_id, index)),
+                    channel_inputs=graph.channel_inputs(vertex_id, index),
                     max_parallelism=graph.max_parallelism,
                     attempt=deployment.attempt,
                     exactly_once=deployment.exactly_once,
@@ -129,7 +130,6 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     is_restored=deployment.restored_checkpoint_id is not None,
                     batch_size=deployment.batch_size,
                     buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
-                    channel_inputs=graph.channel_inputs(vertex_id, index),
                 )
             )
         # Step 4

@@ -22,6 +22,7 @@ from collections import deque
 from concurrent.futures import Executor
 from typing import Any
 
+from tidegate.runtime import two_input
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     SingleCheckpointBarrierHandler,
@@ -54,7 +55,6 @@ from tidegate.runtime.network import RecordWriter
 from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
-from tidegate.runtime.two_input import batch_dispatch
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.snapshot_format import write_state_file
 
@@ -70,6 +70,7 @@ class StreamTask:
         vertex: VertexSpec,
         subtask: int,
         num_channels: int,
+        channel_inputs: tuple[int, ...] = (),
         max_parallelism: int,
         attempt: int,
         exactly_once: bool,
@@ -82,7 +83,6 @@ class StreamTask:
         is_restored: bool = False,
         batch_size: int,
         buffer_timeout_s: float,
-        channel_inputs: tuple[int, ...] = (),
     ) -> None:
         self.vertex = vertex
         self.subtask = subtask
@@ -122,7 +122,7 @@ class StreamTask:
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
         #: process(channel, batch): the head's input that channel feeds (two-input operators)
-        self._process = batch_dispatch(self.ops[0], channel_inputs)
+        self._process = two_input.batch_dispatch(self.ops[0], channel_inputs)
         runtime = OperatorRuntime(
             subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
         )
@@ -235,7 +235,7 @@ class StreamTask:
                 continue
             if type(payload) is list:
                 self.records_in += len(payload)
-                process(channel, payload)
+                process(channel, payload)  # to the head's input that `channel` feeds
                 self._maybe_flush()
             else:
                 self._on_event(channel, payload)
