@@ -121,8 +121,8 @@ class StreamTask:
                 writers[e] for e in spec.network_outputs
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
-        #: process(channel, batch): the head's input that channel feeds (two-input operators)
-        self._process = two_input.batch_dispatch(self.ops[0], channel_inputs)
+        #: process(channel, batch) of a two-input head (None: one input, process_batch)
+        self._two_input = two_input.input_dispatch(self.ops[0], channel_inputs)
         runtime = OperatorRuntime(
             subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
         )
@@ -208,7 +208,7 @@ class StreamTask:
             self._maybe_flush()
 
     def _input_loop(self) -> None:
-        get, process, handler, stash = self.gate.get, self._process, self.handler, self.stash
+        get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
         while not (self.final_notified and self.open_channels == 0):
             deadline = handler.alignment_deadline
             if deadline is not None and time.monotonic() >= deadline:
@@ -235,7 +235,10 @@ class StreamTask:
                 continue
             if type(payload) is list:
                 self.records_in += len(payload)
-                process(channel, payload)  # to the head's input that `channel` feeds
+                if self._two_input is None:
+                    head.process_batch(payload)
+                else:  # to the input of a two-input head that `channel` feeds
+                    self._two_input(channel, payload)
                 self._maybe_flush()
             else:
                 self._on_event(channel, payload)

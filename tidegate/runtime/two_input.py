@@ -2,8 +2,8 @@
 stream) and must know which input each record batch came from.
 
 The execution plan says which input each input channel of a subtask feeds
-(`JobGraph.channel_inputs`); the task hands batches to `batch_dispatch`'s callable, which calls
-`process_batch1` or `process_batch2` for a two-input head and `process_batch` otherwise. Events
+(`JobGraph.channel_inputs`); for a two-input head the task hands batches to `input_dispatch`'s
+callable, which calls `process_batch1` or `process_batch2` by channel. Events
 (barriers, end of partition, ...) are not per input: barrier alignment covers every channel of
 both inputs, as it covers every channel of a union.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from tidegate.runtime.operators import StreamOperator
 
-__all__ = ["TwoInputStreamOperator", "batch_dispatch"]
+__all__ = ["TwoInputStreamOperator", "input_dispatch"]
 
 
 class TwoInputStreamOperator(StreamOperator):
@@ -35,17 +35,14 @@ class TwoInputStreamOperator(StreamOperator):
         )
 
 
-def batch_dispatch(
+def input_dispatch(
     head: StreamOperator, channel_inputs: Sequence[int]
-) -> Callable[[int, list], None]:
-    """`process(channel, batch)`: hands a batch read from input channel `channel` to `head`.
-
-    `channel_inputs[c]` is the input (0 or 1) channel c feeds. A one-input head takes every
-    batch in `process_batch`; a head with two inputs needs the channel map.
-    """
+) -> Callable[[int, list], None] | None:
+    """`process(channel, batch)` handing a batch read from input channel `channel` to the input
+    of two-input `head` that the channel feeds (`channel_inputs[c]`: 0 or 1); None for a
+    one-input head, which takes every batch in `process_batch`."""
     if not isinstance(head, TwoInputStreamOperator):
-        process = head.process_batch
-        return lambda _channel, batch: process(batch)
+        return None
     if not channel_inputs:
         raise ValueError(f"{head.name}: a two-input operator needs the input of each channel")
     inputs = tuple(channel_inputs)
