@@ -20,15 +20,30 @@ FUNCTION_NAMES = [
     "AggregateFunction",
     "KeySelector",
     "RuntimeContext",
+    "BroadcastProcessFunction",
+    "KeyedBroadcastProcessFunction",
 ]
 
 PYFLINK_PATHS = {
-    "tidegate.datastream": ["StreamExecutionEnvironment", "CheckpointingMode", *FUNCTION_NAMES],
+    "tidegate.datastream": [
+        "StreamExecutionEnvironment",
+        "CheckpointingMode",
+        *FUNCTION_NAMES,
+        "BroadcastStream",
+        "BroadcastConnectedStream",
+    ],
+    "tidegate.datastream.data_stream": [
+        "DataStream",
+        "KeyedStream",
+        "BroadcastStream",
+        "BroadcastConnectedStream",
+    ],
     "tidegate.datastream.stream_execution_environment": ["StreamExecutionEnvironment"],
     "tidegate.datastream.functions": [
         *FUNCTION_NAMES,
         "CheckpointedFunction",
         "CheckpointListener",
+        "BaseBroadcastProcessFunction",
     ],
     "tidegate.datastream.state": [
         "ValueStateDescriptor",
@@ -41,6 +56,8 @@ PYFLINK_PATHS = {
         "MapState",
         "ReducingState",
         "AggregatingState",
+        "BroadcastState",
+        "ReadOnlyBroadcastState",
     ],
     "tidegate.datastream.checkpoint_config": ["CheckpointConfig", "ExternalizedCheckpointCleanup"],
     "tidegate.datastream.checkpointing_mode": ["CheckpointingMode"],

@@ -6,6 +6,7 @@ state, with no I/O, so restore planning can be tested exhaustively (DESIGN.md se
 * operator list state is concatenated in old-subtask order and split into contiguous chunks
   (Flink's ``SPLIT_DISTRIBUTE``);
 * union list state goes whole to every new subtask (Flink's ``UNION``);
+* broadcast state is copied to every new subtask (Flink's ``BROADCAST``);
 * keyed state moves in whole key groups: a new subtask reads the old handles whose key-group
   ranges intersect its own range, restricted to the intersection;
 * the max parallelism (the number of key groups) is fixed by the job's first run.
@@ -55,6 +56,21 @@ def redistribute_union_state(old: Sequence[Sequence[T]], new_parallelism: int) -
     _check_new_parallelism(new_parallelism)
     entries = [entry for subtask_entries in old for entry in subtask_entries]
     return [list(entries) for _ in range(new_parallelism)]
+
+
+def redistribute_broadcast_state(old: Sequence[Sequence[T]], new_parallelism: int) -> list[list[T]]:
+    """Give every one of `new_parallelism` subtasks a full copy of the broadcast state.
+
+    Every old subtask holds the same copy (each processed every broadcast record), so new
+    subtask i takes old subtask i's copy, and a subtask beyond the old parallelism takes old
+    subtask 0's — what Flink's ``RoundRobinOperatorStateRepartitioner`` does. At the same
+    parallelism every subtask thus keeps its own copy. Example, 2 -> 3 subtasks:
+    ``[[a, b], [a, b]] -> [[a, b], [a, b], [a, b]]`` (copies of subtasks 0, 1, 0).
+    """
+    _check_new_parallelism(new_parallelism)
+    if not old:
+        return [[] for _ in range(new_parallelism)]
+    return [list(old[i] if i < len(old) else old[0]) for i in range(new_parallelism)]
 
 
 def keyed_handles_for_subtask(

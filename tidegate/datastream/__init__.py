@@ -7,13 +7,21 @@ from tidegate.datastream.checkpoint_config import (
 )
 from tidegate.datastream.checkpoint_storage import FileSystemCheckpointStorage
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
-from tidegate.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
+from tidegate.datastream.data_stream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+)
 from tidegate.datastream.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     CheckpointedFunction,
     CheckpointListener,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -26,6 +34,9 @@ from tidegate.datastream.stream_execution_environment import StreamExecutionEnvi
 
 __all__ = [
     "AggregateFunction",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CheckpointConfig",
     "CheckpointListener",
     "CheckpointedFunction",
@@ -39,6 +50,7 @@ __all__ = [
     "FlatMapFunction",
     "HashMapStateBackend",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",

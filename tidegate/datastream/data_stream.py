@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
+from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -171,8 +172,25 @@ class DataStream:
     def shuffle(self) -> DataStream:
         return self._repartition(ShufflePartitioner())
 
-    def broadcast(self) -> DataStream:
-        return self._repartition(BroadcastPartitioner())
+    def broadcast(
+        self, broadcast_state_descriptor: Any = None, *other_broadcast_state_descriptors: Any
+    ) -> DataStream | BroadcastStream:
+        """Every record to every downstream subtask; with MapStateDescriptors, a
+        BroadcastStream to `connect` to, whose operator keeps those broadcast states."""
+        stream = self._repartition(BroadcastPartitioner())
+        if broadcast_state_descriptor is None:
+            return stream
+        descriptors = (broadcast_state_descriptor, *other_broadcast_state_descriptors)
+        return BroadcastStream(self._env, stream._inputs, descriptors)
+
+    def connect(self, ds: BroadcastStream) -> BroadcastConnectedStream:
+        """Connect a BroadcastStream (from `broadcast(descriptor)`), to `process` both."""
+        if not isinstance(ds, BroadcastStream):
+            raise TypeError(
+                "connect() takes a BroadcastStream (from DataStream.broadcast(descriptor)); "
+                "connecting two DataStreams (ConnectedStreams) is not supported yet"
+            )
+        return BroadcastConnectedStream(self, ds)
 
     def forward(self) -> DataStream:
         return self._repartition(ForwardPartitioner())

@@ -171,6 +171,89 @@ class CheckpointListener:
         """Called when checkpoint `checkpoint_id` was aborted (best effort)."""
 
 
+class BaseBroadcastProcessFunction(Function):
+    """What BroadcastProcessFunction and KeyedBroadcastProcessFunction share: two contexts,
+    read-only on the regular side and read-write on the broadcast side (see docs/guide.md,
+    "Broadcast state")."""
+
+    class BaseContext(abc.ABC):
+        @abc.abstractmethod
+        def timestamp(self) -> int | None: ...
+
+        @abc.abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abc.abstractmethod
+        def current_watermark(self) -> int: ...
+
+    class Context(BaseContext):
+        """`ctx` of `process_broadcast_element`."""
+
+        @abc.abstractmethod
+        def get_broadcast_state(self, state_descriptor):
+            """The writable BroadcastState of a MapStateDescriptor passed to broadcast(...)."""
+
+    class ReadOnlyContext(BaseContext):
+        """`ctx` of `process_element`."""
+
+        @abc.abstractmethod
+        def get_broadcast_state(self, state_descriptor):
+            """The ReadOnlyBroadcastState of a MapStateDescriptor passed to broadcast(...)."""
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """Processes a (non-keyed) DataStream connected to a BroadcastStream."""
+
+    class Context(BaseBroadcastProcessFunction.Context): ...
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext): ...
+
+    @abc.abstractmethod
+    def process_element(
+        self, value: Any, ctx: BroadcastProcessFunction.ReadOnlyContext
+    ) -> Iterable[Any] | None:
+        """A record of the regular stream; broadcast state is read-only here."""
+
+    @abc.abstractmethod
+    def process_broadcast_element(
+        self, value: Any, ctx: BroadcastProcessFunction.Context
+    ) -> Iterable[Any] | None:
+        """A record of the broadcast stream (every subtask gets each); update the broadcast
+        state here, the same way on every subtask (deterministically)."""
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """Processes a KeyedStream connected to a BroadcastStream: keyed state as in a
+    KeyedProcessFunction (through the runtime context in `open`), plus broadcast state."""
+
+    class Context(BaseBroadcastProcessFunction.Context):
+        @abc.abstractmethod
+        def apply_to_keyed_state(self, state_descriptor, function) -> None:
+            """Call `function(key, state)` for every key of this subtask with that state."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext):
+        @abc.abstractmethod
+        def get_current_key(self) -> Any: ...
+
+        @abc.abstractmethod
+        def timer_service(self): ...
+
+    @abc.abstractmethod
+    def process_element(
+        self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext
+    ) -> Iterable[Any] | None:
+        """A record of the keyed stream, with its key current; broadcast state is read-only."""
+
+    @abc.abstractmethod
+    def process_broadcast_element(
+        self, value: Any, ctx: KeyedBroadcastProcessFunction.Context
+    ) -> Iterable[Any] | None:
+        """A record of the broadcast stream (every subtask gets each); no key is current."""
+
+    def on_timer(self, timestamp: int, ctx: Any):
+        return None
+
+
 def _register_runtime_contexts() -> None:
     """The runtime implements these interfaces by shape (it must not import the user API);
     registering them makes `isinstance(ctx, RuntimeContext)` true, as in PyFlink."""
@@ -179,6 +262,11 @@ def _register_runtime_contexts() -> None:
     RuntimeContext.register(StreamingRuntimeContext)
     KeyedProcessFunction.Context.register(ProcessContext)
     ProcessFunction.Context.register(ProcessContext)
+    from tidegate.runtime.broadcast import BroadcastContext, ReadOnlyBroadcastContext
+
+    for cls in (BroadcastProcessFunction, KeyedBroadcastProcessFunction):
+        cls.Context.register(BroadcastContext)
+        cls.ReadOnlyContext.register(ReadOnlyBroadcastContext)
 
 
 _register_runtime_contexts()

@@ -1,6 +1,8 @@
 """State descriptors and state interfaces, at PyFlink's import path
-(`pyflink.datastream.state`). Defined in `tidegate.state.descriptors`."""
+(`pyflink.datastream.state`). Defined in `tidegate.state.descriptors`
+(and `tidegate.state.broadcast_state`)."""
 
+from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from tidegate.state.descriptors import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -19,10 +21,12 @@ from tidegate.state.descriptors import (
 __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "BroadcastState",
     "ListState",
     "ListStateDescriptor",
     "MapState",
     "MapStateDescriptor",
+    "ReadOnlyBroadcastState",
     "ReducingState",
     "ReducingStateDescriptor",
     "State",

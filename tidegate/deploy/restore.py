@@ -117,7 +117,8 @@ def plan_restore(
         if len(operator_states) == vertex.parallelism:
             # Same parallelism: split list state stays with the subtask that wrote it (moving
             # e.g. a sink's committables away from the subtask whose files they name would let
-            # that subtask's recovery delete them); union state is still everyone's.
+            # that subtask's recovery delete them); union state is still everyone's; broadcast
+            # state is kept too (its redistribution gives new subtask i old subtask i's copy).
             for own, assigned in zip(operator_states, per_subtask, strict=True):
                 for name, (mode, entries) in own.items():
                     if str(mode) != "union":

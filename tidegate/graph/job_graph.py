@@ -65,13 +65,16 @@ def build_job_graph(
     chained_outputs: dict[int, list[int]] = {t.id: [] for t in ts}
     input_edges: dict[int, list[int]] = {v: [] for v in members}
     for t in ts:
-        for u, p in t.inputs:
+        for position, (u, p) in enumerate(t.inputs):
             part = _resolve(u, t, p, parallelism)
             if vertex_of[u.id] == vertex_of[t.id]:
                 chained_outputs[u.id].append(t.id)
                 continue
             edge_id = len(edges) + 1
-            edges[edge_id] = EdgeSpec(edge_id, vertex_of[u.id], u.id, vertex_of[t.id], part)
+            target_input = t.input_indices[position] if t.input_indices else 0
+            edges[edge_id] = EdgeSpec(
+                edge_id, vertex_of[u.id], u.id, vertex_of[t.id], part, target_input
+            )
             network_outputs[u.id].append(edge_id)
             input_edges[vertex_of[t.id]].append(edge_id)
 
@@ -141,7 +144,7 @@ def _resolve(
 
 
 def _chainable(t: Transformation, resolved, parallelism) -> bool:
-    if t.is_source or len(resolved) != 1 or not t.chaining or t.start_new_chain:
+    if t.is_source or len(resolved) != 1 or not t.chaining or t.start_new_chain or t.input_indices:
         return False
     upstream, part = resolved[0]
     return isinstance(part, ForwardPartitioner) and upstream.chaining

@@ -26,6 +26,9 @@ class Transformation:
     is_source: bool = False
     #: the job graph needs key groups (a keyed operator is present)
     keyed: bool = False
+    #: a two-input operator's input (0: first, 1: second) of each entry of `inputs`; empty
+    #: for a one-input operator (every entry feeds its only input)
+    input_indices: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid or 'auto'})"

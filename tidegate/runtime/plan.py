@@ -33,6 +33,9 @@ class EdgeSpec:
     source_op: int
     target_vertex: int
     partitioner: Partitioner
+    #: which input of the target's head operator the edge feeds (1: a two-input operator's
+    #: second input, e.g. the broadcast side of a broadcast process operator)
+    target_input: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,13 @@ class JobGraph:
                 if subtask in self.edge_targets(edge_id, u):
                     channels.append((edge_id, u))
         return channels
+
+    def channel_inputs(self, vertex_id: int, subtask: int) -> tuple[int, ...]:
+        """The operator input (0 or 1) each input channel of a subtask feeds, by channel index."""
+        return tuple(
+            self.edges[edge_id].target_input
+            for edge_id, _ in self.input_channels(vertex_id, subtask)
+        )
 
     def operator(self, uid: str) -> tuple[VertexSpec, OperatorSpec]:
         for v in self.vertices.values():

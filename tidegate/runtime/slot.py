@@ -121,6 +121,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     vertex=vertex,
                     subtask=index,
                     num_channels=len(graph.input_channels(vertex_id, index)),
+                    channel_inputs=graph.channel_inputs(vertex_id, index),
                     max_parallelism=graph.max_parallelism,
                     attempt=deployment.attempt,
                     exactly_once=deployment.exactly_once,

@@ -22,6 +22,7 @@ from collections import deque
 from concurrent.futures import Executor
 from typing import Any
 
+from tidegate.runtime import two_input
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     SingleCheckpointBarrierHandler,
@@ -70,6 +71,7 @@ class StreamTask:
         vertex: VertexSpec,
         subtask: int,
         num_channels: int,
+        channel_inputs: tuple[int, ...] = (),
         max_parallelism: int,
         attempt: int,
         exactly_once: bool,
@@ -122,6 +124,8 @@ class StreamTask:
                 writers[e] for e in spec.network_outputs
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
+        #: process(channel, batch) of a two-input head (None: one input, process_batch)
+        self._two_input = two_input.input_dispatch(self.ops[0], channel_inputs)
         runtime = OperatorRuntime(
             subtask,
             vertex.parallelism,
@@ -245,7 +249,10 @@ class StreamTask:
                 continue
             if type(payload) is list:
                 self.records_in += len(payload)
-                head.process_batch(payload)
+                if self._two_input is None:
+                    head.process_batch(payload)
+                else:  # to the input of a two-input head that `channel` feeds
+                    self._two_input(channel, payload)
                 self._maybe_flush()
             else:
                 self._on_event(channel, payload)

@@ -1,10 +1,14 @@
-"""Operator state: per-subtask list states, redistributed when the parallelism changes.
+"""Operator state: per-subtask list states and broadcast states, redistributed when the
+parallelism changes.
 
-Two modes (Flink's names; DESIGN §6):
+Three modes (Flink's names; DESIGN §6):
 
 * split (`get_list_state`): on rescale, the entries of all old subtasks are concatenated in
   subtask order and cut into contiguous, near-equal parts, one per new subtask;
-* union (`get_union_list_state`): on restore, every subtask gets the entries of all old subtasks.
+* union (`get_union_list_state`): on restore, every subtask gets the entries of all old subtasks;
+* broadcast (`get_broadcast_state`, a map state of a broadcast operator): every new subtask gets
+  a full copy (new subtask i old subtask i's, beyond the old parallelism old subtask 0's; all
+  copies are equal). Snapshotted as a list of (key, value) entries.
 
 A `CheckpointedFunction` registers its states in `initialize_state` (after `restore`) and fills
 them in `snapshot_state`; `snapshot` then copies them in the synchronous phase.
@@ -16,11 +20,16 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tidegate.checkpoint.assignment import redistribute_list_state, redistribute_union_state
+from tidegate.checkpoint.assignment import (
+    redistribute_broadcast_state,
+    redistribute_list_state,
+    redistribute_union_state,
+)
+from tidegate.state.broadcast_state import BroadcastState
 from tidegate.state.snapshot_format import OperatorStateData
 
 if TYPE_CHECKING:  # descriptors live in the user API, above this package
-    from tidegate.state.descriptors import ListStateDescriptor
+    from tidegate.state.descriptors import ListStateDescriptor, MapStateDescriptor
 
 __all__ = [
     "OperatorListState",
@@ -33,11 +42,13 @@ __all__ = [
 class RedistributionMode(enum.StrEnum):
     SPLIT = "split"
     UNION = "union"
+    BROADCAST = "broadcast"
 
 
 _REDISTRIBUTE = {
     RedistributionMode.SPLIT: redistribute_list_state,
     RedistributionMode.UNION: redistribute_union_state,
+    RedistributionMode.BROADCAST: redistribute_broadcast_state,
 }
 
 
@@ -72,10 +83,11 @@ class OperatorListState:
 
 
 class OperatorStateBackend:
-    """The operator (non-keyed) list states of one operator subtask."""
+    """The operator (non-keyed) list and broadcast states of one operator subtask."""
 
     def __init__(self) -> None:
         self._states: dict[str, OperatorListState] = {}
+        self._broadcast: dict[str, BroadcastState] = {}
 
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> OperatorListState:
         """A list state split among the subtasks on rescale (PyFlink's `get_list_state`)."""
@@ -85,7 +97,22 @@ class OperatorStateBackend:
         """A list state every subtask restores in full (PyFlink's `get_union_list_state`)."""
         return self._register(state_descriptor.name, RedistributionMode.UNION)
 
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState:
+        """The broadcast (map) state named by the descriptor, created empty on first use."""
+        name = state_descriptor.name
+        if name in self._states:
+            self._register(name, RedistributionMode.BROADCAST)  # raises: a list state's name
+        state = self._broadcast.get(name)
+        if state is None:
+            state = self._broadcast[name] = BroadcastState(name, {})
+        return state
+
     def _register(self, name: str, mode: RedistributionMode) -> OperatorListState:
+        if name in self._broadcast:
+            raise ValueError(
+                f"operator state {name!r} is a broadcast state (registered or restored) and "
+                f"cannot also be a {mode.value} list state; use another name"
+            )
         state = self._states.get(name)
         if state is None:
             state = self._states[name] = OperatorListState(name, mode, [])
@@ -98,16 +125,24 @@ class OperatorStateBackend:
 
     def snapshot(self) -> OperatorStateData:
         """The synchronous phase: name -> (mode, a copy of the entries)."""
-        return {name: (s.mode.value, list(s._elements)) for name, s in self._states.items()}
+        data = {name: (s.mode.value, list(s._elements)) for name, s in self._states.items()}
+        for name, b in self._broadcast.items():
+            data[name] = (RedistributionMode.BROADCAST.value, list(b._map.items()))
+        return data
 
     def restore(self, states: OperatorStateData) -> None:
         """Load this subtask's share (see `redistribute_operator_state`), before registration."""
-        if self._states:
+        if self._states or self._broadcast:
             raise RuntimeError(
                 "restore operator state before any state is registered (and only once)"
             )
         for name, (mode, entries) in states.items():
-            self._states[name] = OperatorListState(name, RedistributionMode(mode), list(entries))
+            if mode == RedistributionMode.BROADCAST:
+                self._broadcast[name] = BroadcastState(name, dict(entries))
+            else:
+                self._states[name] = OperatorListState(
+                    name, RedistributionMode(mode), list(entries)
+                )
 
 
 def redistribute_operator_state(
@@ -115,10 +150,10 @@ def redistribute_operator_state(
 ) -> list[OperatorStateData]:
     """Each new subtask's operator state, from the old subtasks' snapshots (pure, DESIGN §6).
 
-    Groups the entries by state name and applies `checkpoint.assignment`'s split or union rule
-    per name, by the mode the state was snapshotted with: split, [a0,a1,a2],[b0,b1] ->
-    [a0,a1] | [a2,b0] | [b1]; union, every subtask gets all entries. A name snapshotted with two
-    modes is a ValueError.
+    Groups the entries by state name and applies `checkpoint.assignment`'s split, union or
+    broadcast rule per name, by the mode the state was snapshotted with: split, [a0,a1,a2],[b0,b1]
+    -> [a0,a1] | [a2,b0] | [b1]; union, every subtask gets all entries; broadcast, every subtask
+    gets a full copy. A name snapshotted with two modes is a ValueError.
     """
     if new_parallelism < 1:
         raise ValueError(f"new_parallelism must be at least 1, got {new_parallelism}")

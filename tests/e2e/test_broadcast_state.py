@@ -1,0 +1,127 @@
+"""Broadcast state end to end on Spark: the "dynamic rules" job (a rules stream broadcast to a
+keyed event stream, tests/e2e/broadcast_jobs.py) commits exactly the reference output despite
+injected exceptions, with aligned and unaligned checkpoints, and a savepoint restored at another
+parallelism (2 -> 3, 3 -> 2) puts the whole broadcast state on every new subtask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.broadcast_jobs import (
+    NUM_RULES,
+    check_rules_applied_exactly_once,
+    parse_state_lines,
+    rules_job,
+    split_state_lines,
+)
+from tests.e2e.jobs import committed_lines
+from tests.e2e.savepoint_jobs import wait_until
+
+
+@pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
+def test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions(
+    spark, tmp_path, unaligned
+):
+    n = 12_000
+    # values of the first event split ([0, n/2)), increasing, so each attempt reaches its own
+    fail_at = {0: 1_500, 1: 3_500}
+    out = tmp_path / "out"
+    env = rules_job(
+        out, tmp_path / "chk", runner="spark", n=n, parallelism=2, rate=3_000, fail_at=fail_at
+    )
+    env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
+    client = env.execute_async("broadcast rules with exceptions")
+    client.get_job_execution_result().result()
+
+    assert client.jobmaster.stats.restarts == len(fail_at)
+    states, events = split_state_lines(committed_lines(out))
+    check_rules_applied_exactly_once(events, n)
+    history = client.jobmaster.stats.checkpoints.history()
+    assert any(c.unaligned for c in history) == unaligned
+    if unaligned:
+        # in-flight broadcast records are replayed after the restore: the subtasks' copies
+        # become equal only once each replayed its own
+        return
+    # Every subtask of an attempt restored the same aligned checkpoint, so it reported the
+    # same broadcast state before its first record: the copies are equal.
+    by_attempt: dict[int, dict[int, set[int]]] = {}
+    for _p, subtask, attempt, rules in parse_state_lines(states):
+        assert subtask not in by_attempt.setdefault(attempt, {}), "two reports of one subtask"
+        by_attempt[attempt][subtask] = rules
+    assert len(by_attempt[len(fail_at)]) == 2  # the last attempt's reports were committed
+    for attempt, reports in by_attempt.items():
+        assert len({frozenset(r) for r in reports.values()}) == 1, (attempt, reports)
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)], ids=["2to3", "3to2"])
+def test_a_savepoint_restored_at_another_parallelism_puts_the_broadcast_state_on_every_subtask(
+    spark, tmp_path, before, after
+):
+    n = 12_000
+    chk = tmp_path / "chk"
+    env = rules_job(tmp_path / "out1", chk, runner="spark", n=n, parallelism=before, rate=2_000)
+    client = env.execute_async(f"rules at parallelism {before}")
+
+    def every_rule_was_applied() -> bool:
+        _states, events = split_state_lines(committed_lines(tmp_path / "out1"))
+        return {int(line.split(",")[1]) % NUM_RULES for line in events} == set(range(NUM_RULES))
+
+    # A committed event line shows that its rule was in broadcast state before a completed
+    # checkpoint's barrier, so on every subtask (rules reach all subtasks before the barrier).
+    wait_until(client, every_rule_was_applied, "every rule was applied")
+    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
+    client.get_job_execution_result().result()
+    first_states, first = split_state_lines(committed_lines(tmp_path / "out1"))
+    assert 0 < len(first) < n
+
+    config = {"execution.savepoint.path": path}
+    env = rules_job(
+        tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=2_000, config=config
+    )
+    client = env.execute_async(f"rules restored at parallelism {after}")
+    client.get_job_execution_result().result()
+
+    second_states, second = split_state_lines(committed_lines(tmp_path / "out2"))
+    check_rules_applied_exactly_once(first + second, n)
+    reports = parse_state_lines(second_states)
+    assert sorted((p, subtask) for p, subtask, _a, _r in reports) == [
+        (after, i) for i in range(after)
+    ]
+    every_rule = set(range(NUM_RULES))
+    assert all(rules == every_rule for _p, _s, _a, rules in reports), reports
+    assert all(p == before for p, _s, _a, _r in parse_state_lines(first_states))
+
+
+def test_a_job_restored_from_a_savepoint_reads_the_broadcast_state_from_the_operator_section(
+    tmp_path: Path,
+):
+    """The savepoint's `_metadata` names the broadcast operator's state files, and each holds
+    the broadcast state as operator state in the `broadcast` mode (local runner: no JVM)."""
+    import json
+
+    import fsspec
+
+    from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
+
+    env = rules_job(tmp_path / "out", tmp_path / "chk", runner="local", n=4_000, parallelism=2,
+                    rate=2_000)  # fmt: skip
+    client = env.execute_async("rules")
+
+    def every_rule_was_applied() -> bool:
+        _states, events = split_state_lines(committed_lines(tmp_path / "out"))
+        return {int(line.split(",")[1]) % NUM_RULES for line in events} == set(range(NUM_RULES))
+
+    wait_until(client, every_rule_was_applied, "every rule was applied")
+    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
+    client.get_job_execution_result().result()
+    metadata = json.loads((Path(path) / "_metadata").read_text())
+    subtasks = metadata["operators"]["rules"]["subtasks"]
+    assert sorted(subtasks) == ["0", "1"]
+    for handle in subtasks.values():
+        with fsspec.open(f"{path}/{handle['file']}", "rb") as f:
+            state = read_operator_state(f, StateFileIndex.from_json(handle["index"]))
+        mode, entries = state["rules"]
+        assert mode == "broadcast"
+        assert sorted(entries) == [(r, r + 2) for r in range(NUM_RULES)]

@@ -1,0 +1,190 @@
+"""The broadcast process operator: `DataStream.connect(broadcast_stream).process(function)`.
+
+A two-input operator. Input 1 is the regular stream (forward, rebalanced, or hashed by key for
+a KeyedStream); input 2 is the broadcast stream, whose every record reaches every subtask.
+
+* `process_element(value, ctx)` runs per regular record; `ctx.get_broadcast_state(descriptor)`
+  is read-only (ReadOnlyBroadcastState); on a keyed stream the record's key is current
+  (`ctx.get_current_key()`, keyed state through the runtime context).
+* `process_broadcast_element(value, ctx)` runs per broadcast record; the broadcast state is
+  writable; on a keyed stream no key is current, and `ctx.apply_to_keyed_state(descriptor,
+  function)` calls `function(key, state)` for every key of this subtask with that state.
+
+Broadcast states are the map states of the MapStateDescriptors given to
+`DataStream.broadcast(...)`, registered before `open` (restored ones keep their entries) and
+snapshotted as operator state in the `broadcast` redistribution mode (state/operator_state.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tidegate.runtime.operators import OperatorRuntime
+from tidegate.runtime.two_input import TwoInputStreamOperator
+from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
+from tidegate.state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+
+__all__ = ["BroadcastContext", "BroadcastProcessOperator", "ReadOnlyBroadcastContext"]
+
+_KEYED_GETTERS: tuple[tuple[type, str], ...] = (
+    (ValueStateDescriptor, "get_state"),
+    (ListStateDescriptor, "get_list_state"),
+    (MapStateDescriptor, "get_map_state"),
+    (ReducingStateDescriptor, "get_reducing_state"),
+    (AggregatingStateDescriptor, "get_aggregating_state"),
+)
+
+
+class _BaseContext:
+    def __init__(self, operator: BroadcastProcessOperator, states: dict[str, Any]) -> None:
+        self._op = operator
+        self._states = states
+
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> Any:
+        if not isinstance(state_descriptor, MapStateDescriptor):
+            raise TypeError(
+                "get_broadcast_state expects the MapStateDescriptor passed to "
+                f"DataStream.broadcast(...), got {type(state_descriptor).__name__}"
+            )
+        state = self._states.get(state_descriptor.name)
+        if state is None:
+            known = ", ".join(repr(n) for n in self._states) or "none"
+            raise ValueError(
+                f"broadcast state {state_descriptor.name!r} is unknown to operator "
+                f"{self._op.name!r}: only the MapStateDescriptors passed to "
+                f"DataStream.broadcast(...) are broadcast states (here: {known}). Pass this "
+                "descriptor to broadcast(...) too"
+            )
+        return state
+
+    def timestamp(self) -> int | None:
+        return None
+
+    def current_processing_time(self) -> int:
+        return int(time.time() * 1000)
+
+    def current_watermark(self) -> int:
+        return -(2**63)
+
+
+class ReadOnlyBroadcastContext(_BaseContext):
+    """`ctx` of `process_element`: broadcast state is read-only here."""
+
+    def get_current_key(self) -> Any:
+        backend = self._op.keyed_backend
+        if backend is None:
+            raise RuntimeError(
+                "get_current_key() is only available in a KeyedBroadcastProcessFunction "
+                "(connect a KeyedStream to the broadcast stream)"
+            )
+        return backend.current_key
+
+    def timer_service(self) -> Any:
+        raise NotImplementedError(
+            "timers are not supported in a KeyedBroadcastProcessFunction yet: use a "
+            "KeyedProcessFunction after the broadcast operator for timer-driven logic"
+        )
+
+
+class BroadcastContext(_BaseContext):
+    """`ctx` of `process_broadcast_element`: broadcast state is writable here."""
+
+    def apply_to_keyed_state(
+        self, state_descriptor: StateDescriptor, function: Callable[[Any, Any], None]
+    ) -> None:
+        """Call `function(key, state)` for every key of this subtask that has state under
+        `state_descriptor` (the state is scoped to `key` during the call)."""
+        backend = self._op.keyed_backend
+        if backend is None:
+            raise RuntimeError(
+                "apply_to_keyed_state() needs keyed state: use a KeyedBroadcastProcessFunction "
+                "on a KeyedStream connected to the broadcast stream"
+            )
+        getter = next((g for cls, g in _KEYED_GETTERS if isinstance(state_descriptor, cls)), None)
+        if getter is None:
+            raise TypeError(
+                "apply_to_keyed_state expects a keyed state descriptor (ValueStateDescriptor, "
+                f"ListStateDescriptor, ...), got {type(state_descriptor).__name__}"
+            )
+        state = getattr(backend, getter)(state_descriptor)
+        saved = backend.current_key
+        try:
+            for key in _keys_with_state(backend, state_descriptor.name):
+                backend.current_key = key
+                function(key, state)
+        finally:
+            backend.current_key = saved
+
+
+def _keys_with_state(backend: Any, name: str) -> list[Any]:
+    """The keys of this subtask that have state `name` (a copy: the caller may clear some).
+
+    `entries(name)` is the keyed backends' listing for internal services (the timer service
+    uses it too); the heap backend's live `table(name)` serves where it is absent."""
+    entries = getattr(backend, "entries", None)
+    if entries is not None:
+        return [key for key, _value in entries(name)]
+    return list(backend.table(name))
+
+
+class BroadcastProcessOperator(TwoInputStreamOperator):
+    """Runs a (Keyed)BroadcastProcessFunction; see the module docstring."""
+
+    def __init__(
+        self,
+        function: Any,
+        descriptors: Iterable[MapStateDescriptor],
+        key_selector: Any = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(function, **kw)
+        self.descriptors = tuple(descriptors)
+        self.key_selector = key_selector
+        self.keyed = key_selector is not None
+        self.broadcast_states: dict[str, BroadcastState] = {}
+
+    def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
+        super().initialize_state(runtime, restored)
+        for descriptor in self.descriptors:
+            state = self.operator_state.get_broadcast_state(descriptor)
+            self.broadcast_states[descriptor.name] = state
+
+    def open(self) -> None:
+        read_only: dict[str, ReadOnlyBroadcastState] = {
+            name: s.read_only() for name, s in self.broadcast_states.items()
+        }
+        self._element_ctx = ReadOnlyBroadcastContext(self, read_only)
+        self._broadcast_ctx = BroadcastContext(self, dict(self.broadcast_states))
+        super().open()
+
+    def process_batch1(self, records: list) -> None:
+        call, ctx = self.function.process_element, self._element_ctx
+        backend, select, out = self.keyed_backend, self.key_selector, []
+        for r in records:
+            if backend is not None:
+                backend.current_key = select(r)
+            produced = call(r, ctx)
+            if produced is not None:
+                out.extend(produced)
+        if out:
+            self.emit(out)
+
+    def process_batch2(self, records: list) -> None:
+        call, ctx, out = self.function.process_broadcast_element, self._broadcast_ctx, []
+        if self.keyed_backend is not None:
+            self.keyed_backend.current_key = None  # no key is current on the broadcast side
+        for r in records:
+            produced = call(r, ctx)
+            if produced is not None:
+                out.extend(produced)
+        if out:
+            self.emit(out)
