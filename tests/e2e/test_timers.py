@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.timer_jobs import FailurePlan, check_fired_exactly_once, firings, timer_job
 
-pytestmark = pytest.mark.usefixtures("spark")
 
-
-def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills(tmp_path):
+def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills(
+    spark, tmp_path
+):
     real = 3_000
     plan = FailurePlan(
         {
@@ -41,7 +39,7 @@ def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_ki
     check_fired_exactly_once(firings(tmp_path / "out"), real, ("processing",))
 
 
-def test_event_time_timers_fire_at_the_end_of_input_exactly_once_across_failures(tmp_path):
+def test_event_time_timers_fire_at_the_end_of_input_exactly_once_across_failures(spark, tmp_path):
     real = 2_000
     plan = FailurePlan(
         {
@@ -78,7 +76,7 @@ def _run_until_savepoint(tmp_path: Path, run: str, parallelism: int, restore: st
     return path
 
 
-def test_rescaling_2_to_3_to_2_moves_pending_timers_with_their_key_groups(tmp_path):
+def test_rescaling_2_to_3_to_2_moves_pending_timers_with_their_key_groups(spark, tmp_path):
     real = 5_000
     job = dict(
         real=real, padding=2_000, rate=1_000, domains=("event", "processing"), delay_ms=1_000
@@ -95,3 +93,24 @@ def test_rescaling_2_to_3_to_2_moves_pending_timers_with_their_key_groups(tmp_pa
     assert {f.subtask for f in runs["run2"]} == {0, 1, 2}
     every = [f for fired in runs.values() for f in fired]
     check_fired_exactly_once(every, real, ("event", "processing"))
+
+
+def test_stop_with_drain_fires_the_pending_event_time_timers_before_the_savepoint(tmp_path):
+    env = timer_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        real=100_000,
+        padding=0,
+        rate=2_000,
+        domains=("event",),
+        runner="local",
+    )
+    client = env.execute_async("drained")
+    running_with_checkpoints(client, 2)
+    client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result()
+    client.get_job_execution_result().result()
+    fired = firings(tmp_path / "out")
+    keys = sorted(f.key for f in fired)
+    assert 0 < len(keys) < 100_000
+    # the source runs in order: the timers of every value read before the drain, once each
+    check_fired_exactly_once(fired, len(keys), ("event",))

@@ -102,10 +102,11 @@ def timer_job(
     plan: FailurePlan | None = None,
     restore_path: str | None = None,
     interval_ms: int = 200,
+    runner: str = "spark",
 ) -> StreamExecutionEnvironment:
     """numbers (1 subtask, `rate`/s) -> key_by(v) -> TimerJob (uid `timers`, `parallelism`)
     -> FileSink (2 subtasks), exactly-once checkpoints every `interval_ms`."""
-    conf = Configuration().set_string("execution.runner", "spark")
+    conf = Configuration().set_string("execution.runner", runner)
     if restore_path:
         conf.set_string("execution.state-recovery.path", restore_path)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
