@@ -14,6 +14,7 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.datastream.time_domain import TimeDomain as TimeDomainAtPyFlinkPath
+from tidegate.datastream.timerservice import TimerService as TimerServiceAtPyFlinkPath
 from tidegate.runtime.operators import OperatorRuntime, ProcessOperator
 from tidegate.runtime.timer_service import ChainTimers
 from tidegate.runtime.timers import MAX_WATERMARK, MIN_WATERMARK, TIMER_STATE
@@ -262,7 +263,8 @@ def test_the_timer_service_reads_both_clocks_and_is_pyflinks_timer_service():
     assert isinstance(service, TimerService)
     assert service.current_processing_time() == 42
     assert service.current_watermark() == MIN_WATERMARK
-    assert TimeDomainAtPyFlinkPath is TimeDomain
+    assert TimeDomainAtPyFlinkPath is TimeDomain and TimerServiceAtPyFlinkPath is TimerService
+    assert isinstance(op.timers._context, KeyedProcessFunction.OnTimerContext)
     assert [d.value for d in TimeDomain] == [0, 1]  # PyFlink's values
 
 

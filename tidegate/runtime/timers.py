@@ -184,6 +184,8 @@ def _first(pair: tuple[int, Any]) -> int:
 
 
 def _check_timestamp(timestamp: Any) -> int:
+    if type(timestamp) is int and MIN_WATERMARK <= timestamp <= MAX_WATERMARK:
+        return timestamp  # the usual case, checked cheaply
     if isinstance(timestamp, bool) or not isinstance(timestamp, numbers.Integral):
         raise TypeError(
             f"a timer's timestamp is an int of milliseconds since the epoch, got "
