@@ -175,6 +175,7 @@ class ProcessOperator(MapOperator):
     def finish(self) -> None:
         if self.timers is not None:  # the watermark reaches its maximum: event-time timers fire
             self.timers.end_of_input()
+        super().finish()
 
     def process_batch(self, records: list) -> None:
         call, ctx = self.call, self.process_context
