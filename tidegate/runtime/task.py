@@ -208,7 +208,8 @@ class StreamTask:
         get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
         timers = ChainTimers(self.ops)  # keyed processing-time timers fire between batches
         while not (self.final_notified and self.open_channels == 0):
-            timer_wait = timers.fire_due() if timers else None
+            # none after a final checkpoint's barrier (stop-with-savepoint): they stay in it
+            timer_wait = timers.fire_due() if timers and self.final_checkpoint_id is None else None
             deadline = handler.alignment_deadline
             if deadline is not None and time.monotonic() >= deadline:
                 self._apply(handler.on_timer())  # the alignment timed out: go unaligned
