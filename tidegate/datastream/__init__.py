@@ -31,6 +31,8 @@ from tidegate.datastream.functions import (
 )
 from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
+from tidegate.datastream.time_domain import TimeDomain
+from tidegate.datastream.timerservice import TimerService
 
 __all__ = [
     "AggregateFunction",
@@ -58,4 +60,6 @@ __all__ = [
     "ReduceFunction",
     "RuntimeContext",
     "StreamExecutionEnvironment",
+    "TimeDomain",
+    "TimerService",
 ]

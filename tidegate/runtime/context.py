@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.runtime.timer_service import NonKeyedTimerService
+
 
 class StreamingRuntimeContext:
     def __init__(self, operator: Any) -> None:
@@ -56,25 +58,20 @@ class StreamingRuntimeContext:
         return self._keyed().get_aggregating_state(state_descriptor)
 
 
-class _NoTimers:
-    def __getattr__(self, name: str):
-        raise NotImplementedError(
-            "timers (ctx.timer_service()) are not supported yet in tidegate; "
-            "they arrive with event-time support"
-        )
-
-
 class ProcessContext:
     """One object reused for every record (cheap): holds the current key."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, timers: Any = None) -> None:
         self._backend = backend
+        self._timers = timers  # OperatorTimers on a keyed stream
 
     def timestamp(self) -> int | None:
         return None
 
     def timer_service(self):
-        return _NoTimers()
+        if self._timers is None:
+            return NonKeyedTimerService()
+        return self._timers.service
 
     def get_current_key(self) -> Any:
         if self._backend is None:

@@ -13,6 +13,7 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.runtime.timer_service import OperatorTimers
 from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
@@ -172,8 +173,15 @@ class ProcessOperator(MapOperator):
     """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
 
     def open(self) -> None:
-        self.process_context = ProcessContext(self.keyed_backend)
+        #: timers (runtime/timer_service.py) exist on keyed streams only
+        self.timers = OperatorTimers(self) if self.keyed_backend is not None else None
+        self.process_context = ProcessContext(self.keyed_backend, self.timers)
         super().open()
+
+    def finish(self) -> None:
+        if self.timers is not None:  # the watermark reaches its maximum: event-time timers fire
+            self.timers.end_of_input()
+        super().finish()
 
     def process_batch(self, records: list) -> None:
         call, ctx = self.call, self.process_context

@@ -55,6 +55,7 @@ from tidegate.runtime.network import RecordWriter
 from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
+from tidegate.runtime.timer_service import ChainTimers
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.snapshot_format import write_state_file
@@ -223,7 +224,10 @@ class StreamTask:
 
     def _input_loop(self) -> None:
         get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
+        timers = ChainTimers(self.ops)  # keyed processing-time timers fire between batches
         while not (self.final_notified and self.open_channels == 0):
+            # none after a final checkpoint's barrier (stop-with-savepoint): they stay in it
+            timer_wait = timers.fire_due() if timers and self.final_checkpoint_id is None else None
             deadline = handler.alignment_deadline
             if deadline is not None and time.monotonic() >= deadline:
                 self._apply(handler.on_timer())  # the alignment timed out: go unaligned
@@ -236,6 +240,8 @@ class StreamTask:
                     wait = self.buffer_timeout_s
                     if deadline is not None:
                         wait = max(min(wait, deadline - time.monotonic()), 0.0)
+                    if timer_wait is not None:
+                        wait = min(wait, timer_wait)
                     got = self._wait(wait)
                     if got is None:
                         continue

@@ -349,6 +349,16 @@ class HeapKeyedStateBackend:
             raise KeyError(f"state {name!r} is not registered; call get_state() first")
         return self._tables[name]
 
+    def entries(self, name: str) -> list[tuple[Any, Any]]:
+        """Every `(key, value)` of state `name`, over all keys ([] if there is no such state).
+
+        For internal services that rebuild in-memory structures from their keyed state after a
+        restore (the timer service). A value is what the state holds for the key: the list of a
+        list state, the `{user key: value}` dict of a map state. The list is a copy; the values
+        are the stored objects, to read, not to change.
+        """
+        return list(self._tables.get(name, {}).items())
+
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
 

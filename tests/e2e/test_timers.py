@@ -1,0 +1,116 @@
+"""Timers end to end on Spark: processing-time timers under failures, event-time timers at the
+end of input under failures, and timers moved by rescaling through savepoints. Every timer of
+the reference set fires exactly once in the committed (exactly-once FileSink) output, with its
+key's state, on the subtask that owns its key's key group (timer_jobs.check_fired_exactly_once).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tests.e2e.timer_jobs import FailurePlan, check_fired_exactly_once, firings, timer_job
+
+
+def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills(
+    spark, tmp_path
+):
+    real = 3_000
+    plan = FailurePlan(
+        {
+            0: ("raise", "timer", 600),  # in on_timer: the timer already left the state
+            1: ("kill", "record", 1_500),  # kill -9 between a registration and its firing
+            2: ("kill", "timer", 2_200),  # kill -9 inside on_timer
+        }
+    )
+    env = timer_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        real=real,
+        padding=1_500,
+        rate=1_500,
+        domains=("processing",),
+        delay_ms=300,
+        plan=plan,
+    )
+    client = env.execute_async("processing-time timers")
+    client.get_job_execution_result().result()
+    assert client.jobmaster.stats.restarts == 3
+    check_fired_exactly_once(firings(tmp_path / "out"), real, ("processing",))
+
+
+def test_event_time_timers_fire_at_the_end_of_input_exactly_once_across_failures(spark, tmp_path):
+    real = 2_000
+    plan = FailurePlan(
+        {
+            0: ("kill", "record", 900),  # timers registered, none fired yet
+            1: ("raise", "timer", 1_000),  # while the end of input fires them
+            2: ("kill", "timer", 1_700),
+        }
+    )
+    env = timer_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        real=real,
+        padding=0,
+        rate=1_000,
+        domains=("event",),
+        plan=plan,
+    )
+    client = env.execute_async("event-time timers")
+    client.get_job_execution_result().result()
+    assert client.jobmaster.stats.restarts == 3
+    check_fired_exactly_once(firings(tmp_path / "out"), real, ("event",))
+
+
+def _run_until_savepoint(tmp_path: Path, run: str, parallelism: int, restore: str | None, **job):
+    """Start the job (restored from `restore`), stop it with a savepoint after two completed
+    checkpoints; returns the savepoint's path."""
+    env = timer_job(
+        tmp_path / run, tmp_path / "chk", parallelism=parallelism, restore_path=restore, **job
+    )
+    client = env.execute_async(f"timers at parallelism {parallelism}")
+    running_with_checkpoints(client, 2)
+    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
+    client.get_job_execution_result().result()
+    return path
+
+
+def test_rescaling_2_to_3_to_2_moves_pending_timers_with_their_key_groups(spark, tmp_path):
+    real = 5_000
+    job = dict(
+        real=real, padding=2_000, rate=1_000, domains=("event", "processing"), delay_ms=1_000
+    )
+    first = _run_until_savepoint(tmp_path, "run1", 2, None, **job)
+    second = _run_until_savepoint(tmp_path, "run2", 3, first, **job)
+    env = timer_job(tmp_path / "run3", tmp_path / "chk", parallelism=2, restore_path=second, **job)
+    env.execute_async("timers back at parallelism 2").get_job_execution_result().result()
+
+    runs = {run: firings(tmp_path / run) for run in ("run1", "run2", "run3")}
+    # pending timers went through both savepoints: event-time ones all fire in the last run
+    assert not [f for f in runs["run1"] + runs["run2"] if f.domain == "E"]
+    assert {f.parallelism for f in runs["run2"]} == {3}
+    assert {f.subtask for f in runs["run2"]} == {0, 1, 2}
+    every = [f for fired in runs.values() for f in fired]
+    check_fired_exactly_once(every, real, ("event", "processing"))
+
+
+def test_stop_with_drain_fires_the_pending_event_time_timers_before_the_savepoint(tmp_path):
+    env = timer_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        real=100_000,
+        padding=0,
+        rate=2_000,
+        domains=("event",),
+        runner="local",
+    )
+    client = env.execute_async("drained")
+    running_with_checkpoints(client, 2)
+    client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result()
+    client.get_job_execution_result().result()
+    fired = firings(tmp_path / "out")
+    keys = sorted(f.key for f in fired)
+    assert 0 < len(keys) < 100_000
+    # the source runs in order: the timers of every value read before the drain, once each
+    check_fired_exactly_once(fired, len(keys), ("event",))

@@ -1,0 +1,197 @@
+"""The internal timer service: processing-time and event-time timers of one keyed operator
+subtask, stored in its keyed state so that they are checkpointed, restored and rescaled with
+the keys they belong to (Flink's InternalTimerServiceImpl, with timers in keyed state).
+
+Storage, the source of truth: the internal map state `__timers__` of the operator's keyed state
+backend holds, under each key, `{(domain, timestamp): True}` (domain: TimeDomain's value, 0 for
+event time, 1 for processing time). An entry is written when a timer is registered, removed
+when it is deleted, and removed in the same step as its timer fires (before `on_timer` runs), so
+a checkpoint taken after a firing never restores it: every timer fires exactly once.
+
+In memory: per time domain a min-heap of `(timestamp, sequence, key)` gives the firing order
+(the sequence breaks ties, so keys are never compared), and a set of the live
+`(domain, timestamp, key)` deduplicates registrations per key, timestamp and domain. A deleted
+timer stays in its heap and is skipped when it surfaces; a heap that is mostly such leftovers is
+rebuilt. Both are rebuilt from the state after a restore through `backend.entries(name)` and
+the public state API only, so any keyed state backend (hashmap, rocksdb) holds timers.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import numbers
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tidegate.state.descriptors import MapStateDescriptor
+
+#: the keyed state holding the timers (internal: user state names cannot clash with it)
+TIMER_STATE = "__timers__"
+#: Flink's Long.MIN_VALUE: the watermark before any watermark arrived
+MIN_WATERMARK = -(2**63)
+#: Flink's Long.MAX_VALUE: the watermark at the end of a bounded input; fires every timer
+MAX_WATERMARK = 2**63 - 1
+
+
+class TimeDomain(enum.Enum):
+    """Which clock a timer follows (PyFlink's `pyflink.datastream.TimeDomain`)."""
+
+    EVENT_TIME = 0
+    PROCESSING_TIME = 1
+
+
+def processing_time_ms() -> int:
+    """The processing-time clock: wall-clock milliseconds since the epoch (as in Flink)."""
+    return time.time_ns() // 1_000_000
+
+
+#: called for each firing timer, with the timer's key set as the backend's current key
+Trigger = Callable[[int, TimeDomain], None]
+
+
+class InternalTimerService:
+    """The timers of one keyed operator subtask; its keyed state backend stores them."""
+
+    def __init__(
+        self, backend: Any, trigger: Trigger, clock: Callable[[], int] = processing_time_ms
+    ) -> None:
+        self._backend = backend
+        self._trigger = trigger
+        self.clock = clock
+        self.current_watermark = MIN_WATERMARK
+        #: end of input reached: processing-time timers no longer fire (Flink's quiesce)
+        self.quiesced = False
+        self._state: Any = None  # the `__timers__` map state, registered on first use
+        self._queues: dict[TimeDomain, list[tuple[int, int, Any]]] = {d: [] for d in TimeDomain}
+        self._live: set[tuple[int, int, Any]] = set()
+        self._sequence = itertools.count()
+
+    def _timer_state(self) -> Any:
+        if self._state is None:
+            self._state = self._backend.get_map_state(MapStateDescriptor(TIMER_STATE))
+        return self._state
+
+    # Step 1: rebuild from the keyed state (after a restore) ------------------------------------
+    def restore(self) -> int:
+        """Rebuild the in-memory queues from the `__timers__` state; returns the timer count."""
+        for key, timers in self._backend.entries(TIMER_STATE):
+            for domain_value, timestamp in timers:
+                domain = TimeDomain(domain_value)
+                self._live.add((domain_value, timestamp, key))
+                self._queues[domain].append((timestamp, next(self._sequence), key))
+        for queue in self._queues.values():
+            heapq.heapify(queue)
+        return len(self._live)
+
+    # Step 2: register and delete, for the backend's current key ---------------------------------
+    def _current_key(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            raise RuntimeError(
+                "timers can only be set or deleted while a key is current: inside "
+                "process_element or on_timer of a keyed process function"
+            )
+        return key
+
+    def register(self, domain: TimeDomain, timestamp: int) -> None:
+        """A timer for the current key at `timestamp` (ms); a second one at the same time and
+        domain is the same timer (timers are deduplicated per key, timestamp and domain)."""
+        timestamp = _check_timestamp(timestamp)
+        key = self._current_key()
+        timer = (domain.value, timestamp, key)
+        if timer in self._live:
+            return
+        self._live.add(timer)
+        self._timer_state().put((domain.value, timestamp), True)
+        heapq.heappush(self._queues[domain], (timestamp, next(self._sequence), key))
+
+    def delete(self, domain: TimeDomain, timestamp: int) -> None:
+        """Delete the current key's timer at `timestamp` in `domain`; no timer: nothing to do."""
+        timestamp = _check_timestamp(timestamp)
+        timer = (domain.value, timestamp, self._current_key())
+        if timer not in self._live:
+            return
+        self._live.discard(timer)
+        self._timer_state().remove((domain.value, timestamp))
+        queue = self._queues[domain]
+        if len(queue) > 64 and len(queue) > 2 * len(self._live):
+            self._compact(domain)
+
+    def _compact(self, domain: TimeDomain) -> None:
+        """Drop the deleted timers left in `domain`'s heap."""
+        live = self._live
+        queue = [t for t in self._queues[domain] if (domain.value, t[0], t[2]) in live]
+        heapq.heapify(queue)
+        self._queues[domain] = queue
+
+    # Step 3: fire --------------------------------------------------------------------------
+    def _fire_until(self, domain: TimeDomain, time_ms: int) -> int:
+        """Fire `domain`'s timers due at `time_ms`, in timestamp order, including those that
+        firing timers register at or before it. Returns how many fired."""
+        queue, live, backend, fired = self._queues[domain], self._live, self._backend, 0
+        while queue and queue[0][0] <= time_ms:
+            timestamp, _, key = heapq.heappop(queue)
+            timer = (domain.value, timestamp, key)
+            if timer not in live:
+                continue  # deleted
+            live.discard(timer)
+            backend.current_key = key
+            self._timer_state().remove((domain.value, timestamp))  # same step: fires once
+            self._trigger(timestamp, domain)
+            fired += 1
+        return fired
+
+    def advance_watermark(self, watermark: int) -> int:
+        """The event-time clock moves to `watermark`: fire every event-time timer <= it.
+        Watermarks never go back (an older one is ignored). Returns how many timers fired."""
+        if watermark <= self.current_watermark:
+            return 0
+        self.current_watermark = watermark
+        return self._fire_until(TimeDomain.EVENT_TIME, watermark)
+
+    def fire_processing_timers(self) -> int:
+        """Fire the processing-time timers due now; returns how many fired."""
+        if self.quiesced:
+            return 0
+        return self._fire_until(TimeDomain.PROCESSING_TIME, self.clock())
+
+    def next_processing_time(self) -> int | None:
+        """When the next processing-time timer is due (ms), None if there is none to fire."""
+        if self.quiesced:
+            return None
+        queue, live, processing = self._queues[TimeDomain.PROCESSING_TIME], self._live, 1
+        while queue and (processing, queue[0][0], queue[0][2]) not in live:
+            heapq.heappop(queue)  # a deleted timer at the head
+        return queue[0][0] if queue else None
+
+    def end_of_input(self) -> int:
+        """End of a bounded input (FLIP-147): pending processing-time timers will not fire
+        (they stay in state), and the watermark jumps to MAX_WATERMARK, so every event-time
+        timer fires before the final checkpoint. Returns how many fired."""
+        self.quiesced = True
+        return self.advance_watermark(MAX_WATERMARK)
+
+    def pending(self, domain: TimeDomain) -> list[tuple[int, Any]]:
+        """The live timers of `domain` as sorted `(timestamp, key)` (for tools and tests)."""
+        return sorted(((ts, key) for d, ts, key in self._live if d == domain.value), key=_first)
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+def _check_timestamp(timestamp: Any) -> int:
+    if type(timestamp) is int and MIN_WATERMARK <= timestamp <= MAX_WATERMARK:
+        return timestamp  # the usual case, checked cheaply
+    if isinstance(timestamp, bool) or not isinstance(timestamp, numbers.Integral):
+        raise TypeError(
+            f"a timer's timestamp is an int of milliseconds since the epoch, got "
+            f"{type(timestamp).__name__} {timestamp!r}; convert it, e.g. int(seconds * 1000)"
+        )
+    timestamp = int(timestamp)
+    if not MIN_WATERMARK <= timestamp <= MAX_WATERMARK:
+        raise ValueError(f"a timer's timestamp must fit in a signed 64-bit long, got {timestamp}")
+    return timestamp
