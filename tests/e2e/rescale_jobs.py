@@ -69,11 +69,15 @@ class ListStateProbe(MapFunction, CheckpointedFunction):
 
 
 class CountOnSubtask(RunningCount):
-    """The running count of jobs.py; each line ends with the subtask that counted it."""
+    """The running count of jobs.py; each line ends with the run (`phase`) and the subtask
+    that counted it."""
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
 
     def open(self, runtime_context) -> None:
         super().open(runtime_context)
-        self.suffix = f",{runtime_context.get_index_of_this_subtask()}"
+        self.suffix = f",{self.phase},{runtime_context.get_index_of_this_subtask()}"
 
     def process_element(self, value, ctx):
         for line in super().process_element(value, ctx):
@@ -92,7 +96,7 @@ def rescale_job(
     restore_path: str | None = None,
     fail_at: dict[int, int] | None = None,
 ) -> StreamExecutionEnvironment:
-    """The job; `phase` names its output and probe directories under `tmp_path`."""
+    """The job; every run writes to `tmp_path/out`, `phase` names its probe directory."""
     conf = Configuration().set_string("execution.runner", "spark")
     if restore_path:
         conf.set_string("execution.state-recovery.path", restore_path)
@@ -115,11 +119,11 @@ def rescale_job(
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     ds = ds.map(ListStateProbe(probes, SPLIT)).uid("split-state")
     ds = ds.map(ListStateProbe(probes, UNION)).uid("union-state")
-    counted = ds.key_by(lambda v: v % NUM_KEYS).process(CountOnSubtask()).uid("count")
+    counted = ds.key_by(lambda v: v % NUM_KEYS).process(CountOnSubtask(phase)).uid("count")
     if count_parallelism:
         counted = counted.set_parallelism(count_parallelism)
     sink = (
-        FileSink.for_row_format(str(tmp_path / f"out-{phase}"), Encoder.simple_string_encoder())
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
         .build()
     )
@@ -130,12 +134,17 @@ def rescale_job(
 def check_rescaled_output(lines: list[str], n: int, first_parallelism: int) -> None:
     """Exactly once, record for record (jobs.check_exactly_once; the sources keep the splits
     of the first run, so its parallelism decides their ranges)."""
-    check_exactly_once([line.rsplit(",", 1)[0] for line in lines], n, first_parallelism)
+    check_exactly_once([line.rsplit(",", 2)[0] for line in lines], n, first_parallelism)
 
 
-def check_key_placement(lines: list[str], parallelism: int, max_parallelism: int) -> None:
-    """Every key was counted on the subtask the key-group formula gives it."""
-    placed = {(int(line.split(",")[0]), int(line.rsplit(",", 1)[1])) for line in lines}
+def check_key_placement(
+    lines: list[str], phase: str, parallelism: int, max_parallelism: int
+) -> None:
+    """Every key counted in run `phase` was counted on the subtask the key-group formula gives
+    it at that run's parallelism."""
+    fields = [line.split(",") for line in lines]
+    placed = {(int(f[0]), int(f[4])) for f in fields if f[3] == phase}
+    assert placed, f"no output of run {phase}"
     for key, subtask in placed:
         kg = assign_to_key_group(key, max_parallelism)
         assert subtask == subtask_for_key_group(kg, parallelism, max_parallelism), (

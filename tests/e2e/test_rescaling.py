@@ -3,10 +3,10 @@ stops, and a new job restores it at parallelism B and runs to the end.
 
 The job (rescale_jobs.py): numbers -> split list state -> union list state -> key_by ->
 running count (ValueState; each output line names the subtask that counted it) -> FileSink.
-Every case checks that the committed output of both runs equals the reference record for
-record (no loss, no duplicates, every key's counts 1..n), that every key was counted on the
-subtask the key-group formula predicts (before and after the rescale), that the split list
-state's entries are cut over the new subtasks as DESIGN §6 says and their multiset is
+Both runs write to the same output directory. Every case checks that the committed output
+equals the reference record for record (no loss, no duplicates, every key's counts 1..n),
+that every key was counted on the subtask the key-group formula predicts (before and after
+the rescale), that the split list state's entries are cut over the new subtasks as DESIGN §6 says and their multiset is
 unchanged, and that every new subtask holds the whole union list state.
 
 Each transition runs once (the full cross product is too slow on 2 cores); max parallelism
@@ -26,8 +26,9 @@ A -> B     max parallelism      snapshot         phase 1 ends by
 =========  ===================  ===============  ==================================
 
 The restored job sets no max parallelism where the first run used the default (it takes the
-snapshot's), and sets the same one where the first run set 13. Further cases: an injected
-failure during the rescaled run (2 -> 4, savepoint, 128), a change of one operator's
+snapshot's), and sets the same one where the first run set one. Further cases: an injected
+failure during the rescaled run (4 -> 2, checkpoint, 128: the restart also cleans up the
+leftovers of the writer indexes that no longer exist), a change of one operator's
 parallelism only (the count, 2 -> 5, checkpoint, 13), and the refusals: another max
 parallelism, a parallelism above it (also for one operator, and through `tidegate run -p`).
 """
@@ -88,9 +89,9 @@ def _first_run(tmp_path: Path, parallelism: int, max_p: int | None, snapshot: st
         client.cancel().result()
         assert client.get_job_status().result() is JobStatus.CANCELED
         path = str(tmp_path / "chk" / jm.job_id)  # its latest retained checkpoint
-    lines = committed_lines(tmp_path / "out-1")
+    lines = committed_lines(tmp_path / "out")
     assert 0 < len(lines) < N
-    return path, lines
+    return path, _hidden(tmp_path / "out")
 
 
 def _second_run(tmp_path: Path, parallelism: int, path: str, **job):
@@ -99,7 +100,12 @@ def _second_run(tmp_path: Path, parallelism: int, path: str, **job):
     client = env.execute_async("rescaled")
     client.get_job_execution_result().result()
     assert client.jobmaster.stats.restored_from is not None
-    return client, committed_lines(tmp_path / "out-2")
+    return client, committed_lines(tmp_path / "out")
+
+
+def _hidden(out: Path) -> set[str]:
+    """In-progress files: written, not committed (yet)."""
+    return {p.name for p in out.iterdir() if p.name.startswith(".")}
 
 
 @pytest.mark.parametrize(
@@ -111,35 +117,42 @@ def test_a_job_rescaled_from_a_snapshot_keeps_its_state_and_output_exactly_once(
     spark, tmp_path, old, new, max_p, set_max, snapshot
 ):
     configured = max_p if set_max else None
-    path, first = _first_run(tmp_path, old, configured, snapshot)
+    path, leftovers = _first_run(tmp_path, old, configured, snapshot)
 
-    _client, second = _second_run(tmp_path, new, path, max_parallelism=configured)
+    _client, lines = _second_run(tmp_path, new, path, max_parallelism=configured)
 
-    check_rescaled_output(first + second, N, old)
-    check_key_placement(first, old, max_p)
-    check_key_placement(second, new, max_p)
+    check_rescaled_output(lines, N, old)
+    check_key_placement(lines, "1", old, max_p)
+    check_key_placement(lines, "2", new, max_p)
     check_list_states(tmp_path, old, new)
+    # the rescaled job committed all it wrote; only the first job's leftovers may remain (a
+    # new job's attempts start at 0 again, so it cannot tell them from its own: see the guide)
+    assert _hidden(tmp_path / "out") <= leftovers
 
 
 def test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once(spark, tmp_path):
-    path, first = _first_run(tmp_path, 2, None, "savepoint")
+    path, _leftovers = _first_run(tmp_path, 4, None, "checkpoint")
     # the last value of the first split: read late in the rescaled run, in its attempt 0
-    client, second = _second_run(tmp_path, 4, path, fail_at={0: N // 2 - 1})
+    client, lines = _second_run(tmp_path, 2, path, fail_at={0: N // 4 - 1})
 
     assert client.jobmaster.stats.restarts == 1
-    check_rescaled_output(first + second, N, 2)
-    check_key_placement(second, 4, 128)
-    check_list_states(tmp_path, 2, 4, attempt=0)
-    check_list_states(tmp_path, 2, 4, attempt=1)  # the restart at 4 keeps the rescaled state
+    check_rescaled_output(lines, N, 4)
+    check_key_placement(lines, "2", 2, 128)
+    check_list_states(tmp_path, 4, 2, attempt=0)
+    check_list_states(tmp_path, 4, 2, attempt=1)  # the restart at 2 keeps the rescaled state
+    # the restart removed every leftover of earlier attempts: also of writers 2 and 3, which
+    # no longer exist (subtasks 0 and 1 took them over)
+    assert _hidden(tmp_path / "out") == set()
 
 
 def test_changing_one_operators_parallelism_rescales_only_its_state(spark, tmp_path):
-    path, first = _first_run(tmp_path, 2, 13, "checkpoint")
+    path, _leftovers = _first_run(tmp_path, 2, 13, "checkpoint")
 
-    _client, second = _second_run(tmp_path, 2, path, max_parallelism=13, count_parallelism=5)
+    _client, lines = _second_run(tmp_path, 2, path, max_parallelism=13, count_parallelism=5)
 
-    check_rescaled_output(first + second, N, 2)
-    check_key_placement(second, 5, 13)
+    check_rescaled_output(lines, N, 2)
+    check_key_placement(lines, "1", 2, 13)
+    check_key_placement(lines, "2", 5, 13)
     check_list_states(tmp_path, 2, 2)
 
 
@@ -168,8 +181,8 @@ def _refused(tmp_path: Path, path: str, match: str, **job) -> None:
         env.execute("refused")
     assert "Traceback" not in str(err.value)
     assert sorted(os.listdir(path)) == before
-    assert committed_lines(tmp_path / "out-2") == []
-    assert not (tmp_path / "probes-2").exists()  # no operator was started
+    assert not (tmp_path / "out").exists()  # no sink was started
+    assert not (tmp_path / "probes-2").exists()  # nor any other operator  # no operator was started
 
 
 def test_a_restore_with_another_max_parallelism_is_refused(tmp_path, savepoint_of_max_13):
@@ -228,4 +241,4 @@ def test_tidegate_run_with_a_parallelism_above_the_max_parallelism_is_refused(
     assert "the snapshot has 13 key groups" in result.stderr
     assert "at most 13" in result.stderr
     assert "Traceback" not in result.stderr
-    assert committed_lines(tmp_path / "out-2") == []
+    assert not (tmp_path / "out").exists()
