@@ -6,8 +6,9 @@ running count (ValueState; each output line names the subtask that counted it) -
 Both runs write to the same output directory. Every case checks that the committed output
 equals the reference record for record (no loss, no duplicates, every key's counts 1..n),
 that every key was counted on the subtask the key-group formula predicts (before and after
-the rescale), that the split list state's entries are cut over the new subtasks as DESIGN §6 says and their multiset is
-unchanged, and that every new subtask holds the whole union list state.
+the rescale), that the split list state's entries are cut over the new subtasks as DESIGN §6
+says and their multiset is unchanged, and that every new subtask holds the whole union list
+state.
 
 Each transition runs once (the full cross product is too slow on 2 cores); max parallelism
 and the kind of snapshot are spread so that each combination appears twice:
