@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidegate.common import Configuration, RestartStrategies
-from tidegate.connectors.base import Boundedness
+from tidegate.connectors.base import Boundedness, writer_subtask
 from tidegate.datastream import StreamExecutionEnvironment
 
 
@@ -109,14 +109,20 @@ class JsonDirectorySink:
         return JsonCommitter()
 
     def recover(self, subtask_index: int, parallelism: int, attempt: int, restored: list) -> None:
-        # Before the writer of a (re)started attempt exists: temporary files this subtask wrote
-        # in earlier attempts and that no restored committable names were pre-committed for
-        # checkpoints that never completed. Their records will be produced again: delete them.
+        # Before the writer of a (re)started attempt exists: temporary files that the writer
+        # indexes this subtask takes over (its own; after a rescale down, also vanished ones)
+        # wrote in earlier attempts and that no restored committable names were pre-committed
+        # for checkpoints that never completed. Their records will be produced again: delete.
         keep = {c.temporary for c in restored}
-        pattern = re.compile(rf"\.{subtask_index}-(\d+)-\d+\.jsonl\.tmp")
+        pattern = re.compile(r"\.(\d+)-(\d+)-\d+\.jsonl\.tmp")
         for path in glob.glob(os.path.join(self.directory, ".*.tmp")):
             match = pattern.fullmatch(os.path.basename(path))
-            if match and int(match[1]) < attempt and path not in keep:
+            if (
+                match
+                and writer_subtask(int(match[1]), parallelism) == subtask_index
+                and int(match[2]) < attempt
+                and path not in keep
+            ):
                 os.remove(path)
 
 

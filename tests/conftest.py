@@ -1,4 +1,5 @@
-"""Shared fixtures: one SparkSession for the whole test session (starting a JVM is slow)."""
+"""Shared fixtures: one SparkSession (local[8]) for the whole test session (starting a JVM is
+slow)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 def spark():
     from tidegate.deploy.spark_session import get_spark
 
-    session = get_spark("local[4]", 4)
+    session = get_spark("local[8]", 8)  # rescaling tests run up to 8 slots
     yield session
     session.stop()
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.connectors.number_seq import split_range
 from tidegate.datastream import (
     CheckpointedFunction,
     CheckpointingMode,
@@ -227,14 +228,12 @@ def check_exactly_once(lines: list[str], n: int, parallelism: int) -> None:
     lost = n - len(set(values))
     assert (lost, duplicated) == (0, 0), f"{lost} lost, {duplicated} duplicated"
     assert values == list(range(n))
-    split_size = -(-n // parallelism)
+    splits = split_range(0, n - 1, parallelism)  # the source's splits (datagen plans these)
     for key, pairs in by_key.items():
         counts = sorted(c for _, c in pairs)
         assert counts == list(range(1, len(pairs) + 1)), f"key {key}: counts {counts[:20]}..."
-        for split in range(parallelism):
-            own = sorted(
-                (v, c) for v, c in pairs if split * split_size <= v < (split + 1) * split_size
-            )
+        for low, high in splits:
+            own = sorted((v, c) for v, c in pairs if low <= v <= high)
             assert [c for _, c in own] == sorted(c for _, c in own), f"key {key} out of order"
 
 

@@ -91,3 +91,44 @@ def test_at_the_same_parallelism_union_state_still_goes_whole_to_every_subtask(t
     states = [plan[(vertex, i)]["sink"].operator_state for i in range(2)]
     assert [s["all"][1] for s in states] == [[0, 1], [0, 1]]
     assert [s["own"][1] for s in states] == [[], [9]]
+
+
+def _two_subtask_checkpoint(tmp_path, max_parallelism: int = 128):
+    chk = tmp_path / "chk-5"
+    chk.mkdir()
+    subtasks = {}
+    for i, own in enumerate([["a0", "a1", "a2"], ["b0", "b1"]]):
+        with open(chk / f"s{i}.state", "wb") as f:
+            index = write_state_file(f, None, {"own": ("split", own), "all": ("union", [i])})
+        subtasks[str(i)] = {"file": f"s{i}.state", "index": index.to_json()}
+    metadata = {
+        "checkpoint_id": 5,
+        "max_parallelism": max_parallelism,
+        "operators": {"sink": {"name": "s", "parallelism": 2, "subtasks": subtasks}},
+    }
+    return str(chk), metadata
+
+
+def test_rescaling_two_to_three_splits_list_state_as_the_design_example_says(tmp_path):
+    directory, metadata = _two_subtask_checkpoint(tmp_path)
+    graph = _graph(tmp_path, 3)
+    plan, _ = plan_restore(graph, metadata, directory)
+    vertex = graph.operator("sink")[0].vertex_id
+    states = [plan[(vertex, i)]["sink"].operator_state for i in range(3)]
+    assert [s["own"][1] for s in states] == [["a0", "a1"], ["a2", "b0"], ["b1"]]
+    assert [s["all"][1] for s in states] == [[0, 1]] * 3
+
+
+def test_a_restore_refuses_one_operator_with_a_parallelism_above_the_max_naming_it(tmp_path):
+    from tidegate.deploy.restore import IncompatibleCheckpointError, MaxParallelismError
+
+    directory, metadata = _two_subtask_checkpoint(tmp_path, max_parallelism=13)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
+    src = env.from_source(NumberSequenceSource(1, 10), None, "n").uid("src")
+    src.map(lambda v: v).name("wide").set_parallelism(14).sink_to(sink).uid("sink")
+    graph = build_job_graph(env._stream_graph, "job", 2, None)
+    with pytest.raises(MaxParallelismError, match="'wide' has parallelism 14") as err:
+        plan_restore(graph, metadata, directory)
+    assert isinstance(err.value, IncompatibleCheckpointError)  # a clean job failure
+    assert "at most 13" in str(err.value)

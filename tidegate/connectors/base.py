@@ -86,6 +86,12 @@ class Committer(Protocol):
 
 @runtime_checkable
 class Sink(Protocol):
+    """A two-phase-commit sink. After a restore with another parallelism (rescale), writer
+    index `k` of the snapshot is taken over by new subtask `writer_subtask(k, parallelism)`:
+    that subtask gets the restored committables `k` wrote, and it alone cleans up `k`'s
+    leftovers. So the files of one old writer are touched by one new subtask only, and a
+    scale-down leaves no writer index without an owner."""
+
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> SinkWriter:
         """`attempt` counts restarts of the job (0 on the first run); writers put it in the names
         of what they create so leftovers of earlier attempts can be told apart."""
@@ -98,6 +104,21 @@ class Sink(Protocol):
     ) -> None:
         """Called once per sink subtask before its writer is created, after a restore or on a
         first run (`restored` empty). `restored` are the committables of the restored
-        checkpoint that belong to this subtask; the runtime commits them right after this call.
-        Remove uncommitted leftovers of earlier attempts that are not in `restored`."""
+        checkpoint written by the writer indexes this subtask takes over (every index `k` with
+        `writer_subtask(k, parallelism) == subtask_index`: its own index and, after a
+        scale-down, indexes that no longer exist); the runtime commits them right after this
+        call. Remove uncommitted leftovers of earlier attempts of those writer indexes that are
+        not in `restored`, and nothing of any other index: other subtasks recover
+        concurrently and may be committing their files."""
         ...
+
+
+def writer_subtask(writer_index: int, parallelism: int) -> int:
+    """The subtask that takes over the committables and leftovers of sink writer index
+    `writer_index` at `parallelism` subtasks: the index itself while it exists, else
+    `writer_index % parallelism` (a pure rule, so every subtask agrees without talking)."""
+    if parallelism < 1 or writer_index < 0:
+        raise ValueError(
+            f"need writer_index >= 0 and parallelism >= 1: {writer_index}, {parallelism}"
+        )
+    return writer_index % parallelism

@@ -10,8 +10,9 @@ whose names do not start with '.', so a plain glob reads it:
    committables `(in-progress path, final path)` of all pending files are returned.
 4. Commit (once the checkpoint completed): rename each in-progress file to its final name
    `<base>/<bucket>/<prefix>-<subtask>-<attempt>-<counter><suffix>`; idempotent.
-5. Recover (before a restarted writer starts): delete this subtask index's in-progress files
-   of earlier attempts not referenced by the restored checkpoint (the job re-produces them).
+5. Recover (before a restarted writer starts): delete the in-progress files of earlier
+   attempts not referenced by the restored checkpoint (the job re-produces them), of the
+   writer indexes this subtask takes over (its own; after a scale-down also vanished ones).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.common.serialization import Encoder
+from tidegate.connectors.base import writer_subtask
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,28 +237,39 @@ class FileSink:
     def create_committer(self) -> FileSinkCommitter:
         return FileSinkCommitter(self.base_path)
 
-    def in_progress_pattern(self, subtask_index: int) -> re.Pattern[str]:
-        """Matches the names of in-progress files of one subtask index (any attempt)."""
+    def in_progress_pattern(self, subtask_index: int | None = None) -> re.Pattern[str]:
+        """Matches the names of in-progress files of one subtask index (None: of any), any
+        attempt; groups `subtask` and `attempt`."""
         prefix, suffix = map(re.escape, astuple(self.output_file_config))
-        return re.compile(rf"\.{prefix}-{subtask_index}-(?P<attempt>\d+)-\d+{suffix}\.inprogress")
+        index = r"\d+" if subtask_index is None else str(subtask_index)
+        return re.compile(
+            rf"\.{prefix}-(?P<subtask>{index})-(?P<attempt>\d+)-\d+{suffix}\.inprogress"
+        )
 
     def recover(
         self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
     ) -> None:
-        """Step 5: delete this subtask index's in-progress files of attempts before `attempt`
-        that are not in `restored` (the runtime commits those right after this call).
+        """Step 5: delete the in-progress files of attempts before `attempt` that are not in
+        `restored` (the runtime commits those right after this call), of the writer indexes
+        this subtask takes over: `k` with `writer_subtask(k, parallelism) == subtask_index`.
 
-        Requires that the restored committables of files written by subtask `i` are handed to
-        subtask `i` (when it still exists), or another subtask's restored files could go.
+        The runtime hands the restored committables written by index `k` to that same subtask
+        (`Sink`), so no other subtask deletes or renames these files meanwhile; after a
+        scale-down, the leftovers of the indexes that no longer exist are cleaned up too.
         """
         fs, base = url_to_fs(self.base_path)
         if not fs.isdir(base):
             return
         keep = {posixpath.normpath(c.in_progress_path) for c in restored}
-        pattern = self.in_progress_pattern(subtask_index)
+        pattern = self.in_progress_pattern()
         for path in fs.find(base):
             match = pattern.fullmatch(posixpath.basename(path))
-            if match and int(match["attempt"]) < attempt and posixpath.normpath(path) not in keep:
+            if (
+                match
+                and writer_subtask(int(match["subtask"]), parallelism) == subtask_index
+                and int(match["attempt"]) < attempt
+                and posixpath.normpath(path) not in keep
+            ):
                 fs.rm_file(path)
 
 

@@ -28,6 +28,10 @@ class IncompatibleCheckpointError(CheckpointError):
     pass
 
 
+class MaxParallelismError(IncompatibleCheckpointError, ValueError):
+    """The job's max parallelism or parallelism does not fit the snapshot's key groups."""
+
+
 def build_metadata(
     graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int, generation: int
 ) -> dict[str, Any]:
@@ -94,11 +98,7 @@ def plan_restore(
 
     The snapshot's files are not verified here: the JobMaster restores only a snapshot whose
     files `checkpoint.selection.choose_checkpoint` verified."""
-    max_p = check_max_parallelism(
-        int(metadata["max_parallelism"]),
-        max(v.parallelism for v in graph.vertices.values()),
-        graph.max_parallelism if graph.max_parallelism_configured else None,
-    )
+    max_p = _restore_max_parallelism(graph, metadata, directory)
     metadata = _matched_state(graph, metadata, directory, allow_non_restored_state)
     channel_plan = _plan_channel_state(graph, metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
@@ -134,6 +134,23 @@ def plan_restore(
     for subtask_id, restored in channel_plan.items():
         plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def _restore_max_parallelism(graph: JobGraph, metadata: dict[str, Any], directory: str) -> int:
+    """The snapshot's max parallelism, if the job's (configured) max parallelism and the
+    parallelism of every operator fit it; else a MaxParallelismError naming the operator."""
+    widest = max(graph.vertices.values(), key=lambda v: v.parallelism)
+    try:
+        return check_max_parallelism(
+            int(metadata["max_parallelism"]),
+            widest.parallelism,
+            graph.max_parallelism if graph.max_parallelism_configured else None,
+        )
+    except ValueError as e:
+        raise MaxParallelismError(
+            f"cannot restore {directory} (operator {widest.name!r} has parallelism "
+            f"{widest.parallelism}): {e}"
+        ) from None
 
 
 def _matched_state(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidegate.connectors.base import writer_subtask
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
 from tidegate.state.descriptors import ListStateDescriptor
 
@@ -54,13 +55,21 @@ class SinkOperator(StreamOperator):
 
     1. records go to the writer;
     2. in the synchronous phase of checkpoint n the writer pre-commits, and the committables are
-       stored in this operator's state with n;
+       stored in this operator's state with n and this subtask's index (the writer index);
     3. on notify_checkpoint_complete(n) every committable of a checkpoint <= n is committed;
-    4. after a restore, the restored committables (they belong to a completed checkpoint) are
-       committed before new records are written, and leftovers of failed attempts are removed.
+    4. after a restore, the restored committables of the writer indexes this subtask takes over
+       (`writer_subtask`: its own, plus vanished ones after a scale-down) are committed before
+       new records are written, and leftovers of failed attempts are removed (`Sink.recover`).
+
+    The committables are union list state, so every subtask sees all of them on restore and
+    keeps those of its writer indexes: whatever the new parallelism, the files of one old
+    writer are committed or cleaned up by one new subtask only (no race between subtasks).
     """
 
-    COMMITTABLES = "__committables__"
+    COMMITTABLES = "__sink_committables__"
+    #: split list state of `(checkpoint id, committable)` written before writer indexes were
+    #: recorded; restored as this subtask's own (exact at an unchanged parallelism)
+    LEGACY_COMMITTABLES = "__committables__"
 
     def __init__(self, sink: Any, **kw) -> None:
         super().__init__(None, **kw)
@@ -70,17 +79,27 @@ class SinkOperator(StreamOperator):
 
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
         super().initialize_state(runtime, restored)
-        self._state = self.operator_state.get_list_state(ListStateDescriptor(self.COMMITTABLES))
-        restored_entries = list(self._state.get()) if restored is not None else []
+        self._state = self.operator_state.get_union_list_state(
+            ListStateDescriptor(self.COMMITTABLES)
+        )
+        index, parallelism = runtime.subtask_index, runtime.parallelism
+        committables = [
+            c
+            for writer, _cid, c in self._state.get()
+            if writer_subtask(writer, parallelism) == index
+        ]
+        if restored is not None and self.LEGACY_COMMITTABLES in restored.operator_state:
+            legacy = self.operator_state.get_list_state(
+                ListStateDescriptor(self.LEGACY_COMMITTABLES)
+            )
+            committables += [c for _, c in legacy.get()]
+            legacy.clear()
         self.committer = self.sink.create_committer()
-        committables = [c for _, c in restored_entries]
-        self.sink.recover(runtime.subtask_index, runtime.parallelism, runtime.attempt, committables)
+        self.sink.recover(index, parallelism, runtime.attempt, committables)
         if committables:
             self.committer.commit(committables)
         self._state.clear()
-        self.writer = self.sink.create_writer(
-            runtime.subtask_index, runtime.parallelism, runtime.attempt
-        )
+        self.writer = self.sink.create_writer(index, parallelism, runtime.attempt)
 
     def process_batch(self, records: list) -> None:
         self.writer.write_batch(records)
@@ -88,7 +107,8 @@ class SinkOperator(StreamOperator):
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
         for c in self.writer.prepare_commit(checkpoint_id):
             self.pending.append((checkpoint_id, c))
-        self._state.update(list(self.pending))
+        index = self.ctx.subtask_index
+        self._state.update([(index, cid, c) for cid, c in self.pending])
         return super().snapshot_state(checkpoint_id, timestamp_ms)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
