@@ -303,3 +303,32 @@ def test_bad_bootstrap_input_is_refused(spark, count_savepoint, tmp_path):
         SavepointWriter.new_savepoint(spark).with_keyed_state("count", one, "key", "count").write(
             path
         )
+
+
+def test_broadcast_state_and_timers_read_back_as_written(spark, tmp_path):
+    # timers as the timer service keeps them: map state __timers__, {(domain, timestamp): True}
+    timers = spark.createDataFrame(
+        [("a", (0, 1_000), True), ("a", (1, 5_000), True), ("b", (0, 2_000), True)],
+        "key STRING, user_key STRUCT<domain: LONG, timestamp: LONG>, value BOOLEAN",
+    )
+    rules = {"max": 10, "min": -3}
+    path = (
+        SavepointWriter.new_savepoint(spark)
+        .with_keyed_state("fn", timers, "key", "__timers__", "map", parallelism=2)
+        .with_operator_state("fn", "rules", rules, mode="broadcast")
+        .with_operator_state("plain", "tags", ["t"])
+        .write(str(tmp_path / "sp"))
+    )
+    reader = SavepointReader.read(spark, path)
+    got = reader.read_timers("fn").orderBy("key", "timestamp").collect()
+    assert [tuple(r) for r in got] == [
+        ("a", "EVENT_TIME", 1_000), ("a", "PROCESSING_TIME", 5_000), ("b", "EVENT_TIME", 2_000)
+    ]  # fmt: skip
+    assert {r.key: r.value for r in reader.read_broadcast_state("fn", "rules").collect()} == rules
+    # every subtask holds a copy, as a job's broadcast state
+    for _subtask, states in reader.snapshot.operator_state("fn"):
+        assert states["rules"] == ("broadcast", sorted(rules.items()))
+    with pytest.raises(StateNotFoundError, match="broadcast state: read it with read_broadcast"):
+        reader.read_operator_state("fn", "rules")
+    with pytest.raises(StateNotFoundError, match="has no timers"):
+        reader.read_timers("plain")

@@ -1,8 +1,9 @@
 """State as Spark DataFrames: Flink's State Processor API, on Spark.
 
 Read the state of any completed checkpoint or savepoint (`read_keyed_state`,
-`read_operator_state`, `read_broadcast_state`, `list_state`, or a `SavepointReader`), and write
-new savepoints bootstrapped from DataFrames (`SavepointWriter`) that a job can start from.
+`read_operator_state`, `read_broadcast_state`, `read_timers`, `list_state`, or a
+`SavepointReader`), and write new savepoints bootstrapped from DataFrames (`SavepointWriter`)
+that a job can start from.
 docs/state-processor.md is the reference.
 """
 
@@ -14,6 +15,7 @@ from tidegate.state_processor.reader import (
     read_broadcast_state,
     read_keyed_state,
     read_operator_state,
+    read_timers,
 )
 from tidegate.state_processor.snapshot import (
     StateInfo,
@@ -32,4 +34,5 @@ __all__ = [
     "read_broadcast_state",
     "read_keyed_state",
     "read_operator_state",
+    "read_timers",
 ]

@@ -20,6 +20,7 @@ import fsspec
 from tidegate.checkpoint.errors import MissingCheckpointFileError
 from tidegate.state.snapshot_format import CorruptStateError, StateFileIndex, read_key_groups
 from tidegate.state_processor.rows import (
+    TIMER_STATE,
     columns_for,
     keyed_rows,
     make_verifier,
@@ -40,6 +41,7 @@ __all__ = [
     "read_broadcast_state",
     "read_keyed_state",
     "read_operator_state",
+    "read_timers",
 ]
 
 #: rows the schema is inferred from (the first rows Spark finds, i.e. a few key groups)
@@ -104,20 +106,27 @@ class SavepointReader:
         instead of inferring it; `raw`: pickled binary key/value columns; `include_key_group`:
         add `key_group` and `subtask` columns."""
         kind = self.snapshot.require_keyed_state(uid, state_name)
-        columns = columns_for(kind, include_key_group)
-        tasks = self._keyed_tasks(uid)
         what = f"{kind} state {state_name!r} of operator {uid!r}"
-        read = functools.partial(
-            _read_keyed_rows,
-            state_name=state_name,
-            kind=kind,
-            columns=columns,
-            raw=raw,
-            include_key_group=include_key_group,
-            storage_options=self.snapshot.storage_options,
-        )
-        rdd = self._rdd(tasks).flatMap(read)
-        return self._data_frame(rdd, columns, schema, raw, what)
+        return self._read_keyed(uid, state_name, kind, what, schema, raw, include_key_group)
+
+    def read_timers(
+        self,
+        uid: str,
+        *,
+        schema: Any = None,
+        raw: bool = False,
+        include_key_group: bool = False,
+    ) -> Any:
+        """The timers of keyed operator `uid` that had not fired yet: one row per timer,
+        `key, time_domain, timestamp` (the timer service keeps them in the keyed map state
+        `__timers__`)."""
+        if TIMER_STATE not in self.snapshot.keyed_kinds(uid):
+            raise StateNotFoundError(
+                f"operator {uid!r} in {self.directory} has no timers: no timer was pending "
+                "when the snapshot was taken, or the operator never registered one"
+            )
+        what = f"the timers of operator {uid!r}"
+        return self._read_keyed(uid, TIMER_STATE, "timers", what, schema, raw, include_key_group)
 
     def read_operator_state(
         self, uid: str, state_name: str, *, schema: Any = None, raw: bool = False
@@ -160,6 +169,30 @@ class SavepointReader:
         return self._local_data_frame(pairs, columns_for("broadcast"), schema, raw, what)
 
     # internals --------------------------------------------------------------------------------
+    def _read_keyed(
+        self,
+        uid: str,
+        state_name: str,
+        kind: str,
+        what: str,
+        schema: Any,
+        raw: bool,
+        include_key_group: bool,
+    ) -> Any:
+        """A DataFrame of the rows of keyed state `state_name`, read by Spark tasks."""
+        columns = columns_for(kind, include_key_group)
+        read = functools.partial(
+            _read_keyed_rows,
+            state_name=state_name,
+            kind=kind,
+            columns=columns,
+            raw=raw,
+            include_key_group=include_key_group,
+            storage_options=self.snapshot.storage_options,
+        )
+        rdd = self._rdd(self._keyed_tasks(uid)).flatMap(read)
+        return self._data_frame(rdd, columns, schema, raw, what)
+
     def _keyed_tasks(self, uid: str) -> list[_ReadTask]:
         """The operator's non-empty key-group sections, cut into about TASKS_PER_CORE tasks
         per core (never mixing two files in one task)."""
@@ -275,3 +308,9 @@ def read_broadcast_state(spark: Any, path: str, uid: str, state_name: str, **opt
     return SavepointReader.read(spark, path, storage_options).read_broadcast_state(
         uid, state_name, **options
     )
+
+
+def read_timers(spark: Any, path: str, uid: str, **options: Any) -> Any:
+    """`SavepointReader.read(spark, path).read_timers(uid, **options)`."""
+    storage_options = options.pop("storage_options", None)
+    return SavepointReader.read(spark, path, storage_options).read_timers(uid, **options)

@@ -10,6 +10,9 @@ keyed list state                            ``key, position, value``: one row pe
 keyed map state                             ``key, user_key, value``: one row per entry
 split / union operator state                ``subtask, position, value``: one row per entry
 broadcast state                             ``key, value``: one row per entry (one copy)
+timers (`read_timers`)                      ``key, time_domain, timestamp``: one row per
+                                            timer, `time_domain` EVENT_TIME or
+                                            PROCESSING_TIME
 ==========================================  ============================================
 
 With `include_key_group=True` keyed rows also get ``key_group`` and ``subtask`` (the subtask
@@ -35,6 +38,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 __all__ = [
     "DATA_COLUMNS",
     "DEBUG_COLUMNS",
+    "TIMER_STATE",
     "columns_for",
     "keyed_rows",
     "make_verifier",
@@ -55,7 +59,14 @@ _COLUMNS = {
     "split": ("subtask", "position", "value"),
     "union": ("subtask", "position", "value"),
     "broadcast": ("key", "value"),
+    "timers": ("key", "time_domain", "timestamp"),
 }
+
+#: the internal keyed map state the timer service keeps its timers in: under each key,
+#: {(time domain, timestamp): True} (runtime/timers.py)
+TIMER_STATE = "__timers__"
+#: TimeDomain values as the timer service stores them
+_TIME_DOMAINS = {0: "EVENT_TIME", 1: "PROCESSING_TIME"}
 
 
 def columns_for(kind: str, include_key_group: bool = False) -> tuple[str, ...]:
@@ -70,6 +81,10 @@ def keyed_rows(kind: str, entries: dict[Any, Any]) -> Iterator[tuple[Any, ...]]:
         for key, elements in entries.items():
             for position, element in enumerate(elements):
                 yield key, position, element
+    elif kind == "timers":
+        for key, timers in entries.items():
+            for domain, timestamp in timers:
+                yield key, _TIME_DOMAINS.get(domain, str(domain)), timestamp
     elif kind == "map":
         for key, user_map in entries.items():
             for user_key, value in user_map.items():
@@ -90,9 +105,10 @@ def pickle_data_columns(columns: tuple[str, ...], row: tuple[Any, ...]) -> tuple
 def raw_schema(columns: tuple[str, ...]) -> StructType:
     """The schema of raw rows: user-data columns binary, the others (positions, subtasks,
     key groups) long."""
-    return StructType(
-        [StructField(c, BinaryType() if c in DATA_COLUMNS else LongType(), True) for c in columns]
-    )
+    types = {c: BinaryType() if c in DATA_COLUMNS else LongType() for c in columns}
+    if "time_domain" in types:
+        types["time_domain"] = _string()
+    return StructType([StructField(c, t, True) for c, t in types.items()])
 
 
 def resolve_schema(

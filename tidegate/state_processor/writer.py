@@ -50,7 +50,7 @@ from tidegate.state_processor.snapshot import SnapshotView, UnsupportedSnapshotE
 
 __all__ = ["SavepointWriter"]
 
-OPERATOR_MODES = ("split", "union")
+OPERATOR_MODES = ("split", "union", "broadcast")
 
 
 @dataclass
@@ -167,12 +167,16 @@ class SavepointWriter:
         """Operator list state `state_name` of operator `uid`: `entries` (a list, or a
         DataFrame collected by the driver: operator state is small; a DataFrame of one column
         gives its values, otherwise Rows). `split`: the entries are dealt out in order over the
-        subtasks, as a restore redistributes them; `union`: every subtask restores them all."""
+        subtasks, as a restore redistributes them; `union`: every subtask restores them all;
+        `broadcast`: broadcast (map) state, `entries` a dict, (key, value) pairs or a
+        DataFrame of two columns, copied to every subtask."""
         if mode not in OPERATOR_MODES:
             raise ValueError(f"mode must be one of {', '.join(OPERATOR_MODES)}; got {mode!r}")
         if hasattr(entries, "collect"):
             rows = entries.collect()
             entries = [r[0] for r in rows] if len(entries.columns) == 1 else rows
+        if mode == "broadcast":
+            entries = _broadcast_pairs(entries, f"broadcast state {state_name!r} of {uid!r}")
         op = self._operator(uid, parallelism)
         if state_name in op.operator_state or any(s.state_name == state_name for s, _ in op.keyed):
             raise ValueError(f"state {state_name!r} of {uid!r} is given twice")
@@ -244,7 +248,10 @@ class SavepointWriter:
         p, m = op.parallelism, self.max_parallelism
         shares: list[dict[str, tuple[str, list[Any]]]] = [{} for _ in range(p)]
         for name, (mode, entries) in op.operator_state.items():
-            parts = redistribute_list_state([entries], p) if mode == "split" else [entries]
+            if mode == "split":
+                parts = redistribute_list_state([entries], p)
+            else:  # union: once (a restore gives every subtask all); broadcast: a copy each
+                parts = [entries] * (p if mode == "broadcast" else 1)
             for subtask in range(p):
                 shares[subtask][name] = (mode, parts[subtask] if subtask < len(parts) else [])
         files = SubtaskFiles(
@@ -339,3 +346,14 @@ class SavepointWriter:
 
 def _identity(subtask: int) -> int:
     return subtask
+
+
+def _broadcast_pairs(entries: Any, what: str) -> list[tuple[Any, Any]]:
+    """Broadcast state as stored: the map's (key, value) pairs; keys must be unique."""
+    pairs = list(entries.items()) if isinstance(entries, Mapping) else [tuple(e) for e in entries]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"{what} needs (key, value) pairs, a dict or a two-column DataFrame")
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{what} has a key more than once; a map holds one value per key")
+    return pairs
