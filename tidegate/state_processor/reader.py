@@ -272,8 +272,9 @@ def _read_keyed_rows(
                     yield pickle_data_columns(columns, row) if raw else row
     except FileNotFoundError:
         raise MissingCheckpointFileError(
-            f"state file {task.path} of the snapshot is missing; the snapshot is incomplete. "
-            "Read another (older) checkpoint or a savepoint."
+            f"state file {task.path} is missing: the checkpoint was deleted while it was read "
+            "(a running job deletes the checkpoints newer ones subsume: copy its chk-<n> "
+            "directory and read the copy, or read a savepoint), or the snapshot is incomplete."
         ) from None
     except CorruptStateError as e:
         if task.path not in str(e):
