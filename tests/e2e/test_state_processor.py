@@ -325,6 +325,9 @@ def test_broadcast_state_and_timers_read_back_as_written(spark, tmp_path):
         ("a", "EVENT_TIME", 1_000), ("a", "PROCESSING_TIME", 5_000), ("b", "EVENT_TIME", 2_000)
     ]  # fmt: skip
     assert {r.key: r.value for r in reader.read_broadcast_state("fn", "rules").collect()} == rules
+    infos = {(s.uid, s.state_name): s for s in reader.list_state()}
+    assert (infos[("fn", "rules")].kind, infos[("fn", "rules")].entries) == ("broadcast", 2)
+    assert infos[("fn", "__timers__")].kind == "map"
     # every subtask holds a copy, as a job's broadcast state
     for _subtask, states in reader.snapshot.operator_state("fn"):
         assert states["rules"] == ("broadcast", sorted(rules.items()))

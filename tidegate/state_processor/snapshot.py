@@ -55,9 +55,9 @@ class StateInfo:
     parallelism: int
     #: keyed: non-empty key groups of the operator (all its keyed states together)
     key_groups: int
-    #: keyed: bytes of the operator's key-group sections (all its keyed states together);
-    #: operator state: entries of this state over all subtasks
+    #: keyed: bytes of the operator's key-group sections (all its keyed states together)
     size_bytes: int
+    #: operator state: entries of this state over all subtasks (broadcast: of one copy)
     entries: int | None = None
 
 
@@ -170,6 +170,8 @@ class SnapshotView:
             for _, states in self.operator_state(uid):
                 for name, (mode, values) in states.items():
                     _mode, count = entries.get(name, (mode, 0))
+                    if mode == "broadcast" and name in entries:
+                        continue  # every subtask holds the same copy: count one
                     entries[name] = (str(mode), count + len(values))
             for name, (mode, count) in sorted(entries.items()):
                 found.append(
