@@ -301,10 +301,17 @@ def test_bad_bootstrap_input_is_refused(spark, count_savepoint, tmp_path):
             "count", twice, "key", "count", value_column="amount"
         )
     one = spark.createDataFrame([(1, 10)], "key LONG, value LONG")
-    with pytest.raises(FileExistsError, match="new directory"):
+    with pytest.raises(FileExistsError, match="holds a completed checkpoint or savepoint"):
         SavepointWriter.new_savepoint(spark).with_keyed_state("count", one, "key", "count").write(
             path
         )
+    (tmp_path / "not-empty").mkdir()
+    (tmp_path / "not-empty" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not empty"):
+        SavepointWriter.new_savepoint(spark).with_keyed_state("count", one, "key", "count").write(
+            str(tmp_path / "not-empty")
+        )
+    assert (tmp_path / "not-empty" / "notes.txt").read_text() == "mine"
 
 
 def test_broadcast_state_and_timers_read_back_as_written(spark, tmp_path):

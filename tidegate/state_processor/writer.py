@@ -11,7 +11,8 @@ call bootstraps it anew (which replaces the operator's whole state).
 
 `write(path)` runs in these steps:
 
-1. refuse a `path` that holds `_metadata` already (a completed snapshot is never overwritten);
+1. refuse a `path` that holds `_metadata` or any other file (a completed snapshot is never
+   overwritten, and a savepoint holds only its own files);
 2. per bootstrapped operator, one Spark job: the rows are keyed by the subtask owning their key
    group (`partitionBy(parallelism)`), and task i writes subtask i's state file (bootstrap.py);
 3. the files of kept operators are copied from the existing snapshot;
@@ -201,6 +202,11 @@ class SavepointWriter:
                 "savepoint into a new directory"
             )
         created = not fs.exists(fs_dir)
+        if not created and fs.ls(fs_dir):
+            raise FileExistsError(
+                f"{directory} is not empty; write the new savepoint into a new (or empty) "
+                "directory, so that it holds nothing but its own files"
+            )
         fs.makedirs(fs_dir, exist_ok=True)
         try:
             operators: dict[str, Any] = {}
