@@ -1,0 +1,94 @@
+"""A job with keyed list and map state and operator (split and union) state, for the state
+processor tests: its output lines say what state each record saw, so a test can compare the
+state in a savepoint with the committed output record by record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.datastream import (
+    CheckpointedFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+from tidegate.datastream.state import ListStateDescriptor, MapStateDescriptor
+
+PROBE_KEYS = 5
+
+
+class ListMapProbe(KeyedProcessFunction):
+    """Appends each value to list state `seen` and counts it in map state `by_rest` under
+    `value % 3`; emits `key,value,position` (the position the value got in `seen`)."""
+
+    def open(self, runtime_context) -> None:
+        self.seen = runtime_context.get_list_state(ListStateDescriptor("seen"))
+        self.by_rest = runtime_context.get_map_state(MapStateDescriptor("by_rest"))
+
+    def process_element(self, value, ctx):
+        position = len(self.seen.get())
+        self.seen.add(value)
+        rest = value % 3
+        self.by_rest.put(rest, (self.by_rest.get(rest) or 0) + 1)
+        yield f"{ctx.get_current_key()},{value},{position}"
+
+
+class RecordOperatorState(MapFunction, CheckpointedFunction):
+    """Keeps split list state `tags` and union list state `everyone` as restored, and writes
+    what each subtask restored to `<report_dir>/restored-<subtask>.json`."""
+
+    def __init__(self, report_dir: str) -> None:
+        self.report_dir = report_dir
+
+    def initialize_state(self, context) -> None:
+        store = context.get_operator_state_store()
+        self.tags = store.get_list_state(ListStateDescriptor("tags"))
+        self.everyone = store.get_union_list_state(ListStateDescriptor("everyone"))
+        self.restored = {"tags": self.tags.get(), "everyone": self.everyone.get()}
+
+    def open(self, runtime_context) -> None:
+        subtask = runtime_context.get_index_of_this_subtask()
+        Path(self.report_dir, f"restored-{subtask}.json").write_text(json.dumps(self.restored))
+
+    def snapshot_state(self, context) -> None:
+        pass
+
+    def map(self, value):
+        return value
+
+
+def probe_job(out: Path, checkpoints: Path, report_dir: Path, restore_path: str, runner: str):
+    """numbers (rate-limited) -> tagger (operator state) -> key_by(v % 5) -> probe (list and
+    map state) -> FileSink, parallelism 2, restored from `restore_path`."""
+    conf = Configuration().set_string("execution.runner", runner)
+    conf.set_string("execution.state-recovery.path", restore_path)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    source = DataGeneratorSource(lambda i: i, count=1_000_000, records_per_second=2_000)
+    ds = env.from_source(source, None, "numbers").uid("numbers")
+    ds = ds.map(RecordOperatorState(str(report_dir))).uid("tagger")
+    ds = ds.key_by(lambda v: v % PROBE_KEYS).process(ListMapProbe()).uid("probe")
+    sink = (
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+    ds.sink_to(sink).uid("sink")
+    return env
+
+
+def run_until_savepoint(env, savepoints: Path, checkpoints: int = 2) -> str:
+    """Start the job, let it complete `checkpoints` checkpoints, stop it with a savepoint."""
+    client = env.execute_async("state processor probe")
+    running_with_checkpoints(client, checkpoints)
+    path = client.stop_with_savepoint(False, str(savepoints)).result()
+    client.get_job_execution_result().result()
+    return path
