@@ -92,7 +92,7 @@ def test_list_state_names_every_state_of_every_operator(count_savepoint):
     assert set(states) == {
         ("count", "count"),
         ("numbers", "__splits__"),
-        ("sink", "__committables__"),
+        ("sink", "__sink_committables__"),
     }
     count = states[("count", "count")]
     assert (count.scope, count.kind, count.parallelism) == ("keyed", "value", 2)
