@@ -173,6 +173,23 @@ def test_an_unknown_format_version_is_refused(savepoint, tmp_path):
     assert code == 1 and any("version 99" in p for p in report["problems"])
 
 
+def test_in_flight_records_into_a_changed_topology_are_refused(savepoint, tmp_path):
+    from tests.e2e.test_rewrite_savepoint import add_in_flight_records
+
+    copy = tmp_path / "unaligned"
+    shutil.copytree(savepoint, copy)
+    add_in_flight_records(copy)
+
+    code, report = check_json("--from", str(copy), "--parallelism", "3")
+
+    assert code == 1
+    count = by_uid(report)["count"]
+    assert count["status"] == "refused"
+    assert any(
+        "in-flight records" in r and "parallelism or inputs changed" in r for r in count["reasons"]
+    )
+
+
 def test_verify_refuses_a_missing_or_damaged_state_file(savepoint, tmp_path):
     copy = tmp_path / "damaged"
     shutil.copytree(savepoint, copy)
