@@ -163,6 +163,8 @@ class _SnapshotStates:
             states = found.operator_states.setdefault(uid, [])
             try:
                 for _, handle in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0])):
+                    if "index" not in handle:
+                        continue  # not a canonical state file (e.g. incremental): no index
                     index = StateFileIndex.from_json(handle["index"])
                     kinds.update(index.state_kinds)
                     key_groups += len(index.key_group_offsets)
