@@ -1,15 +1,17 @@
 """The pre-flight restore check: what a restore of a snapshot into a job graph would do.
 
-`check_restore(graph, directory, ...)` compares a job graph with a snapshot's `_metadata` and
-returns a `RestoreReport`: per operator uid whether its state is restored (which states, their
-kinds, key groups, sizes, and how they are spread over the new subtasks), new (nothing in the
-snapshot), dropped (in the snapshot, operator gone) or refused (and why), plus the sink
-transactions the restore will commit. Nothing is started; only `_metadata` and the operator
-state sections of the state files are read (and every file with `verify`).
+`check_restore(graph, metadata, directory, ...)` compares a job graph with a snapshot's
+`_metadata` and returns a `RestoreReport`: per operator uid whether its state is restored
+(which states, their kinds, key groups, sizes, and how they are spread over the new subtasks),
+new (nothing in the snapshot), dropped (in the snapshot, operator gone) or refused (and why),
+plus the sink transactions the restore will commit. Nothing is started; only `_metadata` and
+the operator state sections of the state files are read (and every file with `verify`).
 
-The rules are the restore's own: each operator is planned with `deploy.restore.plan_restore`
-on the snapshot restricted to it (so its refusal is attributed to it), and the whole snapshot
-once more at the end, so the verdict is exactly whether the JobMaster's restore would accept it.
+The rules are the restore's own, not a copy of them: the whole snapshot is planned with
+`deploy.restore.plan_restore`, as the JobMaster plans it (so the verdict is whether its restore
+would accept it), and then each operator alone on the snapshot restricted to it (so a refusal
+is attributed to the operator it concerns). On top of the plan, the operators' declared states
+(`deploy.state_probe`) are compared with the snapshot's names and kinds.
 """
 
 from __future__ import annotations
@@ -51,11 +53,13 @@ class OperatorReport:
     #: non-empty key groups and bytes of keyed state in the snapshot
     key_groups: int = 0
     bytes: int = 0
-    #: per new subtask: {"subtask", "key_groups" ("[a, b]"), "bytes", "files"}
+    #: per new subtask with keyed state: {"subtask", "key_groups" ("[a, b]"), "bytes", "files"
+    #: (old state files it reads), "channel_state" (it gets in-flight records back)}
     distribution: list[dict[str, Any]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: committables of a two-phase-commit sink the restore commits: {"checkpoint_id", "repr"}
+    #: committables of a two-phase-commit sink the restore commits: {"checkpoint_id",
+    #: "committable" (its repr, shortened)}
     pending_transactions: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -109,6 +113,11 @@ def check_restore(
         if entry is not None or uid in metadata.get("channel_state", {}):
             _restored(item, graph, metadata, directory, snapshot)
         _add_declared(item, declared[uid])
+        if op.uid_generated and item.status != NEW:
+            item.warnings.append(
+                f"no explicit uid: {uid!r} was generated from the job's shape and changes when "
+                "the job is edited; set .uid(...) on every stateful operator"
+            )
         report.operators.append(item)
     for uid, entry in sorted(metadata["operators"].items()):
         if uid not in graph_uids:
@@ -255,17 +264,19 @@ def _add_declared(item: OperatorReport, declared: DeclaredState) -> None:
 
 
 def _pending_transactions(states: list[OperatorStateData]) -> list[dict[str, Any]]:
-    """The committables a two-phase-commit sink stored (as (checkpoint id, committable)
-    entries): its restore commits them."""
+    """The committables a two-phase-commit sink stored: its restore commits them. Entries are
+    `(checkpoint id, committable)` or, with the writer index, `(writer, checkpoint id,
+    committable)`; anything else is listed without a checkpoint id."""
+    names = {SinkOperator.COMMITTABLES, getattr(SinkOperator, "LEGACY_COMMITTABLES", None)}
     found = []
     for state in states:
-        _mode, entries = state.get(SinkOperator.COMMITTABLES, ("", []))
-        for entry in entries:
-            cid = entry[0] if isinstance(entry, tuple) and entry else None
-            if isinstance(cid, int) and not isinstance(cid, bool):
-                found.append({"checkpoint_id": cid, "committable": _short(entry[-1])})
-            else:
-                found.append({"checkpoint_id": None, "committable": _short(entry)})
+        for name in sorted(n for n in names if n in state):
+            for entry in state[name][1]:
+                cid = entry[-2] if isinstance(entry, tuple) and len(entry) in (2, 3) else None
+                if type(cid) is int:
+                    found.append({"checkpoint_id": cid, "committable": _short(entry[-1])})
+                else:
+                    found.append({"checkpoint_id": None, "committable": _short(entry)})
     return found
 
 
