@@ -16,13 +16,13 @@ running on this machine).
 
 Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`
 shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed (or `--verify`
-found a damaged checkpoint), 2 a usage or path error (a missing script, a wrong checkpoint path,
-no Spark), 130 interrupted.
+found a damaged checkpoint, or check-restore found that the restore would be refused), 2 a
+usage or path error (a missing script, a wrong checkpoint path, no Spark), 130 interrupted.
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
-checkpoints command), `check_restore` and `rewrite` (offline snapshot tools), `jobs` (the
-commands on running jobs), `errors` (error lines and exit
-codes), `formatting` (shared text helpers).
+checkpoints command), `check_restore` and `rewrite` (the offline check-restore and
+rewrite-savepoint commands), `jobs` (the commands on running jobs), `errors` (error lines and
+exit codes), `formatting` (shared text helpers).
 """
 
 from __future__ import annotations
