@@ -7,24 +7,29 @@
     tidegate checkpoints --job JOB [--id N] [--json]
     tidegate list | trigger-checkpoint JOB | savepoint JOB [DIR] | cancel JOB
     tidegate stop JOB [--savepoint DIR] [--drain]
+    tidegate check-restore JOB.py --from PATH [--parallelism N] [--allow-non-restored-state]
+                           [--verify] [--json] [-- job args...]
+    tidegate rewrite-savepoint SRC --max-parallelism M --output DST [--parallelism P]
 
 The job commands talk to the drivers' REST API (`--address URL`, default: every driver
 running on this machine).
 
 Errors are reported as one line plus a hint, never as an internal traceback (`--verbose`
 shows the tracebacks). Exit codes: 0 success, 1 the job or the script failed (or `--verify`
-found a damaged checkpoint), 2 a usage or path error (a missing script, a wrong checkpoint path,
-no Spark), 130 interrupted.
+found a damaged checkpoint, or check-restore found that the restore would be refused), 2 a
+usage or path error (a missing script, a wrong checkpoint path, no Spark), 130 interrupted.
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
-checkpoints command), `jobs` (the commands on running jobs), `errors` (error lines and exit
-codes), `formatting` (shared text helpers).
+checkpoints command), `check_restore` and `rewrite` (the offline check-restore and
+rewrite-savepoint commands), `jobs` (the commands on running jobs), `errors` (error lines and
+exit codes), `formatting` (shared text helpers).
 """
 
 from __future__ import annotations
 
 import click
 
+from tidegate.cli.check_restore import check_restore_command
 from tidegate.cli.checkpoints import checkpoint_detail, checkpoints_command
 from tidegate.cli.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_USAGE, CliError
 from tidegate.cli.formatting import format_table, human_size, local_iso
@@ -35,6 +40,7 @@ from tidegate.cli.jobs import (
     stop_command,
     trigger_checkpoint_command,
 )
+from tidegate.cli.rewrite import rewrite_savepoint_command
 from tidegate.cli.run import run_command
 from tidegate.cli.status import JobMonitor, StatusPrinter, format_status, format_summary
 
@@ -63,6 +69,8 @@ def cli() -> None:
 
 cli.add_command(run_command)
 cli.add_command(checkpoints_command)
+cli.add_command(check_restore_command)
+cli.add_command(rewrite_savepoint_command)
 for command in (
     list_command,
     trigger_checkpoint_command,

@@ -231,6 +231,9 @@ class StreamExecutionEnvironment:
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         spec = self._job_spec(job_name)
+        capture = self.cli_overrides.get("capture_job_spec")
+        if capture is not None:  # `tidegate check-restore`: build the job, never start it
+            capture(spec)
         if spec.runner not in ("spark", "local"):
             raise ValueError(f"unknown runner {spec.runner!r}: use 'spark' or 'local'")
         jobmaster = JobMaster(spec)
