@@ -17,6 +17,7 @@ from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.operator_state import OperatorStateBackend
+from tidegate.state.ttl.factory import batch_cleanup
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class StreamOperator:
     def open(self) -> None:
         if hasattr(self.function, "open"):
             self.function.open(StreamingRuntimeContext(self))
+        ttl_cleanup = batch_cleanup(self.keyed_backend) if self.keyed_backend is not None else None
+        if ttl_cleanup is not None:  # state TTL cleans up after each batch (state/ttl/cleanup.py)
+            process = self.process_batch
+            self.process_batch = lambda records: (process(records), ttl_cleanup(len(records)))
 
     def process_batch(self, records: list) -> None:
         raise NotImplementedError
