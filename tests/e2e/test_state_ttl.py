@@ -11,7 +11,7 @@ def test_expired_state_is_never_returned_and_ttl_state_survives_a_restore(spark,
     n = 6 * BLOCK
     # attempt 0 fails in the 3rd block, attempt 1 just after the 4th jump: both restore TTL
     # state written before a jump (expired on the next record) and within a block (alive)
-    env = ttl_job(tmp_path / "out", tmp_path / "chk", n=n, rate=3_000, fail_at={0: 2_600, 1: 4_050})
+    env = ttl_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, fail_at={0: 2_600, 1: 4_050})
     client = env.execute_async("ttl")
     client.get_job_execution_result().result(timeout=300)
     stats = client.jobmaster.stats

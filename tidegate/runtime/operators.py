@@ -42,6 +42,16 @@ class OperatorSnapshot:
     operator: dict | None
 
 
+def _then(process_batch: Any, after_batch: Any) -> Any:
+    """`process_batch`, followed by `after_batch(number of records)`."""
+
+    def process_then(records: list) -> None:
+        process_batch(records)
+        after_batch(len(records))
+
+    return process_then
+
+
 class StreamOperator:
     """Base: state plumbing, lifecycle, and user-function hooks (open/close, CheckpointedFunction,
     CheckpointListener). Subclasses implement `process_batch`."""
@@ -89,8 +99,7 @@ class StreamOperator:
             self.function.open(StreamingRuntimeContext(self))
         ttl_cleanup = batch_cleanup(self.keyed_backend) if self.keyed_backend is not None else None
         if ttl_cleanup is not None:  # state TTL cleans up after each batch (state/ttl/cleanup.py)
-            process = self.process_batch
-            self.process_batch = lambda records: (process(records), ttl_cleanup(len(records)))
+            self.process_batch = _then(self.process_batch, ttl_cleanup)
 
     def process_batch(self, records: list) -> None:
         raise NotImplementedError

@@ -21,7 +21,7 @@ __all__ = ["StateTtlConfig"]
 _THIRTY_DAYS = Duration.of_days(30)
 
 
-class _UpdateType(enum.Enum):
+class UpdateType(enum.Enum):
     """When the last-access timestamp of a value is refreshed (which prolongs its life)."""
 
     Disabled = 0  #: TTL is disabled: state does not expire
@@ -29,32 +29,32 @@ class _UpdateType(enum.Enum):
     OnReadAndWrite = 2  #: as OnCreateAndWrite, and also on every read
 
 
-class _StateVisibility(enum.Enum):
+class StateVisibility(enum.Enum):
     """Whether an expired value that is still stored may be returned."""
 
     ReturnExpiredIfNotCleanedUp = 0  #: return it (once: the read cleans it up)
     NeverReturnExpired = 1  #: never return it
 
 
-class _TtlTimeCharacteristic(enum.Enum):
+class TtlTimeCharacteristic(enum.Enum):
     """The time scale of TTL; only processing time exists (as in Flink)."""
 
     ProcessingTime = 0
 
 
-class _Strategies(enum.Enum):
+class Strategies(enum.Enum):
     FULL_STATE_SCAN_SNAPSHOT = 0
     INCREMENTAL_CLEANUP = 1
     ROCKSDB_COMPACTION_FILTER = 2
 
 
 @dataclass(frozen=True)
-class _EmptyCleanupStrategy:
+class EmptyCleanupStrategy:
     pass
 
 
 @dataclass(frozen=True)
-class _IncrementalCleanupStrategy:
+class IncrementalCleanupStrategy:
     """Check `cleanup_size` entries on every state access (and on every record if asked)."""
 
     cleanup_size: int
@@ -68,7 +68,7 @@ class _IncrementalCleanupStrategy:
 
 
 @dataclass(frozen=True)
-class _RocksdbCompactFilterCleanupStrategy:
+class RocksdbCompactFilterCleanupStrategy:
     """The background sweep (tidegate's equivalent of Flink's RocksDB compaction filter)."""
 
     query_time_after_num_entries: int
@@ -82,34 +82,34 @@ class _RocksdbCompactFilterCleanupStrategy:
 
 
 @dataclass(frozen=True)
-class _CleanupStrategies:
+class CleanupStrategies:
     """Which cleanups run besides the cleanup of an expired value when it is read."""
 
-    strategies: dict[_Strategies, Any] = field(default_factory=dict)
+    strategies: dict[Strategies, Any] = field(default_factory=dict)
     is_cleanup_in_background_: bool = True
 
-    Strategies = _Strategies
-    EmptyCleanupStrategy = _EmptyCleanupStrategy
-    IncrementalCleanupStrategy = _IncrementalCleanupStrategy
-    RocksdbCompactFilterCleanupStrategy = _RocksdbCompactFilterCleanupStrategy
+    Strategies = Strategies
+    EmptyCleanupStrategy = EmptyCleanupStrategy
+    IncrementalCleanupStrategy = IncrementalCleanupStrategy
+    RocksdbCompactFilterCleanupStrategy = RocksdbCompactFilterCleanupStrategy
 
     def is_cleanup_in_background(self) -> bool:
         return self.is_cleanup_in_background_
 
     def in_full_snapshot(self) -> bool:
-        return _Strategies.FULL_STATE_SCAN_SNAPSHOT in self.strategies
+        return Strategies.FULL_STATE_SCAN_SNAPSHOT in self.strategies
 
-    def get_incremental_cleanup_strategy(self) -> _IncrementalCleanupStrategy | None:
+    def get_incremental_cleanup_strategy(self) -> IncrementalCleanupStrategy | None:
         """The configured one; else Flink's heap default (5, False) while background cleanup is
         on. tidegate runs it on every backend (it only needs the backend's `entries`)."""
-        default = _IncrementalCleanupStrategy(5, False) if self.is_cleanup_in_background_ else None
-        return self.strategies.get(_Strategies.INCREMENTAL_CLEANUP, default)
+        default = IncrementalCleanupStrategy(5, False) if self.is_cleanup_in_background_ else None
+        return self.strategies.get(Strategies.INCREMENTAL_CLEANUP, default)
 
     def get_rocksdb_compact_filter_cleanup_strategy(
         self,
-    ) -> _RocksdbCompactFilterCleanupStrategy | None:
+    ) -> RocksdbCompactFilterCleanupStrategy | None:
         """The configured background sweep, or None (tidegate runs it only when configured)."""
-        return self.strategies.get(_Strategies.ROCKSDB_COMPACTION_FILTER)
+        return self.strategies.get(Strategies.ROCKSDB_COMPACTION_FILTER)
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -130,16 +130,16 @@ def _duration(name: str, value: Any) -> Duration:
 class StateTtlConfig:
     """Time-to-live of a keyed state; see the module docstring and docs/guide.md "State TTL"."""
 
-    _update_type: _UpdateType
-    _state_visibility: _StateVisibility
-    _ttl_time_characteristic: _TtlTimeCharacteristic
+    _update_type: UpdateType
+    _state_visibility: StateVisibility
+    _ttl_time_characteristic: TtlTimeCharacteristic
     _ttl: Duration
-    _cleanup_strategies: _CleanupStrategies
+    _cleanup_strategies: CleanupStrategies
 
-    UpdateType = _UpdateType
-    StateVisibility = _StateVisibility
-    TtlTimeCharacteristic = _TtlTimeCharacteristic
-    CleanupStrategies = _CleanupStrategies
+    UpdateType = UpdateType
+    StateVisibility = StateVisibility
+    TtlTimeCharacteristic = TtlTimeCharacteristic
+    CleanupStrategies = CleanupStrategies
 
     def __post_init__(self) -> None:
         if self._ttl.to_milliseconds() <= 0:
@@ -151,22 +151,22 @@ class StateTtlConfig:
     def new_builder(ttl: Duration) -> StateTtlConfig.Builder:
         return StateTtlConfig.Builder(ttl)
 
-    def get_update_type(self) -> _UpdateType:
+    def get_update_type(self) -> UpdateType:
         return self._update_type
 
-    def get_state_visibility(self) -> _StateVisibility:
+    def get_state_visibility(self) -> StateVisibility:
         return self._state_visibility
 
     def get_ttl(self) -> Duration:
         return self._ttl
 
-    def get_ttl_time_characteristic(self) -> _TtlTimeCharacteristic:
+    def get_ttl_time_characteristic(self) -> TtlTimeCharacteristic:
         return self._ttl_time_characteristic
 
     def is_enabled(self) -> bool:
-        return self._update_type is not _UpdateType.Disabled
+        return self._update_type is not UpdateType.Disabled
 
-    def get_cleanup_strategies(self) -> _CleanupStrategies:
+    def get_cleanup_strategies(self) -> CleanupStrategies:
         return self._cleanup_strategies
 
     class Builder:
@@ -174,14 +174,14 @@ class StateTtlConfig:
 
         def __init__(self, ttl: Duration) -> None:
             self._ttl = _duration("ttl", ttl)
-            self._update_type = _UpdateType.OnCreateAndWrite
-            self._state_visibility = _StateVisibility.NeverReturnExpired
-            self._ttl_time_characteristic = _TtlTimeCharacteristic.ProcessingTime
+            self._update_type = UpdateType.OnCreateAndWrite
+            self._state_visibility = StateVisibility.NeverReturnExpired
+            self._ttl_time_characteristic = TtlTimeCharacteristic.ProcessingTime
             self._is_cleanup_in_background = True
-            self._strategies: dict[_Strategies, Any] = {}
+            self._strategies: dict[Strategies, Any] = {}
 
-        def set_update_type(self, update_type: _UpdateType) -> StateTtlConfig.Builder:
-            if not isinstance(update_type, _UpdateType):
+        def set_update_type(self, update_type: UpdateType) -> StateTtlConfig.Builder:
+            if not isinstance(update_type, UpdateType):
                 raise TypeError(
                     f"set_update_type expects a StateTtlConfig.UpdateType, got {update_type!r}"
                 )
@@ -189,15 +189,13 @@ class StateTtlConfig:
             return self
 
         def update_ttl_on_create_and_write(self) -> StateTtlConfig.Builder:
-            return self.set_update_type(_UpdateType.OnCreateAndWrite)
+            return self.set_update_type(UpdateType.OnCreateAndWrite)
 
         def update_ttl_on_read_and_write(self) -> StateTtlConfig.Builder:
-            return self.set_update_type(_UpdateType.OnReadAndWrite)
+            return self.set_update_type(UpdateType.OnReadAndWrite)
 
-        def set_state_visibility(
-            self, state_visibility: _StateVisibility
-        ) -> StateTtlConfig.Builder:
-            if not isinstance(state_visibility, _StateVisibility):
+        def set_state_visibility(self, state_visibility: StateVisibility) -> StateTtlConfig.Builder:
+            if not isinstance(state_visibility, StateVisibility):
                 raise TypeError(
                     "set_state_visibility expects a StateTtlConfig.StateVisibility, "
                     f"got {state_visibility!r}"
@@ -206,15 +204,15 @@ class StateTtlConfig:
             return self
 
         def return_expired_if_not_cleaned_up(self) -> StateTtlConfig.Builder:
-            return self.set_state_visibility(_StateVisibility.ReturnExpiredIfNotCleanedUp)
+            return self.set_state_visibility(StateVisibility.ReturnExpiredIfNotCleanedUp)
 
         def never_return_expired(self) -> StateTtlConfig.Builder:
-            return self.set_state_visibility(_StateVisibility.NeverReturnExpired)
+            return self.set_state_visibility(StateVisibility.NeverReturnExpired)
 
         def set_ttl_time_characteristic(
-            self, ttl_time_characteristic: _TtlTimeCharacteristic
+            self, ttl_time_characteristic: TtlTimeCharacteristic
         ) -> StateTtlConfig.Builder:
-            if not isinstance(ttl_time_characteristic, _TtlTimeCharacteristic):
+            if not isinstance(ttl_time_characteristic, TtlTimeCharacteristic):
                 raise TypeError(
                     "set_ttl_time_characteristic expects StateTtlConfig.TtlTimeCharacteristic"
                     f".ProcessingTime, got {ttl_time_characteristic!r}"
@@ -223,11 +221,11 @@ class StateTtlConfig:
             return self
 
         def use_processing_time(self) -> StateTtlConfig.Builder:
-            return self.set_ttl_time_characteristic(_TtlTimeCharacteristic.ProcessingTime)
+            return self.set_ttl_time_characteristic(TtlTimeCharacteristic.ProcessingTime)
 
         def cleanup_full_snapshot(self) -> StateTtlConfig.Builder:
             """Leave expired entries out of full snapshots (checkpoints and savepoints)."""
-            self._strategies[_Strategies.FULL_STATE_SCAN_SNAPSHOT] = _EmptyCleanupStrategy()
+            self._strategies[Strategies.FULL_STATE_SCAN_SNAPSHOT] = EmptyCleanupStrategy()
             return self
 
         def cleanup_incrementally(
@@ -237,7 +235,7 @@ class StateTtlConfig:
             iterator over all its keys and remove the expired ones; with
             `run_cleanup_for_every_record`, also after every record the operator processes."""
             _positive_int("cleanup_size", cleanup_size, minimum=0)
-            self._strategies[_Strategies.INCREMENTAL_CLEANUP] = _IncrementalCleanupStrategy(
+            self._strategies[Strategies.INCREMENTAL_CLEANUP] = IncrementalCleanupStrategy(
                 cleanup_size, bool(run_cleanup_for_every_record)
             )
             return self
@@ -253,8 +251,8 @@ class StateTtlConfig:
             and starts a new pass every min(ttl, periodic_compaction_time)."""
             _positive_int("query_time_after_num_entries", query_time_after_num_entries)
             _duration("periodic_compaction_time", periodic_compaction_time)
-            self._strategies[_Strategies.ROCKSDB_COMPACTION_FILTER] = (
-                _RocksdbCompactFilterCleanupStrategy(
+            self._strategies[Strategies.ROCKSDB_COMPACTION_FILTER] = (
+                RocksdbCompactFilterCleanupStrategy(
                     query_time_after_num_entries, periodic_compaction_time
                 )
             )
@@ -275,5 +273,5 @@ class StateTtlConfig:
                 self._state_visibility,
                 self._ttl_time_characteristic,
                 self._ttl,
-                _CleanupStrategies(dict(self._strategies), self._is_cleanup_in_background),
+                CleanupStrategies(dict(self._strategies), self._is_cleanup_in_background),
             )
