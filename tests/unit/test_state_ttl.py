@@ -388,3 +388,13 @@ def test_registering_a_name_with_another_ttl_config_is_an_error(backend):
     other = StateTtlConfig.new_builder(Time.seconds(5)).build()
     with pytest.raises(ValueError, match="another TTL config"):
         backend.get_state(with_ttl(ValueStateDescriptor("v"), other))
+
+
+def test_a_descriptor_with_ttl_pickles_and_keeps_its_identity():
+    import pickle
+
+    d = with_ttl(ValueStateDescriptor("v"), config(UpdateType.OnReadAndWrite))
+    back = pickle.loads(pickle.dumps(d))
+    assert back.ttl_config == d.ttl_config
+    assert back.ttl_config.get_update_type() is UpdateType.OnReadAndWrite
+    assert d == ValueStateDescriptor("v") and hash(d) == hash(ValueStateDescriptor("v"))
