@@ -17,7 +17,9 @@ backend, asks the TTL state to remove that key's expired data, and restores the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 from tidegate.state.ttl.states import _TtlState
@@ -55,26 +57,28 @@ class Sweeper:
         ends first, a new one continues the count (once: `wrap_around`)."""
         if count <= 0:
             return
-        started_here = self._pass is None
-        if started_here:
+        restarted = self._pass is None
+        if restarted:
             self.start_pass()
         now = self._clock()
-        expired_keys = []
-        entries, has_expired = self._pass, self._state.has_expired
-        checked = 0
-        while checked < count:
-            entry = next(entries, None)  # type: ignore[arg-type]
-            if entry is None:
-                self._pass = None
-                if started_here or not wrap_around:
-                    break
-                self.start_pass()
-                entries, started_here = self._pass, True
-                continue
-            checked += 1
-            key, stored = entry
-            if has_expired(stored, now):
-                expired_keys.append(key)
+        limit = now - self._state._policy.ttl_ms  # last accessed at or before: expired
+        has_expired = self._state.has_expired
+        single = self._state.single_value  # one TtlValue per key: compare inline (hot)
+        expired_keys: list[Any] = []
+        while True:
+            chunk = list(islice(self._pass, count))  # type: ignore[arg-type]
+            if single:
+                expired_keys += [key for key, stored in chunk if stored[1] <= limit]
+            else:
+                expired_keys += [key for key, stored in chunk if has_expired(stored, limit)]
+            count -= len(chunk)
+            if count == 0:
+                break
+            self._pass = None  # it ended
+            if restarted or not wrap_around:
+                break
+            self.start_pass()
+            restarted = True
         if expired_keys:
             self._remove(expired_keys, now)
 
@@ -90,26 +94,22 @@ class Sweeper:
 
 
 class IncrementalCleanup:
-    """`cleanup_incrementally`: a slice of `cleanup_size` entries per access (or record)."""
+    """`cleanup_incrementally`: a slice of `cleanup_size` entries per access (or record).
+
+    Removals go to the wrapped state directly, never through the TTL state's methods, so an
+    access never triggers a nested cleanup.
+    """
 
     def __init__(self, sweeper: Sweeper, cleanup_size: int) -> None:
         self._sweeper = sweeper
         self._size = cleanup_size
-        self._running = False
-
-    def state_accessed(self) -> None:
-        # removals go through the TTL state, which would call back here: no recursion
-        if self._running:
-            return
-        self._running = True
-        try:
-            self._sweeper.step(self._size)
-        finally:
-            self._running = False
+        #: what the TTL state calls on every access
+        self.state_accessed = functools.partial(sweeper.step, cleanup_size)
 
     def records_processed(self, count: int) -> None:
+        step, size = self._sweeper.step, self._size
         for _ in range(count):
-            self.state_accessed()
+            step(size)
 
 
 class BackgroundSweep:

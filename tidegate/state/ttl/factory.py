@@ -65,7 +65,8 @@ _ATTRIBUTE = "_ttl_states"
 
 def ttl_states(backend: Any, time_provider: TtlTimeProvider | None = None) -> TtlStates:
     """The TTL registry of `backend`, created on first use (with `time_provider`, else the
-    process's clock `value.current_timestamp`)."""
+    process's clock `value.current_timestamp`). Give a provider before states are registered:
+    each TTL state keeps the clock it was created with."""
     registry = getattr(backend, _ATTRIBUTE, None)
     if registry is None:
         registry = TtlStates(backend, time_provider)
@@ -159,7 +160,7 @@ class TtlStates:
                 "with TTL; enable the same TTL on every descriptor of this name"
             )
         kind, stored = _kind_of(descriptor)
-        policy = _TtlPolicy(config, self.now)
+        policy = _TtlPolicy(config, self.clock or current_timestamp)
         inner = copy.copy(descriptor)
         object.__setattr__(inner, "ttl_config", None)
         extra: tuple[Any, ...] = ()

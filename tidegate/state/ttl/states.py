@@ -27,6 +27,8 @@ __all__ = [
 ]
 
 _Clock = Callable[[], int]
+#: builds a TtlValue without the named tuple's Python-level __new__ (twice as fast)
+_new_ttl_value = tuple.__new__
 
 
 class _TtlPolicy:
@@ -48,13 +50,16 @@ class _TtlPolicy:
         return stored.last_access_timestamp + self.ttl_ms <= now
 
     def wrap(self, value: Any) -> TtlValue:
-        return TtlValue(value, self.clock())
+        return _new_ttl_value(TtlValue, (value, self.clock()))
 
 
 class _TtlState:
     """Base: the wrapped state, the policy, and the access hook that drives incremental cleanup."""
 
     __slots__ = ("_on_access", "_original", "_policy", "name")
+
+    #: the backend stores one TtlValue per key (value, reducing, aggregating state)
+    single_value = True
 
     def __init__(self, name: str, original: Any, policy: _TtlPolicy) -> None:
         self.name = name
@@ -90,9 +95,10 @@ class _TtlState:
         self._original.clear()
 
     # cleanup of one key (the current key is set by the caller) --------------------------------
-    def has_expired(self, stored: Any, now: int) -> bool:
-        """Whether a stored value (as `entries()` lists it) holds anything expired."""
-        return self._policy.expired(stored, now)
+    def has_expired(self, stored: Any, limit: int) -> bool:
+        """Whether a stored value (as `entries()` lists it) holds anything last accessed at or
+        before `limit` (= now - ttl: expired)."""
+        return stored[1] <= limit
 
     def remove_expired(self, now: int) -> None:
         """Remove the current key's expired data (re-read: it may have changed since listed)."""
@@ -114,20 +120,35 @@ class TtlValueState(_TtlState):
         return self._original.value()
 
     def value(self) -> Any:
-        self._accessed()
+        if self._on_access is not None:
+            self._on_access()
         original = self._original
-        stored = self._check(original.value(), original.clear, original.update)
-        return None if stored is None else stored.value
+        stored = original.value()
+        if stored is None:
+            return None
+        # _check, inlined: this is the hot path of most TTL jobs
+        policy = self._policy
+        now = policy.clock()
+        if stored[1] + policy.ttl_ms <= now:
+            original.clear()
+            return stored[0] if policy.return_expired else None
+        if policy.update_on_read:
+            original.update(TtlValue(stored[0], now))
+        return stored[0]
 
     def update(self, value: Any) -> None:
-        self._accessed()
-        self._original.update(None if value is None else self._policy.wrap(value))
+        if self._on_access is not None:
+            self._on_access()
+        if value is not None:
+            value = _new_ttl_value(TtlValue, (value, self._policy.clock()))
+        self._original.update(value)
 
 
 class TtlListState(_TtlState):
     """Each element expires on its own."""
 
     __slots__ = ()
+    single_value = False
 
     def get(self) -> list[Any]:
         self._accessed()
@@ -162,9 +183,8 @@ class TtlListState(_TtlState):
         wrap = self._policy.wrap
         self._original.update([wrap(v) for v in values])
 
-    def has_expired(self, stored: Any, now: int) -> bool:
-        expired = self._policy.expired
-        return any(expired(e, now) for e in stored)
+    def has_expired(self, stored: Any, limit: int) -> bool:
+        return any(e[1] <= limit for e in stored)
 
     def remove_expired(self, now: int) -> None:
         elements = list(self._original.get())
@@ -177,6 +197,7 @@ class TtlMapState(_TtlState):
     """Each map entry expires on its own."""
 
     __slots__ = ()
+    single_value = False
 
     def _get_wrapped(self, key: Any) -> TtlValue | None:
         original = self._original
@@ -234,9 +255,8 @@ class TtlMapState(_TtlState):
     def __iter__(self) -> Iterator[Any]:
         return iter(self.keys())
 
-    def has_expired(self, stored: Any, now: int) -> bool:
-        expired = self._policy.expired
-        return any(expired(v, now) for v in stored.values())
+    def has_expired(self, stored: Any, limit: int) -> bool:
+        return any(v[1] <= limit for v in stored.values())
 
     def remove_expired(self, now: int) -> None:
         original, expired = self._original, self._policy.expired

@@ -28,8 +28,8 @@ class TtlValue(NamedTuple):
     last_access_timestamp: int
 
 
-def wall_clock() -> int:
-    return int(time.time() * 1000)
+def wall_clock(_time: Callable[[], float] = time.time) -> int:
+    return int(_time() * 1000)
 
 
 _provider: TtlTimeProvider = wall_clock
