@@ -58,6 +58,7 @@ PYFLINK_PATHS = {
         "AggregatingState",
         "BroadcastState",
         "ReadOnlyBroadcastState",
+        "StateTtlConfig",
     ],
     "tidegate.datastream.checkpoint_config": ["CheckpointConfig", "ExternalizedCheckpointCleanup"],
     "tidegate.datastream.checkpointing_mode": ["CheckpointingMode"],

@@ -25,6 +25,10 @@ class Duration:
     def of_hours(hours: float) -> Duration:
         return Duration(int(hours * 3_600_000))
 
+    @staticmethod
+    def of_days(days: float) -> Duration:
+        return Duration(int(days * 86_400_000))
+
     def to_milliseconds(self) -> int:
         return self.millis
 
@@ -34,3 +38,4 @@ class Time:
     seconds = staticmethod(Duration.of_seconds)
     minutes = staticmethod(Duration.of_minutes)
     hours = staticmethod(Duration.of_hours)
+    days = staticmethod(Duration.of_days)

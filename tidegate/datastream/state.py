@@ -17,6 +17,7 @@ from tidegate.state.descriptors import (
     ValueState,
     ValueStateDescriptor,
 )
+from tidegate.state.ttl.config import StateTtlConfig
 
 __all__ = [
     "AggregatingState",
@@ -31,6 +32,7 @@ __all__ = [
     "ReducingStateDescriptor",
     "State",
     "StateDescriptor",
+    "StateTtlConfig",
     "ValueState",
     "ValueStateDescriptor",
 ]

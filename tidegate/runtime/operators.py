@@ -18,6 +18,7 @@ from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.operator_state import OperatorStateBackend
+from tidegate.state.ttl.factory import batch_cleanup
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,16 @@ class OperatorSnapshot:
 
     keyed: Any | None
     operator: dict | None
+
+
+def _then(process_batch: Any, after_batch: Any) -> Any:
+    """`process_batch`, followed by `after_batch(number of records)`."""
+
+    def process_then(records: list) -> None:
+        process_batch(records)
+        after_batch(len(records))
+
+    return process_then
 
 
 class StreamOperator:
@@ -87,6 +98,9 @@ class StreamOperator:
     def open(self) -> None:
         if hasattr(self.function, "open"):
             self.function.open(StreamingRuntimeContext(self))
+        ttl_cleanup = batch_cleanup(self.keyed_backend) if self.keyed_backend is not None else None
+        if ttl_cleanup is not None:  # state TTL cleans up after each batch (state/ttl/cleanup.py)
+            self.process_batch = _then(self.process_batch, ttl_cleanup)
 
     def process_batch(self, records: list) -> None:
         raise NotImplementedError

@@ -40,6 +40,8 @@ class StateDescriptor:
 
     name: str
     type_info: Any = None
+    #: set by `enable_time_to_live` (a StateTtlConfig); None: the state never expires
+    ttl_config: Any = field(default=None, compare=False)
 
     def __init__(self, name: str, type_info: Any = None) -> None:
         if not isinstance(name, str) or not name:
@@ -50,6 +52,21 @@ class StateDescriptor:
     def get_name(self) -> str:
         """PyFlink's accessor for `name`."""
         return self.name
+
+    def enable_time_to_live(self, ttl_config: Any) -> None:
+        """Let the state's values expire as `ttl_config` (a `StateTtlConfig`) says.
+
+        Call it before the descriptor is passed to `get_state(...)` (in `open()`). A state keeps
+        its TTL-ness across checkpoints: enabling or disabling TTL on a restored state is refused.
+        """
+        from tidegate.state.ttl.config import StateTtlConfig  # the ttl package imports us
+
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise TypeError(
+                f"state {self.name!r}: enable_time_to_live expects a StateTtlConfig (from "
+                f"StateTtlConfig.new_builder(Time.seconds(...)).build()), got {ttl_config!r}"
+            )
+        object.__setattr__(self, "ttl_config", ttl_config)
 
 
 @dataclass(frozen=True, init=False)

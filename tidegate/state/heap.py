@@ -29,6 +29,7 @@ from tidegate.state.snapshot_format import (
     KeyGroupData,
     describe_key_groups,
 )
+from tidegate.state.ttl.factory import snapshot_transformers, ttl_aware
 
 if TYPE_CHECKING:  # descriptors live in the user API, above this package
     from tidegate.state.descriptors import (
@@ -298,20 +299,25 @@ class HeapKeyedStateBackend:
         self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
 
+    @ttl_aware
     def get_state(self, state_descriptor: ValueStateDescriptor) -> HeapValueState:
         return self._register(state_descriptor.name, StateKind.VALUE, HeapValueState)
 
+    @ttl_aware
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> HeapListState:
         return self._register(state_descriptor.name, StateKind.LIST, HeapListState)
 
+    @ttl_aware
     def get_map_state(self, state_descriptor: MapStateDescriptor) -> HeapMapState:
         return self._register(state_descriptor.name, StateKind.MAP, HeapMapState)
 
+    @ttl_aware
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> HeapReducingState:
         function = state_descriptor.reduce_function
         reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
         return self._register(state_descriptor.name, StateKind.REDUCING, HeapReducingState, reduce)
 
+    @ttl_aware
     def get_aggregating_state(
         self, state_descriptor: AggregatingStateDescriptor
     ) -> HeapAggregatingState:
@@ -349,15 +355,17 @@ class HeapKeyedStateBackend:
             raise KeyError(f"state {name!r} is not registered; call get_state() first")
         return self._tables[name]
 
-    def entries(self, name: str) -> list[tuple[Any, Any]]:
-        """Every `(key, value)` of state `name`, over all keys ([] if there is no such state).
+    def entries(self, name: str) -> Iterator[tuple[Any, Any]]:
+        """(key, value) of every key of state `name`, registered or restored (any order).
 
-        For internal services that rebuild in-memory structures from their keyed state after a
-        restore (the timer service). A value is what the state holds for the key: the list of a
-        list state, the `{user key: value}` dict of a map state. The list is a copy; the values
-        are the stored objects, to read, not to change.
+        For restoring what lives in keyed state (e.g. timers). Lists and dicts of list and map
+        state are copies; the entries are taken when called, so changing the state meanwhile
+        is safe.
         """
-        return list(self._tables.get(name, {}).items())
+        table = self._tables.get(name, {})
+        if self._kinds.get(name) in _CONTAINER_KINDS:
+            return iter([(key, value.copy()) for key, value in table.items()])
+        return iter(list(table.items()))
 
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
@@ -374,7 +382,11 @@ class HeapKeyedStateBackend:
             else:
                 tables[name] = (kind.value, table.copy())
         snapshot = KeyedStateSnapshot(
-            self.max_parallelism, self.key_group_range, tables, self._key_groups.key_group
+            self.max_parallelism,
+            self.key_group_range,
+            tables,
+            self._key_groups.key_group,
+            transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
         )
         # Values are shared with the snapshot until it is written (and dropped): only then
         # must reducing/aggregating values be copied before they are changed in place.

@@ -46,6 +46,7 @@ __all__ = [
     "read_key_group",
     "read_key_groups",
     "read_operator_state",
+    "transform_entries",
     "write_state_file",
 ]
 
@@ -138,6 +139,11 @@ class KeyedStateSnapshot:
     tables: dict[str, tuple[str, dict[Any, Any]]]
     #: key -> key group, memoised across snapshots by the backend (None: hash every key)
     key_group_of: Callable[[Any], int] | None = field(default=None, compare=False, repr=False)
+    #: state name -> transform of its stored values, applied here in the asynchronous phase
+    #: (state TTL's cleanup in full snapshot; see `transform_entries`)
+    transformers: Mapping[str, Callable[[Any], Any]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def state_kinds(self) -> dict[str, str]:
@@ -156,7 +162,9 @@ class KeyedStateSnapshot:
         groups: list[KeyGroupData] = [{} for _ in range(m)]
         for name, (kind, table) in self.tables.items():
             by_group: list[dict[Any, Any]] = [{} for _ in range(m)]
-            for key, value in table.items():
+            transform = self.transformers.get(name)
+            items = table.items() if transform is None else transform_entries(table, transform)
+            for key, value in items:
                 by_group[key_group(key)][key] = value
             for kg, entries in enumerate(by_group):
                 if entries:
@@ -176,6 +184,20 @@ class KeyedStateSnapshot:
     def write(self, out: BinaryIO) -> StateFileIndex:
         """Write this snapshot as a complete state file (keyed state only)."""
         return write_state_file(out, self, None)
+
+
+def transform_entries(
+    table: Mapping[Any, Any], transform: Callable[[Any], Any]
+) -> Iterator[tuple[Any, Any]]:
+    """`table`'s (key, transform(value)) pairs, without the keys whose transform is None.
+
+    A snapshot transformer (e.g. state TTL's) sees each stored value of a state while the
+    snapshot is written and returns what to write instead, or None to leave the key out.
+    """
+    for key, value in table.items():
+        new = transform(value)
+        if new is not None:
+            yield key, new
 
 
 def _key_group_function(max_parallelism: int, tables: list[dict[Any, Any]]) -> Callable[[Any], int]:
