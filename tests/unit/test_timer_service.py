@@ -93,7 +93,7 @@ def test_a_processing_time_timer_fires_once_the_clock_reaches_it_with_the_keys_s
     clock.now = 10_000
     op.timers.fire_processing_timers()
     assert out.records[2:] == [("a", 1_500, PROCESSING, 2)]
-    assert op.keyed_backend.entries(TIMER_STATE) == []
+    assert list(op.keyed_backend.entries(TIMER_STATE)) == []
 
 
 def test_timers_are_deduplicated_per_key_timestamp_and_domain():
@@ -127,7 +127,7 @@ def test_a_deleted_timer_does_not_fire_and_leaves_the_state():
             ("b", "delete_processing_time_timer", 3),
         ]
     )
-    assert op.keyed_backend.entries(TIMER_STATE) == [("a", {(EVENT.value, 8): True})]
+    assert list(op.keyed_backend.entries(TIMER_STATE)) == [("a", {(EVENT.value, 8): True})]
     op.timers.advance_watermark(100)
     op.timers.internal.clock.now = 100
     op.timers.fire_processing_timers()
@@ -315,4 +315,4 @@ def test_entries_lists_every_key_of_a_state_and_nothing_for_an_unknown_one():
         backend.current_key = key
         state.update(key.upper())
     assert sorted(backend.entries("v")) == [("x", "X"), ("y", "Y")]
-    assert backend.entries("unknown") == []
+    assert list(backend.entries("unknown")) == []
