@@ -362,6 +362,7 @@ class JobMaster:
             restore=plan,
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,
+            state_backend=self.spec.state_backend,
         )
         payload = runners.pack_deployment(deployment)
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731

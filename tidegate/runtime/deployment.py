@@ -27,3 +27,5 @@ class Deployment:
     restored_checkpoint_id: int | None = None
     #: the attempt's writer generation: names its files; older generations are fenced off
     generation: int | None = None
+    #: creates keyed state backends on the workers (datastream.state_backend; None: hashmap)
+    state_backend: Any = None

@@ -129,6 +129,8 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     is_restored=deployment.restored_checkpoint_id is not None,
                     batch_size=deployment.batch_size,
                     buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
+                    state_backend=deployment.state_backend,
+                    job_id=deployment.job_id,
                 )
             )
         # Step 4

@@ -81,6 +81,8 @@ class StreamTask:
         is_restored: bool = False,
         batch_size: int,
         buffer_timeout_s: float,
+        state_backend: Any = None,
+        job_id: str = "",
     ) -> None:
         self.vertex = vertex
         self.subtask = subtask
@@ -120,7 +122,13 @@ class StreamTask:
             ]
         self.ops = [ops[spec.op_id] for spec in vertex.operators]
         runtime = OperatorRuntime(
-            subtask, vertex.parallelism, max_parallelism, attempt, is_restored or bool(restored)
+            subtask,
+            vertex.parallelism,
+            max_parallelism,
+            attempt,
+            is_restored or bool(restored),
+            state_backend=state_backend,
+            job_id=job_id,
         )
         restored = restored or {}
         for op in self.ops:
