@@ -240,5 +240,5 @@ def open_read_only(path: str, options: RocksDBOptions) -> rocksdict.Rdict:
         path,
         opts,
         column_families={name: opts for name in names},
-        access_type=rocksdict.AccessType.read_only(),
+        access_type=rocksdict.AccessType.read_only(False),  # a WAL file there is empty
     )
