@@ -116,6 +116,14 @@ def db_options(options: RocksDBOptions) -> rocksdict.Options:
     return opts
 
 
+def scan_options() -> rocksdict.ReadOptions:
+    """For a snapshot's full scan: read ahead, and keep the live state's blocks in the cache."""
+    opts = rocksdict.ReadOptions()
+    opts.fill_cache(False)
+    opts.set_readahead_size(2 * MIB)
+    return opts
+
+
 def write_options() -> rocksdict.WriteOptions:
     opts = rocksdict.WriteOptions()
     opts.disable_wal = True  # the state is recovered from checkpoints, never from the WAL
