@@ -7,7 +7,8 @@ users can see: values are serialized on every write, so a value changed in place
 
 Hot path (DESIGN §8): the key bytes of the current key (key group + canonical encoding) are
 computed once per current key, on the first state access after the runtime set it, and memoised
-across records; a state access is then one RocksDB get/put plus a pickle.
+across records; a state access is then a pickle plus a dict access in the write buffer
+(`rocksdb_buffer`) or one RocksDB read; buffered writes reach RocksDB in batches.
 
 Snapshots: the synchronous phase hard-links the database's files into a checkpoint directory
 (`RocksDBInstance.checkpoint`, which flushes the memtables first); the asynchronous phase reads
@@ -78,6 +79,7 @@ class RocksDBKeyedStateBackend:
         self.options = options or RocksDBOptions()
         path = create_instance_dir(self.options, job_id, operator_uid, subtask, attempt)
         self.instance = RocksDBInstance(path, self.options)
+        self.buffer = self.instance.buffer
         self._current_key: Any = None
         #: key bytes of the current key (None: not computed since it was set)
         self._prefix: bytes | None = None
@@ -172,6 +174,7 @@ class RocksDBKeyedStateBackend:
         kind = self._kinds.get(name)
         if kind is None:
             return iter(())
+        self.buffer.flush()
         items = self._column_family(name).items()
         return (entry for _, entries in decode_entries(kind, items) for entry in entries.items())
 
@@ -193,6 +196,7 @@ class RocksDBKeyedStateBackend:
         The same contract and checks as `HeapKeyedStateBackend.restore`.
         """
         max_parallelism = self.max_parallelism
+        self.buffer.flush()  # restored entries are written directly, after anything buffered
         for kg, data in key_groups:
             # Step 1: the key group is ours and new
             if kg not in self.key_group_range:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import rocksdict
 
+from tidegate.state.rocksdb_buffer import WriteBuffer
+
 MIB = 1024 * 1024
 DEFAULT_BLOCK_CACHE_SIZE = 64 * MIB
 DEFAULT_WRITE_BUFFER_SIZE = 16 * MIB
@@ -202,6 +204,8 @@ class RocksDBInstance:
         self.db = rocksdict.Rdict(os.path.join(path, "db"), self._opts)
         self.db.set_write_options(self._write_opts)
         _open_instances.add(path)
+        #: the states' buffered writes; flushed before the database is read as a whole
+        self.buffer = WriteBuffer(self.write, self.handle)
         self._checkpoints = 0
         self.closed = False
 
@@ -218,7 +222,9 @@ class RocksDBInstance:
         self.db.write(batch, self._write_opts)
 
     def checkpoint(self) -> str:
-        """Hard-link the current files into a new directory (after flushing the memtables)."""
+        """Hard-link the current files into a new directory (after flushing the write buffer
+        and the memtables): a consistent copy of the whole state, for a snapshot."""
+        self.buffer.flush()
         self._checkpoints += 1
         parent = os.path.join(self.path, "checkpoints")
         os.makedirs(parent, exist_ok=True)
@@ -231,6 +237,7 @@ class RocksDBInstance:
         if self.closed:
             return
         self.closed = True
+        self.buffer.discard()
         try:
             self.db.close()
         finally:
