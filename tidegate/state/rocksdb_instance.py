@@ -10,7 +10,7 @@ The directory is deleted when the backend is disposed. A worker killed with `kil
 directory behind; the next attempt of the same subtask deletes the directories of older attempts
 of the same job, operator and subtask.
 
-Memory is bounded per worker process: one LRU block cache (data, index and filter blocks) and
+Memory is bounded per worker process: one LRU block cache (data blocks) and
 one write-buffer manager (memtables of every column family of every instance) are shared by all
 instances in the process, as Flink shares its managed memory per slot. The write-ahead log is
 off: the state is recovered from checkpoints, never from the instance directory.
@@ -104,7 +104,9 @@ def db_options(options: RocksDBOptions) -> rocksdict.Options:
     cache, write_buffers = _shared_memory(options)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
-    table.set_cache_index_and_filter_blocks(True)  # their memory is bounded by the cache too
+    # Index and filter blocks stay with the open files, outside the cache (about 1.5 bytes per
+    # key): in the cache, data blocks evicted them and every read reloaded them (7x slower).
+    table.set_cache_index_and_filter_blocks(False)
     table.set_bloom_filter(10, False)
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
