@@ -339,3 +339,16 @@ def test_the_write_buffer_is_bounded_by_bytes_too(backend):
         flushed += not backend.buffer.table("l")
     assert flushed > 10
     assert state.get() == ["x" * 500] * 100
+
+
+def test_a_backend_dropped_without_dispose_still_deletes_its_directory(options):
+    import gc
+
+    backend = RocksDBKeyedStateBackend(M, range(M), options, job_id="j")
+    state = backend.get_state(ValueStateDescriptor("v"))
+    backend.current_key = "k"
+    state.update(1)
+    path = backend.instance.path
+    del backend, state  # e.g. its task failed in initialize_state, before it could close
+    gc.collect()
+    assert not os.path.exists(path)

@@ -18,6 +18,7 @@ hashmap and rocksdb jobs restore from each other's checkpoints and savepoints.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,8 @@ class RocksDBKeyedStateBackend:
         self.options = options or RocksDBOptions()
         path = create_instance_dir(self.options, job_id, operator_uid, subtask, attempt)
         self.instance = RocksDBInstance(path, self.options)
+        # a backend dropped without dispose() (its task failed to start) still frees its files
+        self._close_instance = weakref.finalize(self, self.instance.close)
         self.buffer = self.instance.buffer
         self._current_key: Any = None
         #: key bytes of the current key (None: not computed since it was set)
@@ -254,7 +257,7 @@ class RocksDBKeyedStateBackend:
             for cf in column_families.values():
                 cf.close()
         finally:
-            self.instance.close()
+            self._close_instance()
 
     def __repr__(self) -> str:
         return (

@@ -241,7 +241,8 @@ class RocksDBInstance:
         self.closed = True
         self.buffer.discard()
         try:
-            self.db.close()
+            with contextlib.suppress(rocksdict.DbClosedError):
+                self.db.close()
         finally:
             _open_instances.discard(self.path)
             shutil.rmtree(self.path, ignore_errors=True)
