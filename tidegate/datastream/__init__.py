@@ -29,7 +29,7 @@ from tidegate.datastream.functions import (
     ReduceFunction,
     RuntimeContext,
 )
-from tidegate.datastream.state_backend import HashMapStateBackend
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.datastream.time_domain import TimeDomain
 from tidegate.datastream.timerservice import TimerService
@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointingMode",
     "DataStream",
     "DataStreamSink",
+    "EmbeddedRocksDBStateBackend",
     "ExternalizedCheckpointCleanup",
     "ExternalizedCheckpointRetention",
     "FileSystemCheckpointStorage",
