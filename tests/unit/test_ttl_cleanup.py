@@ -14,6 +14,8 @@ from tidegate.datastream.state import (
 )
 from tidegate.runtime.operators import MapOperator, OperatorRuntime
 from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.snapshot_format import read_key_groups
 from tidegate.state.ttl import TtlValue
 from tidegate.state.ttl.factory import batch_cleanup, ttl_states
@@ -38,14 +40,30 @@ def clock() -> Clock:
     return Clock()
 
 
-def new_backend(clock: Clock) -> HeapKeyedStateBackend:
-    backend = HeapKeyedStateBackend(M, range(M))
-    ttl_states(backend, clock)
-    return backend
+@pytest.fixture(params=["hashmap", "rocksdb"])
+def new_backend(request, tmp_path):
+    """Creates TTL-clocked backends of the parametrised type (both must behave alike)."""
+    created = []
+
+    def make(clock: Clock):
+        if request.param == "hashmap":
+            backend = HeapKeyedStateBackend(M, range(M))
+        else:
+            options = RocksDBOptions(local_dir=str(tmp_path / "rocksdb"))
+            backend = RocksDBKeyedStateBackend(
+                M, range(M), options, operator_uid=f"op{len(created)}"
+            )
+        created.append(backend)
+        ttl_states(backend, clock)
+        return backend
+
+    yield make
+    for backend in created:
+        getattr(backend, "dispose", lambda: None)()
 
 
 @pytest.fixture
-def backend(clock) -> HeapKeyedStateBackend:
+def backend(clock, new_backend):
     return new_backend(clock)
 
 
@@ -86,7 +104,7 @@ def test_without_background_cleanup_expired_entries_stay_until_read(backend, clo
     clock.advance(TTL_MS)
     backend.current_key = 0
     assert state.value() is None
-    assert len(backend.table("v")) == 9
+    assert len(dict(backend.entries("v"))) == 9
 
 
 # incremental cleanup ---------------------------------------------------------------------------
@@ -98,10 +116,10 @@ def test_incremental_cleanup_checks_cleanup_size_entries_per_access(backend, clo
     clock.advance(TTL_MS)
     backend.current_key = "fresh"
     state.update("x")  # this access starts a new pass: 3 expired entries go
-    assert len(backend.table("v")) == 11 - 3
+    assert len(dict(backend.entries("v"))) == 11 - 3
     for _ in range(3):
         state.value()
-    assert set(backend.table("v")) == {"fresh"}
+    assert set(dict(backend.entries("v"))) == {"fresh"}
     assert backend.current_key == "fresh"  # the cleanup restores the current key
 
 
@@ -116,7 +134,7 @@ def test_incremental_cleanup_is_the_default_background_cleanup(backend, clock):
     backend.current_key = "fresh"
     for _ in range(6):
         state.value()
-    assert set(backend.table("v")) == set()  # 5 entries per access
+    assert set(dict(backend.entries("v"))) == set()  # 5 entries per access
 
 
 def test_incremental_cleanup_prunes_expired_list_elements_and_map_entries(backend, clock):
@@ -132,11 +150,11 @@ def test_incremental_cleanup_prunes_expired_list_elements_and_map_entries(backen
     backend.current_key = "other"
     lists.get()
     maps.get("x")
-    assert {k: [e.value for e in v] for k, v in backend.table("l").items()} == {
+    assert {k: [e.value for e in v] for k, v in dict(backend.entries("l")).items()} == {
         0: ["new"],
         1: ["new"],
     }
-    assert {k: set(v) for k, v in backend.table("m").items()} == {0: {"new"}, 1: {"new"}}
+    assert {k: set(v) for k, v in dict(backend.entries("m")).items()} == {0: {"new"}, 1: {"new"}}
 
 
 def test_per_record_cleanup_runs_after_each_batch_of_the_operator(clock):
@@ -158,9 +176,9 @@ def test_per_record_cleanup_runs_after_each_batch_of_the_operator(clock):
     op.process_batch([(k, "write") for k in range(10)])
     clock.advance(TTL_MS)
     op.process_batch([("x", "read")] * 4)  # 4 records that touch no state: 4 entries checked
-    assert len(op.keyed_backend.table("seen")) == 6
+    assert len(dict(op.keyed_backend.entries("seen"))) == 6
     op.process_batch([("x", "read")] * 6)
-    assert op.keyed_backend.table("seen") == {}
+    assert dict(op.keyed_backend.entries("seen")) == {}
 
 
 # background sweep (the RocksDB compaction filter's equivalent) ---------------------------------
@@ -173,13 +191,13 @@ def test_background_sweep_removes_expired_entries_between_batches(backend, clock
     after_batch(1)  # the first pass starts: nothing has expired yet
     after_batch(1)
     after_batch(1)
-    assert len(backend.table("v")) == 10
+    assert len(dict(backend.entries("v"))) == 10
     clock.advance(TTL_MS)
     after_batch(1)  # one interval (the TTL) since the last pass started: a new pass
-    assert len(backend.table("v")) == 6
+    assert len(dict(backend.entries("v"))) == 6
     after_batch(1)
     after_batch(1)
-    assert backend.table("v") == {}
+    assert dict(backend.entries("v")) == {}
 
 
 def test_background_sweep_waits_for_the_periodic_compaction_time(backend, clock):
@@ -192,13 +210,13 @@ def test_background_sweep_waits_for_the_periodic_compaction_time(backend, clock)
     fill(backend, state, range(3, 6))
     clock.advance(TTL_MS // 2)
     after_batch(1)  # min(ttl, periodic) = ttl has passed: a pass removes the first three
-    assert sorted(backend.table("v")) == [3, 4, 5]
+    assert sorted(dict(backend.entries("v"))) == [3, 4, 5]
     clock.advance(TTL_MS // 2)
     after_batch(1)  # not yet: the last pass started half a TTL ago
-    assert sorted(backend.table("v")) == [3, 4, 5]
+    assert sorted(dict(backend.entries("v"))) == [3, 4, 5]
     clock.advance(TTL_MS // 2)
     after_batch(1)
-    assert backend.table("v") == {}
+    assert dict(backend.entries("v")) == {}
 
 
 def test_no_batch_hook_without_per_record_or_background_cleanup(backend):
@@ -230,7 +248,7 @@ def test_full_snapshot_cleanup_leaves_expired_entries_out_of_the_file(backend, c
         "l": {"mixed": [TtlValue("late", stamp)]},
         "m": {"mixed": {"b": TtlValue("mixed", stamp)}},
     }
-    assert len(backend.table("v")) == 2  # the live state is not touched by the snapshot
+    assert len(dict(backend.entries("v"))) == 2  # the live state is not touched by the snapshot
 
 
 def test_full_snapshot_cleanup_uses_the_time_of_the_synchronous_phase(backend, clock, tmp_path):
@@ -254,14 +272,14 @@ def test_without_full_snapshot_cleanup_expired_entries_are_written(backend, cloc
 
 
 # restore ---------------------------------------------------------------------------------------
-def restored(clock, path, index) -> HeapKeyedStateBackend:
+def restored(new_backend, clock, path, index):
     backend = new_backend(clock)
     with path.open("rb") as f:
         backend.restore(read_key_groups(f, index, range(M)))
     return backend
 
 
-def test_ttl_timestamps_are_checkpointed_and_restored(backend, clock, tmp_path):
+def test_ttl_timestamps_are_checkpointed_and_restored(backend, new_backend, clock, tmp_path):
     c = builder().build()
     state = backend.get_state(ttl(ValueStateDescriptor("v"), c))
     fill(backend, state, ["early"])
@@ -269,7 +287,7 @@ def test_ttl_timestamps_are_checkpointed_and_restored(backend, clock, tmp_path):
     fill(backend, state, ["late"])
     index = write_snapshot(backend, tmp_path / "chk")
     clock.advance(TTL_MS // 2)
-    again = restored(clock, tmp_path / "chk", index)
+    again = restored(new_backend, clock, tmp_path / "chk", index)
     state = again.get_state(ttl(ValueStateDescriptor("v"), c))
     again.current_key = "early"
     assert state.value() is None  # expired while the job was down: never returned
@@ -279,7 +297,9 @@ def test_ttl_timestamps_are_checkpointed_and_restored(backend, clock, tmp_path):
     assert state.value() is None
 
 
-def test_enabling_ttl_on_state_restored_without_it_is_refused(backend, clock, tmp_path):
+def test_enabling_ttl_on_state_restored_without_it_is_refused(
+    backend, new_backend, clock, tmp_path
+):
     for kind, descriptor, write in [
         ("v", ValueStateDescriptor("v"), lambda s, k: s.update(k)),
         ("l", ListStateDescriptor("l"), lambda s, k: s.add(k)),
@@ -288,7 +308,7 @@ def test_enabling_ttl_on_state_restored_without_it_is_refused(backend, clock, tm
         getter = {"v": backend.get_state, "l": backend.get_list_state, "m": backend.get_map_state}
         fill(backend, getter[kind](descriptor), ["k"], write)
     index = write_snapshot(backend, tmp_path / "chk")
-    again = restored(clock, tmp_path / "chk", index)
+    again = restored(new_backend, clock, tmp_path / "chk", index)
     for get, descriptor in [
         (again.get_state, ValueStateDescriptor("v")),
         (again.get_list_state, ListStateDescriptor("l")),
@@ -298,7 +318,7 @@ def test_enabling_ttl_on_state_restored_without_it_is_refused(backend, clock, tm
             get(ttl(descriptor, builder().build()))
 
 
-def test_disabling_ttl_on_state_restored_with_it_is_refused(backend, clock, tmp_path):
+def test_disabling_ttl_on_state_restored_with_it_is_refused(backend, new_backend, clock, tmp_path):
     c = builder().build()
     fill(backend, backend.get_state(ttl(ValueStateDescriptor("v"), c)), ["k"])
     fill(
@@ -308,14 +328,16 @@ def test_disabling_ttl_on_state_restored_with_it_is_refused(backend, clock, tmp_
         lambda s, k: s.add(k),
     )
     index = write_snapshot(backend, tmp_path / "chk")
-    again = restored(clock, tmp_path / "chk", index)
+    again = restored(new_backend, clock, tmp_path / "chk", index)
     with pytest.raises(ValueError, match=r"written with TTL.*Keep enable_time_to_live"):
         again.get_state(ValueStateDescriptor("v"))
     with pytest.raises(ValueError, match="written with TTL"):
         again.get_list_state(ListStateDescriptor("l"))
 
 
-def test_a_value_state_holding_lists_is_not_mistaken_for_ttl_state(backend, clock, tmp_path):
+def test_a_value_state_holding_lists_is_not_mistaken_for_ttl_state(
+    backend, new_backend, clock, tmp_path
+):
     fill(
         backend,
         backend.get_state(ValueStateDescriptor("v")),
@@ -323,6 +345,6 @@ def test_a_value_state_holding_lists_is_not_mistaken_for_ttl_state(backend, cloc
         lambda s, k: s.update([TtlValue(1, 2)]),
     )
     index = write_snapshot(backend, tmp_path / "chk")
-    again = restored(clock, tmp_path / "chk", index)
+    again = restored(new_backend, clock, tmp_path / "chk", index)
     again.current_key = "k"
     assert again.get_state(ValueStateDescriptor("v")).value() == [TtlValue(1, 2)]

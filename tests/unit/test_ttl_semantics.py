@@ -16,6 +16,8 @@ from tidegate.datastream.state import (
     ValueStateDescriptor,
 )
 from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.ttl import TtlValue
 from tidegate.state.ttl.factory import ttl_states
 
@@ -59,12 +61,17 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def backend(clock) -> HeapKeyedStateBackend:
-    b = HeapKeyedStateBackend(M, range(M))
+@pytest.fixture(params=["hashmap", "rocksdb"])
+def backend(request, clock, tmp_path):
+    """A TTL-clocked backend of the parametrised type (both must behave alike)."""
+    if request.param == "hashmap":
+        b = HeapKeyedStateBackend(M, range(M))
+    else:
+        b = RocksDBKeyedStateBackend(M, range(M), RocksDBOptions(local_dir=str(tmp_path / "r")))
     ttl_states(b, clock)
     b.current_key = "k"
-    return b
+    yield b
+    getattr(b, "dispose", lambda: None)()
 
 
 def config(
@@ -132,7 +139,7 @@ def test_disabled_update_type_leaves_the_state_without_ttl(backend, clock):
     state.update(1)
     clock.advance(10_000)
     assert state.value() == 1
-    assert backend.table("v") == {"k": 1}
+    assert dict(backend.entries("v")) == {"k": 1}
 
 
 @pytest.mark.parametrize(
@@ -183,7 +190,7 @@ def test_value_state_expiry_for_every_update_type_and_visibility(
     expected = "a" if visibility is Visibility.ReturnExpiredIfNotCleanedUp else None
     assert state.value() == expected  # expired: returned at most once, and cleaned up
     assert state.value() is None
-    assert backend.table("v") == {}
+    assert dict(backend.entries("v")) == {}
 
 
 def test_a_write_refreshes_the_timestamp(backend, clock):
@@ -220,7 +227,7 @@ def test_keys_expire_independently(backend, clock):
 
 def test_the_backend_stores_values_with_their_last_access_timestamp(backend, clock):
     backend.get_state(with_ttl(ValueStateDescriptor("v"))).update("a")
-    assert backend.table("v") == {"k": TtlValue("a", clock.now)}
+    assert dict(backend.entries("v")) == {"k": TtlValue("a", clock.now)}
 
 
 # list / map / reducing / aggregating -----------------------------------------------------------
@@ -232,10 +239,10 @@ def test_list_elements_expire_one_by_one(backend, clock):
     assert state.get() == [1, 2, 3]
     clock.advance(TTL_MS // 2)
     assert state.get() == [2, 3]
-    assert [e.value for e in backend.table("l")["k"]] == [2, 3]  # cleaned up on read
+    assert [e.value for e in dict(backend.entries("l"))["k"]] == [2, 3]  # cleaned up on read
     clock.advance(TTL_MS // 2)
     assert state.get() == []
-    assert "k" not in backend.table("l")
+    assert "k" not in dict(backend.entries("l"))
 
 
 def test_list_update_restamps_every_element(backend, clock):
@@ -280,12 +287,12 @@ def test_map_entries_expire_one_by_one(backend, clock):
     assert sorted(state.items()) == [("b", 2), ("c", 3)]
     assert sorted(state.keys()) == ["b", "c"] and sorted(state.values()) == [2, 3]
     assert sorted(state) == ["b", "c"]
-    assert set(backend.table("m")["k"]) == {"b", "c"}
+    assert set(dict(backend.entries("m"))["k"]) == {"b", "c"}
     state.remove("b")
     assert not state.is_empty()
     clock.advance(TTL_MS // 2)
     assert state.is_empty()
-    assert "k" not in backend.table("m")
+    assert "k" not in dict(backend.entries("m"))
 
 
 def test_map_get_refreshes_an_entry_on_read_and_write(backend, clock):
@@ -319,7 +326,7 @@ def test_reducing_state_restarts_from_the_next_value_after_expiry(backend, clock
     assert state.get() == 10
     clock.advance(TTL_MS)
     assert state.get() is None
-    assert backend.table("r") == {}
+    assert dict(backend.entries("r")) == {}
 
 
 def test_reducing_state_read_refreshes_on_read_and_write(backend, clock):
@@ -344,7 +351,7 @@ def test_aggregating_state_restarts_its_accumulator_after_expiry(backend, clock)
     assert state.get() == 10
     clock.advance(TTL_MS)
     assert state.get() is None
-    assert backend.table("a") == {}
+    assert dict(backend.entries("a")) == {}
 
 
 @pytest.mark.parametrize("visibility", list(Visibility))
@@ -365,7 +372,7 @@ def test_clear_removes_the_current_key(backend):
     state = backend.get_state(with_ttl(ValueStateDescriptor("v")))
     state.update(1)
     state.clear()
-    assert state.value() is None and backend.table("v") == {}
+    assert state.value() is None and dict(backend.entries("v")) == {}
 
 
 # registration ----------------------------------------------------------------------------------

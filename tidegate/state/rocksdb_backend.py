@@ -42,6 +42,7 @@ from tidegate.state.snapshot_format import (
     KeyGroupData,
     describe_key_groups,
 )
+from tidegate.state.ttl.factory import snapshot_transformers, ttl_aware
 
 if TYPE_CHECKING:
     from tidegate.state.descriptors import (
@@ -130,15 +131,19 @@ class RocksDBKeyedStateBackend:
         return prefix
 
     # states ------------------------------------------------------------------------------------
+    @ttl_aware
     def get_state(self, state_descriptor: ValueStateDescriptor) -> RocksDBValueState:
         return self._register(state_descriptor.name, StateKind.VALUE, RocksDBValueState)
 
+    @ttl_aware
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> RocksDBListState:
         return self._register(state_descriptor.name, StateKind.LIST, RocksDBListState)
 
+    @ttl_aware
     def get_map_state(self, state_descriptor: MapStateDescriptor) -> RocksDBMapState:
         return self._register(state_descriptor.name, StateKind.MAP, RocksDBMapState)
 
+    @ttl_aware
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> RocksDBReducingState:
         function = state_descriptor.reduce_function
         reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
@@ -146,6 +151,7 @@ class RocksDBKeyedStateBackend:
             state_descriptor.name, StateKind.REDUCING, RocksDBReducingState, reduce
         )
 
+    @ttl_aware
     def get_aggregating_state(
         self, state_descriptor: AggregatingStateDescriptor
     ) -> RocksDBAggregatingState:
@@ -198,6 +204,7 @@ class RocksDBKeyedStateBackend:
             {name: kind.value for name, kind in self._kinds.items()},
             path,
             self.options,
+            snapshot_transformers(self),  # state TTL: cleanup in full snapshot
         )
 
     def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from tidegate.state import rocksdb_codec as codec
@@ -26,6 +26,7 @@ from tidegate.state.snapshot_format import (
     KeyGroupData,
     StateFileIndex,
     describe_key_groups,
+    transform_entries,
     write_state_file,
 )
 
@@ -73,8 +74,11 @@ class RocksDBKeyedStateSnapshot:
         kinds: dict[str, str],
         path: str,
         options: RocksDBOptions,
+        transformers: Mapping[str, Callable[[Any], Any]] | None = None,
     ) -> None:
         self.max_parallelism = max_parallelism
+        #: state name -> transform of its stored values (state TTL's cleanup in full snapshot)
+        self.transformers = dict(transformers or {})
         self.key_group_range = key_group_range
         self.path = path
         self.options = options
@@ -118,12 +122,19 @@ class RocksDBKeyedStateSnapshot:
             data: KeyGroupData = {}
             for name in [n for n, head in heads.items() if head[0] == kg]:
                 kind, stream = iterators[name]
-                data[name] = (kind, heads[name][1])
+                entries = heads[name][1]
+                transform = self.transformers.get(name)
+                if transform is not None:
+                    entries = dict(transform_entries(entries, transform))
+                if entries:
+                    data[name] = (kind, entries)
                 following = next(stream, None)
                 if following is None:
                     del heads[name]
                 else:
                     heads[name] = following
+            if not data:  # every entry of this key group expired
+                continue
             if kg not in self.key_group_range:
                 name, (_, entries) = next(iter(data.items()))
                 raise RuntimeError(
