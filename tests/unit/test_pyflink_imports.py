@@ -61,7 +61,7 @@ PYFLINK_PATHS = {
     ],
     "tidegate.datastream.checkpoint_config": ["CheckpointConfig", "ExternalizedCheckpointCleanup"],
     "tidegate.datastream.checkpointing_mode": ["CheckpointingMode"],
-    "tidegate.datastream.state_backend": ["HashMapStateBackend"],
+    "tidegate.datastream.state_backend": ["EmbeddedRocksDBStateBackend", "HashMapStateBackend"],
     "tidegate.datastream.checkpoint_storage": ["FileSystemCheckpointStorage"],
     "tidegate.datastream.connectors.file_system": [
         "FileSink",

@@ -45,6 +45,15 @@ STATE_SAVEPOINTS_DIR = "state.savepoints.dir"
 #: restore from it when intact ("true"/"false", default false), and where (Flink's keys)
 LOCAL_RECOVERY = "state.backend.local-recovery"
 LOCAL_RECOVERY_DIRS = "taskmanager.state.local.root-dirs"
+#: the state backend when the job does not set one: "hashmap" (default) or "rocksdb"
+STATE_BACKEND_TYPE = "state.backend.type"
+#: rocksdb backend: where instance directories live (default: the system temp dir)
+ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
+#: rocksdb backend memory per worker process: block cache (default 64mb), one memtable's size
+#: (16mb) and memtables per column family (2; size x count also bounds all memtables)
+ROCKSDB_BLOCK_CACHE_SIZE = "state.backend.rocksdb.block-cache-size"
+ROCKSDB_WRITEBUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
+ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
 
 
 class Configuration:

@@ -29,7 +29,7 @@ from tidegate.datastream.functions import (
     ReduceFunction,
     RuntimeContext,
 )
-from tidegate.datastream.state_backend import HashMapStateBackend
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointingMode",
     "DataStream",
     "DataStreamSink",
+    "EmbeddedRocksDBStateBackend",
     "ExternalizedCheckpointCleanup",
     "ExternalizedCheckpointRetention",
     "FileSystemCheckpointStorage",

@@ -1,11 +1,153 @@
-"""State backends (PyFlink's names): where working state lives while the job runs."""
+"""State backends (PyFlink's names): where working state lives while the job runs.
+
+A backend object is chosen with `env.set_state_backend(...)` or the `state.backend.type`
+configuration key, travels with the job to the workers, and creates each keyed operator
+subtask's keyed state backend there (`create_keyed_state_backend`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidegate.common.configuration import (
+    ROCKSDB_BLOCK_CACHE_SIZE,
+    ROCKSDB_LOCALDIR,
+    ROCKSDB_WRITEBUFFER_COUNT,
+    ROCKSDB_WRITEBUFFER_SIZE,
+    STATE_BACKEND_TYPE,
+    Configuration,
+)
+from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.rocksdb_instance import RocksDBOptions, parse_memory_size
 
 
 @dataclass(frozen=True)
 class HashMapStateBackend:
     """Keyed state in Python dicts on the heap of each worker; snapshots are written per key
     group to the checkpoint storage. Fast; state must fit in memory."""
+
+    def create_keyed_state_backend(
+        self, max_parallelism: int, key_group_range: range, **_scope: Any
+    ) -> HeapKeyedStateBackend:
+        return HeapKeyedStateBackend(max_parallelism, key_group_range)
+
+
+@dataclass(frozen=True)
+class EmbeddedRocksDBStateBackend:
+    """Keyed state in an embedded RocksDB instance per keyed operator subtask, on the worker's
+    local disk: state may be far larger than memory. Reads and writes (de)serialize values, so
+    it is slower than `HashMapStateBackend`. Checkpoints and savepoints have the same canonical
+    per-key-group format as the hashmap backend's: either backend restores the other's.
+
+    Memory settings left None come from the configuration (`state.backend.rocksdb.*`), then
+    the defaults (docs/configuration.md). Sizes are bytes or strings such as "64mb".
+    """
+
+    enable_incremental_checkpointing: bool = False
+    #: LRU block cache per worker process, shared by its RocksDB instances (default 64mb)
+    block_cache_size: int | str | None = None
+    #: size of one memtable (default 16mb)
+    write_buffer_size: int | str | None = None
+    #: memtables per column family (default 2)
+    write_buffer_count: int | None = None
+    #: where instance directories are created on each worker (default: the system temp dir)
+    local_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        self.rocksdb_options()  # bad sizes fail here, when the job is built
+
+    def is_incremental_checkpoints_enabled(self) -> bool:
+        return self.enable_incremental_checkpointing
+
+    def with_configuration(self, configuration: Configuration) -> EmbeddedRocksDBStateBackend:
+        """This backend with the settings it leaves None taken from `configuration`."""
+        keys = {
+            "block_cache_size": ROCKSDB_BLOCK_CACHE_SIZE,
+            "write_buffer_size": ROCKSDB_WRITEBUFFER_SIZE,
+            "write_buffer_count": ROCKSDB_WRITEBUFFER_COUNT,
+            "local_dir": ROCKSDB_LOCALDIR,
+        }
+        changes = {
+            name: configuration.get_string(key)
+            for name, key in keys.items()
+            if getattr(self, name) is None and configuration.get_string(key) is not None
+        }
+        return replace(self, **changes) if changes else self
+
+    def rocksdb_options(self) -> RocksDBOptions:
+        defaults = RocksDBOptions()
+        count = self.write_buffer_count
+        try:
+            count = defaults.write_buffer_count if count is None else int(count)
+        except ValueError:
+            raise ValueError(
+                f"{ROCKSDB_WRITEBUFFER_COUNT} must be an integer, got {count!r}"
+            ) from None
+        return RocksDBOptions(
+            local_dir=self.local_dir,
+            block_cache_size=_size(
+                ROCKSDB_BLOCK_CACHE_SIZE, self.block_cache_size, defaults.block_cache_size
+            ),
+            write_buffer_size=_size(
+                ROCKSDB_WRITEBUFFER_SIZE, self.write_buffer_size, defaults.write_buffer_size
+            ),
+            write_buffer_count=count,
+        )
+
+    def create_keyed_state_backend(
+        self,
+        max_parallelism: int,
+        key_group_range: range,
+        *,
+        job_id: str = "",
+        operator_uid: str = "keyed",
+        subtask: int = 0,
+        attempt: int = 0,
+    ) -> Any:
+        from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
+
+        return RocksDBKeyedStateBackend(
+            max_parallelism,
+            key_group_range,
+            self.rocksdb_options(),
+            job_id=job_id,
+            operator_uid=operator_uid,
+            subtask=subtask,
+            attempt=attempt,
+        )
+
+
+def _size(key: str, value: int | str | None, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return value
+    return parse_memory_size(key, value)
+
+
+_BY_TYPE = {"hashmap": HashMapStateBackend, "rocksdb": EmbeddedRocksDBStateBackend}
+STATE_BACKENDS = tuple(_BY_TYPE.values())
+
+
+def resolve_state_backend(backend: Any, configuration: Configuration) -> Any:
+    """The job's backend: the one set on the environment, else `state.backend.type`'s; a
+    rocksdb backend takes the memory settings it leaves None from the configuration."""
+    if backend is None:
+        name = (configuration.get_string(STATE_BACKEND_TYPE) or "hashmap").strip().lower()
+        if name not in _BY_TYPE:
+            raise ValueError(
+                f"unknown state backend {name!r} in {STATE_BACKEND_TYPE}: use 'hashmap' (the "
+                "default) or 'rocksdb'"
+            )
+        backend = _BY_TYPE[name]()
+    if isinstance(backend, EmbeddedRocksDBStateBackend):
+        backend = backend.with_configuration(configuration)
+    return backend
+
+
+__all__ = [
+    "EmbeddedRocksDBStateBackend",
+    "HashMapStateBackend",
+    "resolve_state_backend",
+]

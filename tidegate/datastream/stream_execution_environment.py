@@ -40,7 +40,7 @@ from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.datastream.data_stream import DataStream
-from tidegate.datastream.state_backend import HashMapStateBackend
+from tidegate.datastream.state_backend import STATE_BACKENDS, resolve_state_backend
 from tidegate.deploy.job_spec import JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
 from tidegate.graph.job_graph import build_job_graph
@@ -61,7 +61,7 @@ class StreamExecutionEnvironment:
         self._max_parallelism: int | None = None
         self._checkpoint_config = CheckpointConfig()
         self._restart_strategy = None
-        self._state_backend: Any = HashMapStateBackend()
+        self._state_backend: Any = None  # None: state.backend.type decides
         self._stream_graph = StreamGraph()
         self._spark_session = None
 
@@ -132,16 +132,16 @@ class StreamExecutionEnvironment:
         return RestartStrategies.no_restart()
 
     def set_state_backend(self, state_backend: Any) -> StreamExecutionEnvironment:
-        if not isinstance(state_backend, HashMapStateBackend):
+        if not isinstance(state_backend, STATE_BACKENDS):
             raise ValueError(
                 f"unsupported state backend {type(state_backend).__name__}; "
-                "tidegate supports HashMapStateBackend"
+                "tidegate supports HashMapStateBackend and EmbeddedRocksDBStateBackend"
             )
         self._state_backend = state_backend
         return self
 
     def get_state_backend(self):
-        return self._state_backend
+        return resolve_state_backend(self._state_backend, self._config)
 
     def set_spark_session(self, spark: Any) -> StreamExecutionEnvironment:
         """Run on this SparkSession instead of the active or an embedded local one."""
@@ -227,6 +227,7 @@ class StreamExecutionEnvironment:
                 if cfg.get_boolean(LOCAL_RECOVERY, False)
                 else None
             ),
+            state_backend=self.get_state_backend(),
         )
 
     def execute_async(self, job_name: str | None = None) -> JobClient:

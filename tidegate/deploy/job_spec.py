@@ -116,3 +116,5 @@ class JobSpec:
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     job_id: str | None = None
     spark_session: Any = field(default=None, compare=False)
+    #: HashMapStateBackend or EmbeddedRocksDBStateBackend (None: hashmap)
+    state_backend: Any = None

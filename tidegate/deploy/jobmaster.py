@@ -363,6 +363,7 @@ class JobMaster:
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,
             local_recovery_dir=self.spec.local_recovery_dir,
+            state_backend=self.spec.state_backend,
         )
         payload = runners.pack_deployment(deployment)
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731

@@ -135,6 +135,7 @@ def checkpoint_config_json(jm: Any) -> dict[str, Any]:
     """`/jobs/:id/checkpoints/config` (Flink's shape)."""
     s = jm.spec.checkpoint
     retention = s.retention.value
+    backend = jm.spec.state_backend
     return {
         "mode": "exactly_once" if s.exactly_once else "at_least_once",
         "interval": s.interval_ms if s.interval_ms is not None else -1,
@@ -145,7 +146,7 @@ def checkpoint_config_json(jm: Any) -> dict[str, Any]:
             "enabled": retention != "NO_EXTERNALIZED_CHECKPOINTS",
             "delete_on_cancellation": retention != "RETAIN_ON_CANCELLATION",
         },
-        "state_backend": "HashMapStateBackend",
+        "state_backend": type(backend).__name__ if backend is not None else "HashMapStateBackend",
         "checkpoint_storage": "FileSystemCheckpointStorage",
         "checkpoint_storage_path": s.storage,
         "unaligned_checkpoints": s.unaligned,

@@ -29,3 +29,5 @@ class Deployment:
     generation: int | None = None
     #: task-local recovery: the local root directory of checkpoint copies (None: disabled)
     local_recovery_dir: str | None = None
+    #: creates keyed state backends on the workers (datastream.state_backend; None: hashmap)
+    state_backend: Any = None

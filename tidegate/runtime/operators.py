@@ -31,6 +31,9 @@ class OperatorRuntime:
     is_restored: bool = False
     #: task-local copies of checkpoints (LocalStateStore), if local recovery is enabled
     local_state: Any = None
+    #: creates the keyed state backend (datastream.state_backend; None: hashmap)
+    state_backend: Any = None
+    job_id: str = ""
 
 
 @dataclass
@@ -39,6 +42,20 @@ class OperatorSnapshot:
 
     keyed: Any | None
     operator: dict | None
+
+
+def create_keyed_backend(runtime: OperatorRuntime, uid: str, key_group_range: range) -> Any:
+    """The keyed state backend the job configured (hashmap when none is)."""
+    if runtime.state_backend is None:
+        return HeapKeyedStateBackend(runtime.max_parallelism, key_group_range)
+    return runtime.state_backend.create_keyed_state_backend(
+        runtime.max_parallelism,
+        key_group_range,
+        job_id=runtime.job_id,
+        operator_uid=uid,
+        subtask=runtime.subtask_index,
+        attempt=runtime.attempt,
+    )
 
 
 class StreamOperator:
@@ -52,7 +69,7 @@ class StreamOperator:
         self.uid = uid
         self.name = name
         self.outputs: list[Any] = []
-        self.keyed_backend: HeapKeyedStateBackend | None = None
+        self.keyed_backend: Any = None
         self.operator_state = OperatorStateBackend()
         self.ctx: OperatorRuntime
         #: keyed-state files read on restore: (from task-local copies, from checkpoint storage)
@@ -66,7 +83,7 @@ class StreamOperator:
             kg_range = key_group_range(
                 runtime.subtask_index, runtime.parallelism, runtime.max_parallelism
             )
-            self.keyed_backend = HeapKeyedStateBackend(runtime.max_parallelism, kg_range)
+            self.keyed_backend = create_keyed_backend(runtime, self.uid, kg_range)
         if restored is not None:
             if self.keyed_backend is not None:
                 self.restored_files = restored.restore_keyed(
@@ -94,8 +111,12 @@ class StreamOperator:
         """End of input: flush whatever is buffered (nothing for most operators)."""
 
     def close(self) -> None:
-        if hasattr(self.function, "close"):
-            self.function.close()
+        try:
+            if hasattr(self.function, "close"):
+                self.function.close()
+        finally:
+            if hasattr(self.keyed_backend, "dispose"):  # rocksdb: close it, delete its files
+                self.keyed_backend.dispose()
 
     # checkpoints ----------------------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:

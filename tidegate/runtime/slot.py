@@ -135,6 +135,8 @@ def run_slot(deployment: Deployment, slot: int) -> None:
                     batch_size=deployment.batch_size,
                     buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
                     local_state=local_state,
+                    state_backend=deployment.state_backend,
+                    job_id=deployment.job_id,
                 )
             )
         # Step 4

@@ -85,6 +85,8 @@ class StreamTask:
         batch_size: int,
         buffer_timeout_s: float,
         local_state: LocalStateStore | None = None,
+        state_backend: Any = None,
+        job_id: str = "",
     ) -> None:
         self.vertex = vertex
         self.subtask = subtask
@@ -133,6 +135,8 @@ class StreamTask:
             attempt,
             is_restored or bool(restored),
             local_state,
+            state_backend=state_backend,
+            job_id=job_id,
         )
         restored = restored or {}
         for op in self.ops:

@@ -349,6 +349,18 @@ class HeapKeyedStateBackend:
             raise KeyError(f"state {name!r} is not registered; call get_state() first")
         return self._tables[name]
 
+    def entries(self, name: str) -> Iterator[tuple[Any, Any]]:
+        """(key, value) of every key of state `name`, registered or restored (any order).
+
+        For restoring what lives in keyed state (e.g. timers). Lists and dicts of list and map
+        state are copies; the entries are taken when called, so changing the state meanwhile
+        is safe.
+        """
+        table = self._tables.get(name, {})
+        if self._kinds.get(name) in _CONTAINER_KINDS:
+            return iter([(key, value.copy()) for key, value in table.items()])
+        return iter(list(table.items()))
+
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
 

@@ -1,4 +1,5 @@
-"""HeapKeyedStateBackend: state semantics per kind, snapshot isolation, restore and rescale."""
+"""Keyed state backends (hashmap and rocksdb, the same suite for both): state semantics per kind,
+snapshot isolation, restore and rescale. Tests of one backend's internals say so in their name."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from tidegate.datastream.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.state.heap import HeapKeyedStateBackend, NoKeyContextError
 from tidegate.state.keygroups import KeyGroupAssigner, key_group_range
+from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.snapshot_format import CorruptStateError, read_key_groups
 
 M = 128
@@ -39,12 +43,47 @@ def in_place_sum(a: list, b: list) -> list:
     return a
 
 
+@pytest.fixture(params=["hashmap", "rocksdb"])
+def backend_type(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def backend() -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(M, range(M))
+def make_backend(backend_type, tmp_path):
+    """Creates backends of the parametrised type; rocksdb ones are disposed after the test."""
+    created: list = []
+
+    def make(max_parallelism: int = M, key_groups: range = range(M)):
+        if backend_type == "hashmap":
+            backend = HeapKeyedStateBackend(max_parallelism, key_groups)
+        else:
+            options = RocksDBOptions(local_dir=str(tmp_path / "rocksdb"))
+            backend = RocksDBKeyedStateBackend(
+                max_parallelism, key_groups, options, operator_uid=f"op{len(created)}"
+            )
+        created.append(backend)
+        return backend
+
+    yield make
+    for backend in created:
+        if hasattr(backend, "dispose"):
+            backend.dispose()
 
 
-def contents(backend: HeapKeyedStateBackend, tmp_path, name: str = "snap") -> dict:
+@pytest.fixture
+def backend(make_backend):
+    return make_backend()
+
+
+@pytest.fixture
+def state_backend(backend_type, tmp_path):
+    """The user-facing backend object of the parametrised type (what a job configures)."""
+    if backend_type == "hashmap":
+        return HashMapStateBackend()
+    return EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
+
+
+def contents(backend, tmp_path, name: str = "snap") -> dict:
     """Write a snapshot to a real file and read it back: {state: {key: value}}."""
     path = tmp_path / f"{name}.state"
     with path.open("wb") as f:
@@ -180,14 +219,14 @@ def test_registering_a_name_again_with_another_kind_is_an_error(backend):
         backend.get_list_state(ListStateDescriptor("count"))
 
 
-def test_registering_a_restored_name_with_another_kind_is_an_error(backend, tmp_path):
+def test_registering_a_restored_name_with_another_kind_is_an_error(backend, make_backend, tmp_path):
     backend.get_state(ValueStateDescriptor("count"))
     backend.current_key = "k"
     backend.get_state(ValueStateDescriptor("count")).update(1)
     path = tmp_path / "s.state"
     with path.open("wb") as f:
         index = backend.snapshot().write(f)
-    restored = HeapKeyedStateBackend(M, range(M))
+    restored = make_backend()
     with path.open("rb") as f:
         restored.restore(read_key_groups(f, index, range(M)))
     with pytest.raises(ValueError, match=r"'count' is restored as value state .* map state"):
@@ -230,7 +269,8 @@ def test_changes_after_snapshot_do_not_appear_in_what_it_writes(backend, tmp_pat
     assert (total.get(), average.get()) == ([1, 2], 2)
 
 
-def test_copy_on_write_applies_again_after_each_snapshot(backend, tmp_path):
+def test_heap_copy_on_write_applies_again_after_each_snapshot(tmp_path):
+    backend = HeapKeyedStateBackend(M, range(M))
     average = backend.get_aggregating_state(AggregatingStateDescriptor("a", MutatingAverage()))
     backend.current_key = "k"
     average.add(1)
@@ -244,7 +284,7 @@ def test_copy_on_write_applies_again_after_each_snapshot(backend, tmp_path):
     assert average.get() == 1
 
 
-def test_a_snapshot_round_trips_through_a_state_file(backend, tmp_path):
+def test_a_snapshot_round_trips_through_a_state_file(backend, make_backend, tmp_path):
     value = backend.get_state(ValueStateDescriptor("v"))
     events = backend.get_list_state(ListStateDescriptor("l"))
     keys = [f"user-{i}" for i in range(500)] + list(range(500)) + [("t", 1), b"raw", 2.5]
@@ -256,7 +296,7 @@ def test_a_snapshot_round_trips_through_a_state_file(backend, tmp_path):
     with path.open("wb") as f:
         index = backend.snapshot().write(f)
 
-    restored = HeapKeyedStateBackend(M, range(M))
+    restored = make_backend()
     with path.open("rb") as f:
         restored.restore(read_key_groups(f, index, restored.key_group_range))
     value2 = restored.get_state(ValueStateDescriptor("v"))
@@ -269,12 +309,14 @@ def test_a_snapshot_round_trips_through_a_state_file(backend, tmp_path):
     assert index.max_parallelism == M
 
 
-def test_rescaling_from_two_to_three_subtasks_gives_each_exactly_its_key_groups(tmp_path):
+def test_rescaling_from_two_to_three_subtasks_gives_each_exactly_its_key_groups(
+    make_backend, tmp_path
+):
     assigner = KeyGroupAssigner(M)
     original = {f"key-{i}": i for i in range(3000)}
     files = []
     for i in range(2):  # Step 1: two old subtasks, each with the keys of its own key groups
-        old = HeapKeyedStateBackend(M, key_group_range(i, 2, M))
+        old = make_backend(M, key_group_range(i, 2, M))
         state = old.get_state(ValueStateDescriptor("v"))
         for key, value in original.items():
             if assigner.key_group(key) in old.key_group_range:
@@ -286,12 +328,12 @@ def test_rescaling_from_two_to_three_subtasks_gives_each_exactly_its_key_groups(
 
     union: dict = {}
     for j in range(3):  # Step 2: three new subtasks, each reading both old files
-        new = HeapKeyedStateBackend(M, key_group_range(j, 3, M))
+        new = make_backend(M, key_group_range(j, 3, M))
         for path, index in files:
             with path.open("rb") as f:
                 new.restore(read_key_groups(f, index, new.key_group_range))
         new.get_state(ValueStateDescriptor("v"))
-        restored = dict(new.table("v"))
+        restored = dict(new.entries("v"))
         owned = new.key_group_range
         expected = {k: v for k, v in original.items() if assigner.key_group(k) in owned}
         assert restored == expected
@@ -300,7 +342,7 @@ def test_rescaling_from_two_to_three_subtasks_gives_each_exactly_its_key_groups(
     assert union == original
 
 
-def test_restore_rejects_key_groups_outside_the_backend_range(tmp_path, backend):
+def test_restore_rejects_key_groups_outside_the_backend_range(tmp_path, backend, make_backend):
     backend.get_state(ValueStateDescriptor("v"))
     for key in range(200):
         backend.current_key = key
@@ -308,43 +350,44 @@ def test_restore_rejects_key_groups_outside_the_backend_range(tmp_path, backend)
     path = tmp_path / "s.state"
     with path.open("wb") as f:
         index = backend.snapshot().write(f)
-    narrow = HeapKeyedStateBackend(M, range(0, 64))
+    narrow = make_backend(M, range(0, 64))
     with path.open("rb") as f, pytest.raises(ValueError, match=r"outside .* \[0, 63\]"):
         narrow.restore(read_key_groups(f, index, range(M)))
 
 
-def test_restoring_the_same_key_group_twice_is_an_error(tmp_path, backend):
+def test_restoring_the_same_key_group_twice_is_an_error(tmp_path, backend, make_backend):
     backend.current_key = "k"
     backend.get_state(ValueStateDescriptor("v")).update(1)
     path = tmp_path / "s.state"
     with path.open("wb") as f:
         index = backend.snapshot().write(f)
-    restored = HeapKeyedStateBackend(M, range(M))
+    restored = make_backend()
     with path.open("rb") as f:
         restored.restore(read_key_groups(f, index, range(M)))
         with pytest.raises(ValueError, match="restored twice"):
             restored.restore(read_key_groups(f, index, range(M)))
 
 
-def test_a_key_stored_under_the_wrong_key_group_does_not_load():
+def test_a_key_stored_under_the_wrong_key_group_does_not_load(make_backend):
     key = "k"
     wrong = (KeyGroupAssigner(M).key_group(key) + 1) % M
-    backend = HeapKeyedStateBackend(M, range(M))
+    backend = make_backend()
     with pytest.raises(CorruptStateError, match=f"'k' belongs to key group .* {M}"):
         backend.restore([(wrong, {"v": ("value", {key: 1})})])
 
 
-def test_a_snapshot_with_a_key_routed_to_the_wrong_subtask_fails_to_write(tmp_path):
+def test_a_snapshot_with_a_key_routed_to_the_wrong_subtask_fails_to_write(make_backend, tmp_path):
     assigner = KeyGroupAssigner(M)
     key = next(k for k in range(1000) if assigner.key_group(k) >= 64)
-    backend = HeapKeyedStateBackend(M, range(0, 64))
+    backend = make_backend(M, range(0, 64))
     backend.current_key = key
     backend.get_state(ValueStateDescriptor("v")).update(1)
     with (tmp_path / "s.state").open("wb") as f, pytest.raises(RuntimeError, match="wrong subtask"):
         backend.snapshot().write(f)
 
 
-def test_table_gives_the_live_dict_of_a_registered_state(backend):
+def test_heap_table_gives_the_live_dict_of_a_registered_state():
+    backend = HeapKeyedStateBackend(M, range(M))
     state = backend.get_state(ValueStateDescriptor("v"))
     backend.table("v")["k"] = 5
     backend.current_key = "k"
@@ -353,12 +396,14 @@ def test_table_gives_the_live_dict_of_a_registered_state(backend):
         backend.table("missing")
 
 
-def test_a_key_group_range_outside_max_parallelism_is_rejected():
+def test_a_key_group_range_outside_max_parallelism_is_rejected(make_backend):
     with pytest.raises(ValueError, match="key_group_range"):
-        HeapKeyedStateBackend(128, range(64, 129))
+        make_backend(128, range(64, 129))
 
 
-def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snapshot():
+def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snapshot(
+    state_backend,
+):
     from tidegate.runtime.operators import KeyedReduceOperator, OperatorRuntime
 
     def append(acc, value):  # changes its first argument in place
@@ -373,7 +418,7 @@ def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snaps
 
     op = KeyedReduceOperator(None, append, lambda r: r[0])
     op.outputs = [Collect()]
-    op.initialize_state(OperatorRuntime(0, 1, 128, 0), None)
+    op.initialize_state(OperatorRuntime(0, 1, 128, 0, state_backend=state_backend), None)
     op.open()
     op.process_batch([["k", 1], ["k", 2]])
     snapshot = op.snapshot_state(1, 0)
@@ -381,9 +426,10 @@ def test_a_keyed_reduce_that_mutates_its_accumulator_cannot_change_a_taken_snaps
     ((_kg, data),) = list(snapshot.keyed.key_groups())
     assert data["__reduce__"][1] == {"k": ["k", 1, 2]}
     assert emitted[-1] == ["k", 1, 2, 3]
+    op.close()
 
 
-def test_values_are_copied_on_write_only_while_a_snapshot_is_held():
+def test_heap_values_are_copied_on_write_only_while_a_snapshot_is_held():
     import gc
 
     from tidegate.state.descriptors import ReducingStateDescriptor

@@ -1,0 +1,305 @@
+"""The rocksdb keyed state backend's own properties: key layout, column families, snapshots from
+hard-linked checkpoints, state larger than its memory, instance directories, configuration.
+(The state semantics it shares with the hashmap backend are tested in test_keyed_state.py.)"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+import rocksdict
+
+from tidegate.common.configuration import Configuration
+from tidegate.datastream import StreamExecutionEnvironment
+from tidegate.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
+from tidegate.datastream.state_backend import (
+    EmbeddedRocksDBStateBackend,
+    HashMapStateBackend,
+    resolve_state_backend,
+)
+from tidegate.state import rocksdb_codec as codec
+from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from tidegate.state.rocksdb_instance import MIB, RocksDBOptions, parse_memory_size
+from tidegate.state.snapshot_format import read_key_groups
+
+M = 128
+
+
+@pytest.fixture
+def options(tmp_path) -> RocksDBOptions:
+    return RocksDBOptions(local_dir=str(tmp_path / "local"))
+
+
+@pytest.fixture
+def backend(options):
+    backend = RocksDBKeyedStateBackend(M, range(M), options)
+    yield backend
+    backend.dispose()
+
+
+def write_snapshot(snapshot) -> tuple[io.BytesIO, object]:
+    out = io.BytesIO()
+    index = snapshot.write(out)
+    out.seek(0)
+    return out, index
+
+
+def raw_keys(backend: RocksDBKeyedStateBackend, name: str) -> list[bytes]:
+    return list(backend._column_family(name).keys())
+
+
+def test_stored_keys_start_with_their_key_group_so_they_are_sorted_by_key_group(backend):
+    state = backend.get_state(ValueStateDescriptor("v"))
+    assigner = KeyGroupAssigner(M)
+    keys = [f"user-{i}" for i in range(2000)] + list(range(2000))
+    for key in keys:
+        backend.current_key = key
+        state.update(1)
+    stored = raw_keys(backend, "v")
+    groups = [codec.key_group_of(raw) for raw in stored]
+    assert len(stored) == len(keys)
+    assert groups == sorted(groups)
+    assert sorted(groups) == sorted(assigner.key_group(k) for k in keys)
+
+
+def test_a_key_group_range_is_one_contiguous_run_that_deletes_as_a_range(backend):
+    state = backend.get_state(ValueStateDescriptor("v"))
+    assigner = KeyGroupAssigner(M)
+    for key in range(5000):
+        backend.current_key = key
+        state.update(key)
+    cf = backend._column_family("v")
+    begin, end = codec.key_group_bound(40), codec.key_group_bound(60)
+    scanned = [raw for raw in cf.keys(from_key=begin) if raw < end]
+    expected = {k for k in range(5000) if 40 <= assigner.key_group(k) < 60}
+    assert len(scanned) == len(expected)
+    assert all(40 <= codec.key_group_of(raw) < 60 for raw in scanned)
+    cf.delete_range(begin, end)
+    assert {k for k, _ in backend.entries("v")} == set(range(5000)) - expected
+
+
+def test_equal_keys_of_different_types_are_one_key(backend):
+    state = backend.get_state(ValueStateDescriptor("v"))
+    backend.current_key = 1
+    state.update("one")
+    backend.current_key = 1.0
+    assert state.value() == "one"
+    backend.current_key = True
+    state.update("true")
+    assert len(raw_keys(backend, "v")) == 1
+
+
+def test_every_state_has_its_own_column_family(backend):
+    value = backend.get_state(ValueStateDescriptor("v"))
+    events = backend.get_list_state(ListStateDescriptor("l"))
+    index = backend.get_map_state(MapStateDescriptor("m"))
+    backend.current_key = "k"
+    value.update("value")
+    events.add("event")
+    index.put("x", "entry")
+    db_path = os.path.join(backend.instance.path, "db")
+    families = rocksdict.Rdict.list_cf(db_path, rocksdict.Options(raw_mode=True))
+    assert sorted(families) == ["default", "state:l", "state:m", "state:v"]
+    assert (value.value(), events.get(), index.items()) == ("value", ["event"], [("x", "entry")])
+    assert list(backend.instance.db.keys()) == []  # nothing in the default column family
+
+
+def test_map_entries_of_a_key_are_contiguous_and_clear_removes_only_them(backend):
+    state = backend.get_map_state(MapStateDescriptor("m"))
+    for key in ["a", "ab", "b", ("a",), 7]:  # "a" is a prefix of "ab" in the key encoding
+        backend.current_key = key
+        state.put_all({i: f"{key}-{i}" for i in range(10)})
+    backend.current_key = "a"
+    assert sorted(state.keys()) == list(range(10))
+    state.clear()
+    assert state.is_empty()
+    remaining = dict(backend.entries("m"))
+    assert sorted(map(repr, remaining)) == sorted(map(repr, ["ab", "b", ("a",), 7]))
+    assert remaining["ab"] == {i: f"ab-{i}" for i in range(10)}
+
+
+def test_writes_after_the_synchronous_phase_are_not_in_the_snapshot(backend):
+    value = backend.get_state(ValueStateDescriptor("v"))
+    events = backend.get_list_state(ListStateDescriptor("l"))
+    for key in range(100):
+        backend.current_key = key
+        value.update(key)
+        events.add(key)
+    snapshot = backend.snapshot()
+    for key in range(100):  # overwrite, clear, add keys and a new state after the sync phase
+        backend.current_key = key
+        value.update(-1)
+        events.clear()
+    backend.current_key = "late"
+    value.update("late")
+    backend.get_state(ValueStateDescriptor("registered later")).update(1)
+    out, index = write_snapshot(snapshot)
+    written: dict = {}
+    for _, data in read_key_groups(out, index, range(M)):
+        for name, (_, entries) in data.items():
+            written.setdefault(name, {}).update(entries)
+    assert written == {"v": {k: k for k in range(100)}, "l": {k: [k] for k in range(100)}}
+    assert index.state_kinds == {"v": "value", "l": "list"}
+
+
+def test_a_snapshot_deletes_its_checkpoint_directory_when_written_or_dropped(backend):
+    backend.current_key = "k"
+    backend.get_state(ValueStateDescriptor("v")).update(1)
+    written = backend.snapshot()
+    assert os.path.isdir(written.path)
+    write_snapshot(written)
+    assert not os.path.exists(written.path)
+    dropped = backend.snapshot()
+    path = dropped.path
+    assert os.path.isdir(path)
+    del dropped  # an aborted checkpoint's snapshot, never written
+    assert not os.path.exists(path)
+
+
+def test_state_larger_than_the_block_cache_and_write_buffers_works(tmp_path):
+    n = 1_000_000
+    tiny = RocksDBOptions(
+        local_dir=str(tmp_path), block_cache_size=1 * MIB, write_buffer_size=1 * MIB
+    )
+    backend = RocksDBKeyedStateBackend(M, range(M), tiny)
+    try:
+        state = backend.get_state(ValueStateDescriptor("v"))
+        for key in range(n):
+            backend.current_key = key
+            state.update(key * 2)
+        for key in range(0, n, 997):
+            backend.current_key = key
+            assert state.value() == key * 2
+        on_disk = sum(
+            os.path.getsize(os.path.join(root, f))
+            for root, _, files in os.walk(backend.instance.path)
+            for f in files
+            if f.endswith(".sst")
+        )
+        assert on_disk > 4 * MIB  # the state is on disk, not in the 2 MiB of memory given
+        out, index = write_snapshot(backend.snapshot())
+        count = total = 0
+        for _, data in read_key_groups(out, index, range(M)):
+            entries = data["v"][1]
+            count += len(entries)
+            total += sum(entries.values())
+        assert (count, total) == (n, n * (n - 1))
+    finally:
+        backend.dispose()
+
+
+def test_hashmap_and_rocksdb_restore_each_others_snapshots(backend, options):
+    heap = HeapKeyedStateBackend(M, range(M))
+    for source in (heap, backend):
+        value = source.get_state(ValueStateDescriptor("v"))
+        index = source.get_map_state(MapStateDescriptor("m"))
+        for key in [*range(300), "x", ("t", 1)]:
+            source.current_key = key
+            value.update(str(key))
+            index.put_all({"a": key, "b": [key]})
+    into_rocksdb = RocksDBKeyedStateBackend(M, range(M), options, operator_uid="other")
+    into_heap = HeapKeyedStateBackend(M, range(M))
+    try:
+        for source, target in ((heap, into_rocksdb), (backend, into_heap)):
+            out, index = write_snapshot(source.snapshot())
+            target.restore(read_key_groups(out, index, range(M)))
+            target.get_state(ValueStateDescriptor("v"))
+            target.get_map_state(MapStateDescriptor("m"))
+            assert dict(target.entries("v")) == dict(source.entries("v"))
+            assert dict(target.entries("m")) == dict(source.entries("m"))
+    finally:
+        into_rocksdb.dispose()
+
+
+def test_dispose_closes_the_database_and_deletes_its_directory(options):
+    backend = RocksDBKeyedStateBackend(M, range(M), options, job_id="j")
+    backend.current_key = "k"
+    backend.get_state(ValueStateDescriptor("v")).update(1)
+    path = backend.instance.path
+    assert os.path.isdir(path)
+    backend.dispose()
+    assert not os.path.exists(path)
+    assert not os.path.exists(os.path.dirname(path))  # the job's directory, now empty
+
+
+def test_a_new_attempt_deletes_what_a_killed_attempt_left_behind(options):
+    old = RocksDBKeyedStateBackend(M, range(M), options, job_id="j", operator_uid="count")
+    other = RocksDBKeyedStateBackend(
+        M, range(M), options, job_id="j", operator_uid="count", subtask=1
+    )
+    old.instance.db.close()  # as if its process died: closed, never disposed
+    from tidegate.state import rocksdb_instance
+
+    rocksdb_instance._open_instances.discard(old.instance.path)
+    new = RocksDBKeyedStateBackend(
+        M, range(M), options, job_id="j", operator_uid="count", attempt=1
+    )
+    try:
+        assert not os.path.exists(old.instance.path)
+        assert os.path.isdir(other.instance.path)  # another subtask's: not touched
+    finally:
+        new.dispose()
+        other.dispose()
+
+
+def test_a_local_dir_that_cannot_hold_directories_is_a_clear_error(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(
+        OSError,
+        match=r"cannot create its instance directory .* set state\.backend\.rocksdb\.localdir",
+    ):
+        RocksDBKeyedStateBackend(M, range(M), RocksDBOptions(local_dir=str(not_a_dir)))
+
+
+def test_memory_sizes_are_read_as_flink_writes_them():
+    assert parse_memory_size("k", "67108864") == 64 * MIB
+    assert parse_memory_size("k", "64mb") == parse_memory_size("k", "64 m") == 64 * MIB
+    assert parse_memory_size("k", "1gb") == 1024 * MIB
+    assert parse_memory_size("k", "512kb") == 512 * 1024
+    with pytest.raises(ValueError, match="'k' must be a memory size"):
+        parse_memory_size("k", "lots")
+
+
+def test_state_backend_type_and_rocksdb_keys_configure_the_job():
+    conf = Configuration()
+    conf.set_string("state.backend.type", "rocksdb")
+    conf.set_string("state.backend.rocksdb.block-cache-size", "8mb")
+    conf.set_string("state.backend.rocksdb.writebuffer.size", "2mb")
+    conf.set_string("state.backend.rocksdb.writebuffer.count", "3")
+    conf.set_string("state.backend.rocksdb.localdir", "/data/rocksdb")
+    backend = StreamExecutionEnvironment(conf).get_state_backend()
+    assert isinstance(backend, EmbeddedRocksDBStateBackend)
+    assert backend.rocksdb_options() == RocksDBOptions("/data/rocksdb", 8 * MIB, 2 * MIB, 3)
+    assert isinstance(StreamExecutionEnvironment().get_state_backend(), HashMapStateBackend)
+
+
+def test_a_backend_set_on_the_environment_wins_and_keeps_its_own_settings():
+    conf = Configuration().set_string("state.backend.type", "hashmap")
+    conf.set_string("state.backend.rocksdb.block-cache-size", "8mb")
+    conf.set_string("state.backend.rocksdb.writebuffer.size", "2mb")
+    env = StreamExecutionEnvironment(conf)
+    env.set_state_backend(EmbeddedRocksDBStateBackend(True, block_cache_size="32mb"))
+    backend = env.get_state_backend()
+    assert backend.is_incremental_checkpoints_enabled()
+    assert backend.rocksdb_options().block_cache_size == 32 * MIB
+    assert backend.rocksdb_options().write_buffer_size == 2 * MIB
+
+
+def test_bad_state_backend_settings_are_clear_errors():
+    with pytest.raises(ValueError, match=r"unknown state backend 'rocks'.*'hashmap'.*'rocksdb'"):
+        resolve_state_backend(None, Configuration().set_string("state.backend.type", "rocks"))
+    bad_size = Configuration().set_string("state.backend.rocksdb.writebuffer.size", "big")
+    with pytest.raises(ValueError, match=r"writebuffer\.size' must be a memory size"):
+        resolve_state_backend(EmbeddedRocksDBStateBackend(), bad_size)
+    with pytest.raises(ValueError, match="write_buffer_count must be at least 2"):
+        EmbeddedRocksDBStateBackend(write_buffer_count=1)
+    with pytest.raises(ValueError, match="unsupported state backend dict"):
+        StreamExecutionEnvironment().set_state_backend({})

@@ -1,0 +1,259 @@
+"""The RocksDB keyed state backend (`rocksdb`): keyed state on local disk, one column family per
+state, keys prefixed by key group (layout: `rocksdb_codec`). State may be far larger than memory.
+
+It has the interface and the value semantics of `HeapKeyedStateBackend`, with one difference
+users can see: values are serialized on every write, so a value changed in place after `update`
+(or `add`, `put`) is not stored until it is written again.
+
+Hot path (DESIGN §8): the key bytes of the current key (key group + canonical encoding) are
+computed once per current key, on the first state access after the runtime set it, and memoised
+across records; a state access is then one RocksDB get/put plus a pickle.
+
+Snapshots: the synchronous phase hard-links the database's files into a checkpoint directory
+(`RocksDBInstance.checkpoint`, which flushes the memtables first); the asynchronous phase reads
+that directory and writes the canonical per-key-group state file (`rocksdb_snapshot`), so
+hashmap and rocksdb jobs restore from each other's checkpoints and savepoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import rocksdict
+
+from tidegate.state import rocksdb_codec as codec
+from tidegate.state.heap import NoKeyContextError, StateKind
+from tidegate.state.keygroups import stable_hash
+from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
+from tidegate.state.rocksdb_snapshot import RocksDBKeyedStateSnapshot, decode_entries
+from tidegate.state.rocksdb_states import (
+    RocksDBAggregatingState,
+    RocksDBListState,
+    RocksDBMapState,
+    RocksDBReducingState,
+    RocksDBValueState,
+)
+from tidegate.state.snapshot_format import CorruptStateError, KeyGroupData, describe_key_groups
+
+if TYPE_CHECKING:
+    from tidegate.state.descriptors import (
+        AggregatingStateDescriptor,
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReducingStateDescriptor,
+        ValueStateDescriptor,
+    )
+
+#: memoised key prefixes per backend before the memo is cleared (bounds its memory)
+PREFIX_CACHE_LIMIT = 100_000
+
+
+class RocksDBKeyedStateBackend:
+    """Keyed state of one operator subtask in its own RocksDB instance.
+
+    The runtime sets `current_key` before each record and timer (None after). Call `dispose()`
+    when the subtask ends: it closes the database and deletes its directory.
+    """
+
+    def __init__(
+        self,
+        max_parallelism: int,
+        key_group_range: range,
+        options: RocksDBOptions | None = None,
+        *,
+        job_id: str = "",
+        operator_uid: str = "keyed",
+        subtask: int = 0,
+        attempt: int = 0,
+    ) -> None:
+        r = key_group_range
+        if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
+            raise ValueError(
+                f"key_group_range must be a non-empty range within [0, {max_parallelism}), "
+                f"got {r!r}"
+            )
+        self.max_parallelism = max_parallelism
+        self.key_group_range = key_group_range
+        self.options = options or RocksDBOptions()
+        path = create_instance_dir(self.options, job_id, operator_uid, subtask, attempt)
+        self.instance = RocksDBInstance(path, self.options)
+        self._current_key: Any = None
+        #: key bytes of the current key (None: not computed since it was set)
+        self._prefix: bytes | None = None
+        self._prefixes: dict[Any, bytes] = {}
+        self._kinds: dict[str, StateKind] = {}
+        self._states: dict[str, Any] = {}
+        self._column_families: dict[str, rocksdict.Rdict] = {}
+        self._restored_key_groups: set[int] = set()
+
+    # the current key ---------------------------------------------------------------------------
+    @property
+    def current_key(self) -> Any:
+        return self._current_key
+
+    @current_key.setter
+    def current_key(self, key: Any) -> None:
+        self._current_key = key
+        self._prefix = None
+
+    def prefix_of(self, key: Any) -> bytes:
+        """The key bytes of `key` (memoised)."""
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            if len(self._prefixes) >= PREFIX_CACHE_LIMIT:
+                self._prefixes.clear()
+            prefix = self._prefixes[key] = codec.key_prefix(key, self.max_parallelism)
+        return prefix
+
+    def current_prefix(self, state_name: str) -> bytes:
+        """The key bytes of the current key; raises NoKeyContextError if there is none."""
+        prefix = self._prefix
+        if prefix is None:
+            key = self._current_key
+            if key is None:
+                raise NoKeyContextError(
+                    f"keyed state {state_name!r} is only available on a keyed stream (after "
+                    "key_by), inside process_element/on_timer where a current key is set"
+                )
+            prefix = self._prefix = self.prefix_of(key)
+        return prefix
+
+    # states ------------------------------------------------------------------------------------
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> RocksDBValueState:
+        return self._register(state_descriptor.name, StateKind.VALUE, RocksDBValueState)
+
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> RocksDBListState:
+        return self._register(state_descriptor.name, StateKind.LIST, RocksDBListState)
+
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> RocksDBMapState:
+        return self._register(state_descriptor.name, StateKind.MAP, RocksDBMapState)
+
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> RocksDBReducingState:
+        function = state_descriptor.reduce_function
+        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
+        return self._register(
+            state_descriptor.name, StateKind.REDUCING, RocksDBReducingState, reduce
+        )
+
+    def get_aggregating_state(
+        self, state_descriptor: AggregatingStateDescriptor
+    ) -> RocksDBAggregatingState:
+        return self._register(
+            state_descriptor.name,
+            StateKind.AGGREGATING,
+            RocksDBAggregatingState,
+            state_descriptor.agg_function,
+        )
+
+    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
+        """The state object for `name`, created on first use; one kind per name."""
+        known = self._kinds.get(name, kind)
+        if known is not kind:
+            how = "registered" if name in self._states else "restored"
+            raise ValueError(
+                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
+                "state names are unique per operator (use another name for the new state)"
+            )
+        state = self._states.get(name)
+        if state is None:
+            self._kinds[name] = kind
+            state = self._states[name] = cls(self, name, self._column_family(name), *args)
+        return state
+
+    def _column_family(self, name: str) -> rocksdict.Rdict:
+        cf = self._column_families.get(name)
+        if cf is None:
+            cf = self._column_families[name] = self.instance.column_family(name)
+        return cf
+
+    def entries(self, name: str) -> Iterator[tuple[Any, Any]]:
+        """(key, value) of every key of state `name` (a list or dict for list and map state)."""
+        kind = self._kinds.get(name)
+        if kind is None:
+            return iter(())
+        items = self._column_family(name).items()
+        return (entry for _, entries in decode_entries(kind, items) for entry in entries.items())
+
+    # snapshots ---------------------------------------------------------------------------------
+    def snapshot(self) -> RocksDBKeyedStateSnapshot:
+        """The synchronous phase: hard-link the database's files (flushing memtables first)."""
+        path = self.instance.checkpoint()
+        return RocksDBKeyedStateSnapshot(
+            self.max_parallelism,
+            self.key_group_range,
+            {name: kind.value for name, kind in self._kinds.items()},
+            path,
+            self.options,
+        )
+
+    def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:
+        """Load key groups read from state files, before the first record is processed.
+
+        The same contract and checks as `HeapKeyedStateBackend.restore`.
+        """
+        max_parallelism = self.max_parallelism
+        for kg, data in key_groups:
+            # Step 1: the key group is ours and new
+            if kg not in self.key_group_range:
+                raise ValueError(
+                    f"key group {kg} is outside this subtask's key groups "
+                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
+                )
+            if kg in self._restored_key_groups:
+                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
+            self._restored_key_groups.add(kg)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for name, (kind, entries) in data.items():
+                # Step 2: each key really is in this key group
+                for key in entries:
+                    if stable_hash(key) % max_parallelism != kg:
+                        raise CorruptStateError(
+                            f"key group {kg} of state {name!r}",
+                            f"key {key!r} belongs to key group "
+                            f"{stable_hash(key) % max_parallelism} at max parallelism "
+                            f"{max_parallelism}",
+                            "restore with the max parallelism the checkpoint was taken with",
+                        )
+                # Step 3: one kind per name, then write the entries
+                known = self._kinds.setdefault(name, StateKind(kind))
+                if known != kind:
+                    raise CorruptStateError(
+                        f"key group {kg} of state {name!r}",
+                        f"stored as {kind} state, but known here as {known} state",
+                    )
+                self._column_family(name)
+                self._put_entries(batch, self.instance.handle(name), known, entries)
+            self.instance.write(batch)
+
+    def _put_entries(
+        self, batch: rocksdict.WriteBatch, cf: Any, kind: StateKind, entries: dict[Any, Any]
+    ) -> None:
+        dumps = codec.dumps
+        for key, value in entries.items():
+            prefix = codec.key_prefix(key, self.max_parallelism)
+            if kind is StateKind.LIST:
+                if value:
+                    batch.put(prefix, codec.dumps_list(key, list(value)), cf)
+            elif kind is StateKind.MAP:
+                for user_key, user_value in value.items():
+                    raw = prefix + codec.user_key_bytes(user_key)
+                    batch.put(raw, dumps((key, user_key, user_value)), cf)
+            elif value is not None:
+                batch.put(prefix, dumps((key, value)), cf)
+
+    def dispose(self) -> None:
+        """Close the database and delete its directory (the backend is unusable afterwards)."""
+        self._states.clear()
+        column_families, self._column_families = self._column_families, {}
+        try:
+            for cf in column_families.values():
+                cf.close()
+        finally:
+            self.instance.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RocksDBKeyedStateBackend({self.instance.path!r}, "
+            f"key groups {describe_key_groups(self.key_group_range)})"
+        )
