@@ -10,6 +10,7 @@ import fsspec
 
 from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
+from tidegate.checkpoint.incremental_handles import HANDLE_KEY
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
@@ -19,6 +20,7 @@ from tidegate.runtime.restore import (
     RestoredOperatorState,
 )
 from tidegate.state.operator_state import redistribute_operator_state
+from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 
 log = logging.getLogger("tidegate.restore")
@@ -85,12 +87,16 @@ def plan_restore(
     metadata: dict[str, Any],
     directory: str,
     allow_non_restored_state: bool = False,
+    *,
+    reuse_shared_files: bool = False,
 ) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
     """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
     returns the max parallelism to run with (the snapshot's: key groups are fixed).
 
     State is matched by operator uid. State of a uid the job does not have fails the restore,
-    unless `allow_non_restored_state`: then it is dropped with a warning.
+    unless `allow_non_restored_state`: then it is dropped with a warning. Incremental keyed
+    state may be reused by the restored backends only with `reuse_shared_files` (the job owns
+    the snapshot: its own checkpoint, or one restored with RestoreMode.CLAIM).
 
     The snapshot's files are not verified here: the JobMaster restores only a snapshot whose
     files `checkpoint.selection.choose_checkpoint` verified."""
@@ -125,7 +131,9 @@ def plan_restore(
                         assigned[name] = (mode, list(entries))
         for i in range(vertex.parallelism):
             handles = tuple(
-                KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
+                keyed_restore_handle(
+                    path, h, r, directory, int(metadata["checkpoint_id"]), reuse_shared_files
+                )
                 for r, (path, h) in keyed_handles_for_subtask(keyed, i, vertex.parallelism, max_p)
             )
             plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
@@ -134,6 +142,15 @@ def plan_restore(
     for subtask_id, restored in channel_plan.items():
         plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def keyed_restore_handle(
+    path: str, h: dict[str, Any], r: range, directory: str, checkpoint_id: int, reusable: bool
+) -> KeyedStateHandle | IncrementalKeyedStateHandle:
+    """What a new subtask reads from an old subtask's handle `h` for key groups `r`."""
+    if HANDLE_KEY in h:
+        return IncrementalKeyedStateHandle(directory, checkpoint_id, h[HANDLE_KEY], r, reusable)
+    return KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
 
 
 def _matched_state(

@@ -57,6 +57,7 @@ from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.local_recovery import LocalStateStore
+from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.snapshot_format import write_state_file
 
 
@@ -437,11 +438,18 @@ class StreamTask:
                 if snap is None:
                     continue
                 stem = f"{_file_safe(uid)}-{self.subtask}"
+                keyed, incremental = snap.keyed, None
+                if target is None and getattr(keyed, "tracker", None) is not None:
+                    # incremental rocksdb: SST files to shared/, the state file without them
+                    incremental = upload_snapshot(keyed, self.storage, directory, stem, cid)
+                    keyed = None
                 with self.storage.create_artifact(directory, stem, ".state") as f:
                     if self.local_state is not None and target is None:
                         self._mirror_locally(f, cid)
-                    index = write_state_file(f, snap.keyed, snap.operator)
+                    index = write_state_file(f, keyed, snap.operator)
                 handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
+                if incremental is not None:
+                    handle["incremental"] = incremental
                 op = next(o for o in self.ops if o.uid == uid)
                 if op.keyed_backend is not None:
                     r = op.keyed_backend.key_group_range
