@@ -52,6 +52,7 @@ def write_snapshot(snapshot) -> tuple[io.BytesIO, object]:
 
 
 def raw_keys(backend: RocksDBKeyedStateBackend, name: str) -> list[bytes]:
+    backend.buffer.flush()
     return list(backend._column_family(name).keys())
 
 
@@ -75,6 +76,7 @@ def test_a_key_group_range_is_one_contiguous_run_that_deletes_as_a_range(backend
     for key in range(5000):
         backend.current_key = key
         state.update(key)
+    backend.buffer.flush()
     cf = backend._column_family("v")
     begin, end = codec.key_group_bound(40), codec.key_group_bound(60)
     scanned = [raw for raw in cf.keys(from_key=begin) if raw < end]
@@ -303,3 +305,50 @@ def test_bad_state_backend_settings_are_clear_errors():
         EmbeddedRocksDBStateBackend(write_buffer_count=1)
     with pytest.raises(ValueError, match="unsupported state backend dict"):
         StreamExecutionEnvironment().set_state_backend({})
+
+
+def test_buffered_writes_reach_rocksdb_when_the_buffer_fills_and_reads_see_both(backend):
+    backend.buffer.max_entries = 10
+    state = backend.get_state(ValueStateDescriptor("v"))
+    for key in range(25):
+        backend.current_key = key
+        state.update(key)
+    assert 20 <= len(list(backend._column_family("v").keys())) < 25  # two flushes of 10
+    assert len(backend.buffer.table("v")) < 10
+    for key in range(0, 25, 2):  # deletes buffered over flushed and buffered values
+        backend.current_key = key
+        state.update(None)
+    for key in range(25):
+        backend.current_key = key
+        assert state.value() == (None if key % 2 == 0 else key)
+    out, index = write_snapshot(backend.snapshot())
+    written: dict = {}
+    for _, data in read_key_groups(out, index, range(M)):
+        written.update(data["v"][1])
+    assert written == dict(backend.entries("v")) == {k: k for k in range(1, 25, 2)}
+
+
+def test_the_write_buffer_is_bounded_by_bytes_too(backend):
+    backend.buffer.max_bytes = 10_000
+    state = backend.get_list_state(ListStateDescriptor("l"))
+    backend.current_key = "one key"
+    flushed = 0
+    for _ in range(100):  # each add buffers the whole list again: 0.5 kB more every time
+        state.add("x" * 500)
+        assert backend.buffer.bytes < 10_000
+        flushed += not backend.buffer.table("l")
+    assert flushed > 10
+    assert state.get() == ["x" * 500] * 100
+
+
+def test_a_backend_dropped_without_dispose_still_deletes_its_directory(options):
+    import gc
+
+    backend = RocksDBKeyedStateBackend(M, range(M), options, job_id="j")
+    state = backend.get_state(ValueStateDescriptor("v"))
+    backend.current_key = "k"
+    state.update(1)
+    path = backend.instance.path
+    del backend, state  # e.g. its task failed in initialize_state, before it could close
+    gc.collect()
+    assert not os.path.exists(path)

@@ -7,7 +7,8 @@ users can see: values are serialized on every write, so a value changed in place
 
 Hot path (DESIGN §8): the key bytes of the current key (key group + canonical encoding) are
 computed once per current key, on the first state access after the runtime set it, and memoised
-across records; a state access is then one RocksDB get/put plus a pickle.
+across records; a state access is then a pickle plus a dict access in the write buffer
+(`rocksdb_buffer`) or one RocksDB read; buffered writes reach RocksDB in batches.
 
 Snapshots: the synchronous phase hard-links the database's files into a checkpoint directory
 (`RocksDBInstance.checkpoint`, which flushes the memtables first); the asynchronous phase reads
@@ -17,6 +18,7 @@ hashmap and rocksdb jobs restore from each other's checkpoints and savepoints.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +83,9 @@ class RocksDBKeyedStateBackend:
         self.options = options or RocksDBOptions()
         path = create_instance_dir(self.options, job_id, operator_uid, subtask, attempt)
         self.instance = RocksDBInstance(path, self.options)
+        # a backend dropped without dispose() (its task failed to start) still frees its files
+        self._close_instance = weakref.finalize(self, self.instance.close)
+        self.buffer = self.instance.buffer
         self._current_key: Any = None
         #: key bytes of the current key (None: not computed since it was set)
         self._prefix: bytes | None = None
@@ -177,6 +182,7 @@ class RocksDBKeyedStateBackend:
         kind = self._kinds.get(name)
         if kind is None:
             return iter(())
+        self.buffer.flush()
         items = self._column_family(name).items()
         return (entry for _, entries in decode_entries(kind, items) for entry in entries.items())
 
@@ -213,6 +219,7 @@ class RocksDBKeyedStateBackend:
         The same contract and checks as `HeapKeyedStateBackend.restore`.
         """
         max_parallelism = self.max_parallelism
+        self.buffer.flush()  # restored entries are written directly, after anything buffered
         for kg, data in key_groups:
             # Step 1: the key group is ours and new
             if kg not in self.key_group_range:
@@ -270,7 +277,7 @@ class RocksDBKeyedStateBackend:
             for cf in column_families.values():
                 cf.close()
         finally:
-            self.instance.close()
+            self._close_instance()
 
     def __repr__(self) -> str:
         return (

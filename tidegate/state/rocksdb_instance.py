@@ -10,7 +10,7 @@ The directory is deleted when the backend is disposed. A worker killed with `kil
 directory behind; the next attempt of the same subtask deletes the directories of older attempts
 of the same job, operator and subtask.
 
-Memory is bounded per worker process: one LRU block cache (data, index and filter blocks) and
+Memory is bounded per worker process: one LRU block cache (data blocks) and
 one write-buffer manager (memtables of every column family of every instance) are shared by all
 instances in the process, as Flink shares its managed memory per slot. The write-ahead log is
 off: the state is recovered from checkpoints, never from the instance directory.
@@ -28,6 +28,8 @@ import threading
 from dataclasses import dataclass
 
 import rocksdict
+
+from tidegate.state.rocksdb_buffer import WriteBuffer
 
 MIB = 1024 * 1024
 DEFAULT_BLOCK_CACHE_SIZE = 64 * MIB
@@ -102,7 +104,9 @@ def db_options(options: RocksDBOptions) -> rocksdict.Options:
     cache, write_buffers = _shared_memory(options)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
-    table.set_cache_index_and_filter_blocks(True)  # their memory is bounded by the cache too
+    # Index and filter blocks stay with the open files, outside the cache (about 1.5 bytes per
+    # key): in the cache, data blocks evicted them and every read reloaded them (7x slower).
+    table.set_cache_index_and_filter_blocks(False)
     table.set_bloom_filter(10, False)
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -113,6 +117,14 @@ def db_options(options: RocksDBOptions) -> rocksdict.Options:
     opts.set_write_buffer_manager(write_buffers)
     opts.set_max_open_files(256)
     opts.set_keep_log_file_num(2)
+    return opts
+
+
+def scan_options() -> rocksdict.ReadOptions:
+    """For a snapshot's full scan: read ahead, and keep the live state's blocks in the cache."""
+    opts = rocksdict.ReadOptions()
+    opts.fill_cache(False)
+    opts.set_readahead_size(2 * MIB)
     return opts
 
 
@@ -194,6 +206,8 @@ class RocksDBInstance:
         self.db = rocksdict.Rdict(os.path.join(path, "db"), self._opts)
         self.db.set_write_options(self._write_opts)
         _open_instances.add(path)
+        #: the states' buffered writes; flushed before the database is read as a whole
+        self.buffer = WriteBuffer(self.write, self.handle)
         self._checkpoints = 0
         self._restored_cfs: set[str] = set()
         self.closed = False
@@ -227,7 +241,9 @@ class RocksDBInstance:
         self.db.write(batch, self._write_opts)
 
     def checkpoint(self) -> str:
-        """Hard-link the current files into a new directory (after flushing the memtables)."""
+        """Hard-link the current files into a new directory (after flushing the write buffer
+        and the memtables): a consistent copy of the whole state, for a snapshot."""
+        self.buffer.flush()
         self._checkpoints += 1
         parent = os.path.join(self.path, "checkpoints")
         os.makedirs(parent, exist_ok=True)
@@ -240,8 +256,10 @@ class RocksDBInstance:
         if self.closed:
             return
         self.closed = True
+        self.buffer.discard()
         try:
-            self.db.close()
+            with contextlib.suppress(rocksdict.DbClosedError):
+                self.db.close()
         finally:
             _open_instances.discard(self.path)
             shutil.rmtree(self.path, ignore_errors=True)
@@ -257,5 +275,5 @@ def open_read_only(path: str, options: RocksDBOptions) -> rocksdict.Rdict:
         path,
         opts,
         column_families={name: opts for name in names},
-        access_type=rocksdict.AccessType.read_only(),
+        access_type=rocksdict.AccessType.read_only(False),  # a WAL file there is empty
     )

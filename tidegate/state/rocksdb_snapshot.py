@@ -16,7 +16,12 @@ from typing import Any, BinaryIO
 
 from tidegate.state import rocksdb_codec as codec
 from tidegate.state.heap import StateKind
-from tidegate.state.rocksdb_instance import CF_PREFIX, RocksDBOptions, open_read_only
+from tidegate.state.rocksdb_instance import (
+    CF_PREFIX,
+    RocksDBOptions,
+    open_read_only,
+    scan_options,
+)
 from tidegate.state.snapshot_format import (
     KeyGroupData,
     StateFileIndex,
@@ -90,7 +95,8 @@ class RocksDBKeyedStateSnapshot:
             for name, kind in self._kinds.items():
                 cf = db.get_column_family(CF_PREFIX + name)
                 column_families.append(cf)
-                streams.append((name, kind, decode_entries(kind, cf.items())))
+                items = cf.items(read_opt=scan_options())
+                streams.append((name, kind, decode_entries(kind, items)))
             yield from self._merge(streams)
         finally:
             for cf in column_families:

@@ -1,0 +1,171 @@
+"""hashmap vs rocksdb state backend, in isolation on one core (no processes, no Spark):
+
+1. keyed count throughput (state updates/s), 10k keys, batches of 512 records as in a job:
+   `reduce` is KeyedStream.reduce (KeyedReduceOperator, the reducing state's add_for_key);
+   `value state` is a KeyedProcessFunction reading and updating a ValueState per record.
+   Compared with the bare Python loop doing the same work with a dict (bench/measure.py).
+   `reduce 1M keys`: the same over 1M keys already in state, spread so that almost no read
+   finds its key in the rocksdb backend's write buffer (every read goes to RocksDB).
+2. full checkpoint of N keys (value state, int counts): the synchronous phase (`snapshot()`,
+   on the processing loop), the asynchronous phase (writing the canonical state file, off the
+   loop) and the file's size.
+
+    .venv/bin/python bench/state_backends.py [--records 300000] [--keys 100000 1000000]
+                                              [--json bench/results/state_backends.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.jobs import add_counts, first, to_pair
+from bench.measure import bare_loop
+from tidegate.datastream.state import ValueStateDescriptor
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from tidegate.runtime.operators import KeyedReduceOperator, OperatorRuntime, ProcessOperator
+from tidegate.state.snapshot_format import write_state_file
+
+
+class _Null:
+    def process_batch(self, records: list) -> None:
+        pass
+
+
+class _Count:
+    """A KeyedProcessFunction's work: read the count, add one, update it, emit."""
+
+    def open(self, runtime_context) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        c = (self.count.value() or 0) + value[1]
+        self.count.update(c)
+        return ((value[0], c),)
+
+
+def _backends(local_dir: str) -> dict[str, object]:
+    return {
+        "hashmap": HashMapStateBackend(),
+        "rocksdb": EmbeddedRocksDBStateBackend(local_dir=local_dir),
+    }
+
+
+def _operator(kind: str, backend) -> object:
+    if kind == "reduce":
+        op = KeyedReduceOperator(None, add_counts, first, uid="count", name="count")
+    else:
+        fn = _Count()
+        op = ProcessOperator(fn, fn.process_element, first, uid="count", name="count")
+    op.initialize_state(OperatorRuntime(0, 1, 128, 0, state_backend=backend), None)
+    op.outputs = [_Null()]
+    op.open()
+    return op
+
+
+def _batches(records: int, keys: int, stride: int = 1) -> list[list[tuple[int, int]]]:
+    return [
+        [to_pair(x * stride, keys) for x in range(i, min(i + 512, records))]
+        for i in range(0, records, 512)
+    ]
+
+
+def throughput(records: int, local_dir: str, rounds: int = 3) -> dict[str, float]:
+    """Updates/s per (operator kind, backend): median of `rounds`."""
+    batches = _batches(records, 10_000)
+    out: dict[str, float] = {}
+    for kind in ("reduce", "value state"):
+        for name, backend in _backends(local_dir).items():
+            rates = []
+            for _ in range(rounds):
+                op = _operator(kind, backend)
+                started = time.perf_counter()
+                for batch in batches:
+                    op.process_batch(batch)
+                rates.append(records / (time.perf_counter() - started))
+                op.close()
+            out[f"{kind} / {name}"] = statistics.median(rates)
+    big = 1_000_000
+    fill, spread = _batches(big, big), _batches(records, big, stride=7919)
+    for name, backend in _backends(local_dir).items():
+        op = _operator("reduce", backend)
+        for batch in fill:
+            op.process_batch(batch)
+        started = time.perf_counter()
+        for batch in spread:
+            op.process_batch(batch)
+        out[f"reduce 1M keys / {name}"] = records / (time.perf_counter() - started)
+        op.close()
+    return out
+
+
+def checkpoint(keys: int, local_dir: str) -> dict[str, dict[str, float]]:
+    """Sync ms, async ms and MB of a full checkpoint of `keys` keys, per backend."""
+    out = {}
+    for name, backend in _backends(local_dir).items():
+        keyed = backend.create_keyed_state_backend(128, range(128), operator_uid=f"chk-{name}")
+        try:
+            state = keyed.get_state(ValueStateDescriptor("count"))
+            for key in range(keys):
+                keyed.current_key = key
+                state.update(key)
+            started = time.perf_counter()
+            snapshot = keyed.snapshot()
+            sync_s = time.perf_counter() - started
+            with tempfile.NamedTemporaryFile(dir=local_dir) as f:
+                started = time.perf_counter()
+                index = write_state_file(f, snapshot, None)
+                f.flush()
+                async_s = time.perf_counter() - started
+            del snapshot
+        finally:
+            if hasattr(keyed, "dispose"):
+                keyed.dispose()
+        out[name] = {"sync_ms": sync_s * 1000, "async_ms": async_s * 1000, "mb": index.size / 1e6}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--json", default="bench/results/state_backends.json")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as local_dir:
+        bare = statistics.median(bare_loop(args.records) for _ in range(3))
+        rates = throughput(args.records, local_dir)
+        checkpoints = {n: checkpoint(n, local_dir) for n in args.keys}
+    print(f"keyed count, 10k keys, {args.records} records, one core (updates/s, median of 3)")
+    print(f"  {'bare dict loop':24s} {bare:12,.0f}   1.00x bare")
+    for name, rate in rates.items():
+        print(f"  {name:24s} {rate:12,.0f}   {rate / bare:.2f}x bare")
+    print("full checkpoint of N keys (value state): sync phase, async phase, file size")
+    print(f"  {'keys':>10s} {'backend':8s} {'sync ms':>9s} {'async ms':>9s} {'MB':>7s}")
+    for n, per_backend in checkpoints.items():
+        for name, c in per_backend.items():
+            print(f"  {n:10d} {name:8s} {c['sync_ms']:9.1f} {c['async_ms']:9.1f} {c['mb']:7.1f}")
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "records": args.records,
+                    "bare_updates_per_s": bare,
+                    "updates_per_s": rates,
+                    "checkpoints": {str(n): c for n, c in checkpoints.items()},
+                },
+                f,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
