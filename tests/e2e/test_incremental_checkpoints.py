@@ -20,6 +20,7 @@ from tests.e2e.jobs import (
 from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tidegate.checkpoint.incremental_handles import checkpoint_references, incremental_handles
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
+from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.common import Configuration, Encoder, JobStatus, RestartStrategies
 from tidegate.datastream import (
     EmbeddedRocksDBStateBackend,
@@ -136,3 +137,36 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     assert all(os.path.exists(p) for p in shared_before)
     own_shared = Path(client2.jobmaster.storage.job_dir) / "shared"
     assert not own_shared.exists() or sorted(os.listdir(own_shared)) == []
+
+
+def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings(
+    spark, tmp_path
+):
+    n = 16_000
+    local = {"state.backend.rocksdb.localdir": str(tmp_path / "rocksdb")}
+    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
+    client = first.execute_async("incremental, claimed later")
+    jm = client.jobmaster
+    running_with_checkpoints(client, 4)
+    client.cancel().result()
+    jm.done.wait()
+    (older, _), (latest, _) = [(cp.path, cp) for cp in jm.store.all()]
+    older_files = checkpoint_references(read_checkpoint_metadata(older), older).paths
+    latest_files = checkpoint_references(read_checkpoint_metadata(latest), latest).paths
+    assert latest_files - older_files  # the latest uploaded files of its own
+
+    restore = {
+        **local,
+        "execution.state-recovery.path": latest,
+        "execution.state-recovery.claim-mode": "CLAIM",
+    }
+    second = rescalable_job(tmp_path / "out2", tmp_path / "chk", n, 2, restore)
+    client2 = second.execute_async("claiming")
+    client2.get_job_execution_result().result(timeout=600)
+    lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
+    check_exactly_once(lines, n, 2)
+    # the claimed checkpoint and the shared files only it used are gone ...
+    assert not os.path.exists(latest)
+    assert not any(os.path.exists(p) for p in latest_files - older_files)
+    # ... while the older retained checkpoint beside it is intact, shared files included
+    verify_checkpoint(read_checkpoint_metadata(older), older).raise_for_problems()
