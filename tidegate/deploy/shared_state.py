@@ -3,7 +3,6 @@ the shared files it hands out, and rebuilding it when a job restores a snapshot.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import posixpath
 from typing import Any
@@ -31,11 +30,8 @@ def delete_shared_files(storage: CheckpointStorage, paths: list[str]) -> None:
     deletes nothing once a newer generation took over (FencedWriterError)."""
     if not paths:
         return
-    storage.check_fence(f"delete {len(paths)} shared file(s)")
     for path in paths:
-        fs, fs_path = storage._resolve(path)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(fs_path)
+        storage.delete_file(path)
     log.debug("deleted %d unused shared file(s)", len(paths))
 
 

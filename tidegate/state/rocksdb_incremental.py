@@ -15,6 +15,7 @@ directory, which is then opened as a database (rocksdb_backend) or read key grou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 
 import fsspec
 
+from tidegate.checkpoint.errors import CheckpointError
 from tidegate.checkpoint.incremental_handles import (
     HANDLE_VERSION,
     relative_to,
@@ -164,11 +166,8 @@ def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) ->
 
 
 def _delete_quietly(storage: Any, path: str) -> None:
-    try:
-        fs, fs_path = storage._resolve(path)
-        fs.rm_file(fs_path)
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError, CheckpointError):  # best effort
+        storage.delete_file(path)
 
 
 def shared_base(checkpoint_dir: str, inc: dict[str, Any]) -> dict[str, dict[str, Any]]:
