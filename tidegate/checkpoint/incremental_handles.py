@@ -51,6 +51,14 @@ def relative_to(directory: str, path: str) -> str:
     return posixpath.relpath("/" + p_rest, "/" + d_rest)
 
 
+def uploaded_bytes(handle: Mapping[str, Any]) -> int:
+    """Bytes a subtask handle's incremental part wrote in its checkpoint (new shared files and
+    private files; reused files are not counted): the checkpoint's incremental size."""
+    inc = handle.get(HANDLE_KEY) or {}
+    shared = sum(int(f["size"]) for f in inc.get("shared", ()) if f.get("uploaded"))
+    return shared + sum(int(f["size"]) for f in inc.get("private", ()))
+
+
 def shared_dir(job_dir: str) -> str:
     return f"{job_dir.rstrip('/')}/{SHARED_DIR_NAME}"
 

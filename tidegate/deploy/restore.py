@@ -10,7 +10,7 @@ import fsspec
 
 from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
-from tidegate.checkpoint.incremental_handles import HANDLE_KEY
+from tidegate.checkpoint.incremental_handles import HANDLE_KEY, uploaded_bytes
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
@@ -58,7 +58,7 @@ def build_metadata(
                 {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
             )
             entry["subtasks"][str(subtask)] = handle
-            size += int(handle["size"])
+            size += int(handle["size"]) + uploaded_bytes(handle)
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
