@@ -38,7 +38,12 @@ from tidegate.state.rocksdb_states import (
     RocksDBReducingState,
     RocksDBValueState,
 )
-from tidegate.state.snapshot_format import CorruptStateError, KeyGroupData, describe_key_groups
+from tidegate.state.snapshot_format import (
+    CorruptStateError,
+    KeyedStateSnapshot,
+    KeyGroupData,
+    describe_key_groups,
+)
 
 if TYPE_CHECKING:
     from tidegate.state.descriptors import (
@@ -187,8 +192,10 @@ class RocksDBKeyedStateBackend:
         return (entry for _, entries in decode_entries(kind, items) for entry in entries.items())
 
     # snapshots ---------------------------------------------------------------------------------
-    def snapshot(self) -> RocksDBKeyedStateSnapshot:
+    def snapshot(self) -> RocksDBKeyedStateSnapshot | KeyedStateSnapshot:
         """The synchronous phase: hard-link the database's files (flushing memtables first)."""
+        if not self._kinds:  # no state yet: nothing to copy
+            return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, {})
         path = self.instance.checkpoint()
         snapshot = RocksDBKeyedStateSnapshot(
             self.max_parallelism,
