@@ -13,6 +13,7 @@ import pytest
 
 from tidegate.checkpoint.errors import CheckpointError, ChecksumMismatchError
 from tidegate.checkpoint.incremental_handles import checkpoint_references, resolve
+from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
 from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
@@ -293,6 +294,9 @@ def test_a_corrupted_sst_file_is_named_by_verification(job):
         report.raise_for_problems()
     assert f"shared RocksDB file {sst['file']}" in str(e.value)
     assert "does not match its checksum" in str(e.value)
+    # a restore (the JobMaster's choice of checkpoint) refuses it with the same message
+    with pytest.raises(ChecksumMismatchError, match="shared RocksDB file .*shared/"):
+        choose_checkpoint([RestoreCandidate(directory)], uids=None, allow_fallback=False)
 
 
 def test_a_checkpoint_reusing_a_deleted_shared_file_does_not_complete(job):

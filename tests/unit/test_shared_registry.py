@@ -110,6 +110,16 @@ def test_discarding_a_registered_checkpoint_as_uncompleted_deletes_nothing():
     assert r.registry.discard_uncompleted(refs(1, None, uploaded=["a"])) == []
 
 
+def test_discarding_a_subsumed_checkpoint_releases_nothing_twice_nor_protected_files():
+    r = Recorder(retained=1)
+    r.registry.protect("/old/shared")
+    claimed = refs(7, 6, uploaded=["/old/shared/a"], backend="old")
+    r.store.add_restored(checkpoint(7, claimed))
+    r.complete(8, refs(8, None, uploaded=["/job/shared/n"], backend="new"))
+    assert r.deleted == []  # protected
+    assert r.registry.discard_uncompleted(claimed) == []
+
+
 def test_a_checkpoint_reusing_a_deleted_file_is_detected():
     r = Recorder(retained=1)
     r.complete(1, refs(1, None, uploaded=["a"]))

@@ -77,6 +77,8 @@ class SharedStateRegistry:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._by_checkpoint: dict[int, frozenset[str]] = {}
+        #: every checkpoint ever registered (a subsumed one is not "uncompleted")
+        self._registered_ids: set[int] = set()
         #: files of retained snapshots the job does not own: never deleted
         self._pinned: set[str] = set()
         #: path prefixes (shared directories) whose restored files are never deleted
@@ -95,6 +97,7 @@ class SharedStateRegistry:
             if cid in self._by_checkpoint:
                 raise ValueError(f"checkpoint {cid} is registered already")
             self._by_checkpoint[cid] = refs.paths
+            self._registered_ids.add(cid)
             for ref in refs.references:
                 entry = self._entries.get(ref.path)
                 if entry is None:
@@ -159,9 +162,10 @@ class SharedStateRegistry:
     def discard_uncompleted(self, refs: CheckpointReferences) -> list[str]:
         """Files uploaded by a checkpoint that never completed and that no registered
         checkpoint uses (a backend reuses only files of completed checkpoints, so no other
-        checkpoint can reference them). A registered checkpoint id returns nothing."""
+        checkpoint can reference them). A checkpoint that was ever registered (retained, or
+        subsumed since) returns nothing: its files are released by `unregister`."""
         with self._lock:
-            if refs.checkpoint_id in self._by_checkpoint:
+            if refs.checkpoint_id in self._registered_ids:
                 return []
             return sorted(
                 r.path
