@@ -295,7 +295,7 @@ def test_a_corrupted_sst_file_is_named_by_verification(job):
     assert f"shared RocksDB file {sst['file']}" in str(e.value)
     assert "does not match its checksum" in str(e.value)
     # a restore (the JobMaster's choice of checkpoint) refuses it with the same message
-    with pytest.raises(ChecksumMismatchError, match="shared RocksDB file .*shared/"):
+    with pytest.raises(ChecksumMismatchError, match=r"shared RocksDB file .*shared/"):
         choose_checkpoint([RestoreCandidate(directory)], uids=None, allow_fallback=False)
 
 
