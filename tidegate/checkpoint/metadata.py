@@ -146,7 +146,8 @@ def _check_version(version: Any, path: str) -> None:
         hint = "this version is not supported"
     raise UnsupportedFormatVersionError(
         f"{path} uses checkpoint format version {version}, but this tidegate reads "
-        f"versions {FORMAT_VERSION} and {INCREMENTAL_FORMAT_VERSION}; {hint}."
+        f"version {FORMAT_VERSION}; {hint} (it also reads version {INCREMENTAL_FORMAT_VERSION}: "
+        "checkpoints with incremental keyed state)."
     )
 
 
