@@ -18,7 +18,9 @@ from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.common.configuration import Configuration
 from tidegate.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, resolve_state_backend
 from tidegate.deploy.restore import keyed_restore_handle
 from tidegate.deploy.shared_state import check_references, delete_shared_files
 from tidegate.state.heap import HeapKeyedStateBackend
@@ -321,3 +323,22 @@ def _group(key) -> int:
 
 def _owns(backend, key) -> bool:
     return _group(key) in backend.key_group_range
+
+
+def test_state_backend_incremental_enables_it_unless_the_backend_says_otherwise():
+    conf = Configuration().set_string("state.backend.type", "rocksdb")
+    conf.set_string("state.backend.incremental", "true")
+    assert resolve_state_backend(None, conf).is_incremental_checkpoints_enabled()
+    explicit = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=False)
+    assert not resolve_state_backend(explicit, conf).is_incremental_checkpoints_enabled()
+    plain = resolve_state_backend(None, Configuration().set_string("state.backend.type", "rocksdb"))
+    assert not plain.is_incremental_checkpoints_enabled()
+
+
+def test_the_configured_backend_creates_incremental_keyed_backends(tmp_path):
+    backend = EmbeddedRocksDBStateBackend(True, local_dir=str(tmp_path))
+    keyed = backend.create_keyed_state_backend(M, range(M))
+    try:
+        assert keyed.tracker is not None
+    finally:
+        keyed.dispose()

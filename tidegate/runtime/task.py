@@ -438,18 +438,18 @@ class StreamTask:
                 if snap is None:
                     continue
                 stem = f"{_file_safe(uid)}-{self.subtask}"
-                keyed, incremental = snap.keyed, None
-                if target is None and getattr(keyed, "tracker", None) is not None:
-                    # incremental rocksdb: SST files to shared/, the state file without them
-                    incremental = upload_snapshot(keyed, self.storage, directory, stem, cid)
-                    keyed = None
+                # incremental rocksdb (not savepoints): the state file holds no keyed state
+                incremental = target is None and getattr(snap.keyed, "tracker", None) is not None
                 with self.storage.create_artifact(directory, stem, ".state") as f:
                     if self.local_state is not None and target is None:
                         self._mirror_locally(f, cid)
+                    keyed = None if incremental else snap.keyed
                     index = write_state_file(f, keyed, snap.operator)
                 handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
-                if incremental is not None:
-                    handle["incremental"] = incremental
+                if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
+                    handle["incremental"] = upload_snapshot(
+                        snap.keyed, self.storage, directory, stem, cid
+                    )
                 op = next(o for o in self.ops if o.uid == uid)
                 if op.keyed_backend is not None:
                     r = op.keyed_backend.key_group_range
