@@ -73,7 +73,7 @@ class CompletedCheckpointStore:
             raise ValueError(f"max_retained must be at least 1, got {max_retained}")
         self.max_retained = max_retained
         self.shared_registry = shared_registry
-        self._references = references or (lambda cp: checkpoint_references(cp.metadata, cp.path))
+        self._references = references or _references
         self._checkpoints: deque[CompletedCheckpoint] = deque()
         self._lock = threading.Lock()
 
@@ -122,3 +122,7 @@ class CompletedCheckpointStore:
         """The retained checkpoints, oldest first."""
         with self._lock:
             return list(self._checkpoints)
+
+
+def _references(cp: CompletedCheckpoint) -> CheckpointReferences:
+    return checkpoint_references({**cp.metadata, "checkpoint_id": cp.checkpoint_id}, cp.path)

@@ -29,6 +29,7 @@ from tidegate.checkpoint.errors import (
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
+from tidegate.checkpoint.incremental_handles import incremental_handles
 from tidegate.checkpoint.savepoints import (
     discard_snapshot_dir,
 )
@@ -274,8 +275,9 @@ class JobMaster:
             # the job owns it now: subsumed and deleted like one of its own checkpoints
             self.store.add_restored(_claimed_checkpoint(metadata, directory))
             self._claimed.add(directory)
-        # shared files of the snapshots beside it that the job does not own are never deleted
-        pin_retained_snapshots(self.shared_registry, directory, self._claimed)
+            if any(incremental_handles(metadata)):
+                # its shared files that snapshots beside it use are never deleted
+                pin_retained_snapshots(self.shared_registry, directory, self._claimed)
         return metadata, directory
 
     def _restore_after_failure(self, previous: tuple[dict, str] | None) -> tuple[dict, str] | None:
