@@ -3,7 +3,9 @@ isolation on one core (no processes, no Spark), with real files in a local check
 
 1. fill N keys (value state, int counts) and take a first checkpoint (full, or the first
    incremental one, which uploads every SST file);
-2. update 1% of the keys (spread over the whole key space) and take the next checkpoint.
+2. update 1% of the keys (spread over the whole key space) and take the next checkpoint;
+3. `--steps` more rounds of step 2 (other keys each time): their mean, which includes the
+   checkpoints after a RocksDB compaction rewrote SST files (they upload the rewritten files).
 
 For each, the synchronous phase (`snapshot()`: flush + hard links, on the processing loop), the
 asynchronous phase (full: writing the canonical state file; incremental: uploading new SST
@@ -63,7 +65,7 @@ def _checkpoint(backend, storage: CheckpointStorage, cid: int, incremental: bool
     return {"sync_ms": sync_s * 1000, "async_ms": async_s * 1000, "bytes": written}
 
 
-def run(keys: int, incremental: bool, root: str) -> dict:
+def run(keys: int, incremental: bool, root: str, steps: int) -> dict:
     storage = CheckpointStorage(os.path.join(root, "checkpoints"), f"job-{keys}-{incremental}")
     backend = RocksDBKeyedStateBackend(
         M, range(M), RocksDBOptions(local_dir=os.path.join(root, "local")), incremental=incremental
@@ -73,7 +75,12 @@ def run(keys: int, incremental: bool, root: str) -> dict:
         first = _checkpoint(backend, storage, 1, incremental)
         _update(backend, range(0, keys, 100), 1)  # 1% of the keys
         second = _checkpoint(backend, storage, 2, incremental)
-        return {"first": first, "after_1pct": second}
+        later = []
+        for step in range(1, steps + 1):
+            _update(backend, range(step, keys, 100), 1)
+            later.append(_checkpoint(backend, storage, 2 + step, incremental))
+        mean = {f: statistics.mean(c[f] for c in later) for f in later[0]} if later else second
+        return {"first": first, "after_1pct": second, "steady_1pct": mean}
     finally:
         backend.dispose()
 
@@ -82,30 +89,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--json", default="bench/results/incremental.json")
     args = parser.parse_args()
     results = []
-    print(f"{'keys':>9} {'mode':>11} {'checkpoint':>10} {'sync ms':>8} {'async ms':>9} {'MB':>8}")
+    print(f"{'keys':>9} {'mode':>11} {'checkpoint':>11} {'sync ms':>8} {'async ms':>9} {'MB':>8}")
     for keys in args.keys:
         for incremental in (False, True):
             samples = []
             for _ in range(args.repeats):
                 with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as root:
-                    samples.append(run(keys, incremental, root))
+                    samples.append(run(keys, incremental, root, args.steps))
             mode = "incremental" if incremental else "full"
-            for which in ("first", "after_1pct"):
+            for which in ("first", "after_1pct", "steady_1pct"):
                 row = {
                     field: statistics.median(s[which][field] for s in samples)
                     for field in ("sync_ms", "async_ms", "bytes")
                 }
                 results.append({"keys": keys, "mode": mode, "checkpoint": which, **row})
                 print(
-                    f"{keys:>9} {mode:>11} {which:>10} {row['sync_ms']:>8.1f} "
+                    f"{keys:>9} {mode:>11} {which:>11} {row['sync_ms']:>8.1f} "
                     f"{row['async_ms']:>9.1f} {row['bytes'] / 1e6:>8.3f}"
                 )
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"repeats": args.repeats, "results": results}, f, indent=1)
+        json.dump({"repeats": args.repeats, "steps": args.steps, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
