@@ -187,8 +187,14 @@ def test_an_incremental_checkpoint_is_refused_take_a_savepoint_first(original, t
 
     def make_incremental(document):
         handle = document["operators"]["count"]["subtasks"]["0"]
-        handle["type"] = "incremental"
-        handle["shared"] = [{"file": "shared/000012.sst", "size": 10, "checksum": "crc32:00000000"}]
+        # what an incremental rocksdb checkpoint records (docs/checkpoint-format.md)
+        handle["incremental"] = {
+            "version": 1,
+            "key_group_range": handle["key_group_range"],
+            "state_kinds": {"count": "value"},
+            "shared": [{"name": "000012.sst", "file": "../shared/count-0-000012.sst", "size": 10}],
+            "private": [],
+        }
 
     _edit_metadata(copy, make_incremental)
     with pytest.raises(RewriteError, match=r"type 'incremental'.*Take a savepoint first"):

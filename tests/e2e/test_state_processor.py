@@ -259,12 +259,14 @@ def test_incremental_rocksdb_handles_are_refused_with_take_a_savepoint(
     meta_file = copy / "_metadata"
     metadata = decode_metadata(meta_file.read_bytes(), str(meta_file))
     handle = metadata["operators"]["count"]["subtasks"]["0"]
-    metadata["operators"]["count"]["subtasks"]["0"] = {
-        "type": "incremental",
-        "file": handle["file"],
-        "size": handle["size"],
-        "checksum": handle["checksum"],
+    # what an incremental rocksdb checkpoint records (docs/checkpoint-format.md): the state
+    # file (with its index) holds operator state only; the keyed state is in SST files
+    handle["incremental"] = {
+        "version": 1,
         "key_group_range": handle["key_group_range"],
+        "state_kinds": {"count": "value"},
+        "shared": [{"name": "000011.sst", "file": "../shared/count-0-000011.sst", "size": 10}],
+        "private": [],
     }
     meta_file.write_bytes(encode_metadata(metadata))
     with pytest.raises(UnsupportedSnapshotError, match=r"incremental.*[Tt]ake a savepoint"):

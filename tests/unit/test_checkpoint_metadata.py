@@ -110,9 +110,18 @@ def test_decoding_something_else_says_it_is_not_a_tidegate_checkpoint(document):
 
 
 def test_decoding_a_newer_version_asks_to_upgrade():
-    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 1, **content())
-    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 3.*upgrade tidegate"):
+    # version 3 is that of checkpoints with incremental keyed state (read below)
+    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 2, **content())
+    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 4.*upgrade tidegate"):
         decode_metadata(data, PATH)
+
+
+def test_metadata_with_incremental_keyed_state_is_version_3_and_read_back():
+    incremental = {"file": "a.state", "incremental": {"shared": [], "private": []}}
+    operators = {"op": {"parallelism": 1, "subtasks": {"0": incremental}}}
+    decoded = decode_metadata(encode_metadata({**content(), "operators": operators}), PATH)
+    assert decoded["version"] == 3
+    assert decode_metadata(encode_metadata(content()), PATH)["version"] == FORMAT_VERSION
 
 
 def test_decoding_version_1_says_it_is_an_unsupported_pre_release_format():

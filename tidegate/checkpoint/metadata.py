@@ -26,6 +26,10 @@ from tidegate.checkpoint.errors import CorruptCheckpointError, UnsupportedFormat
 
 FORMAT_NAME = "tidegate-checkpoint"
 FORMAT_VERSION = 2
+#: the version of a checkpoint with incremental keyed state (rocksdb): a version-2 reader would
+#: not see that state, so it must refuse the file; full checkpoints and savepoints stay version 2
+INCREMENTAL_FORMAT_VERSION = 3
+READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION)
 METADATA_FILE_NAME = "_metadata"
 
 #: keys the caller must supply; `format`, `version` and `checksum` are added by `encode_metadata`
@@ -50,9 +54,12 @@ def canonical_json(document: dict[str, Any]) -> bytes:
 def encode_metadata(metadata: dict[str, Any]) -> bytes:
     """Serialise `metadata` with the format envelope; raise ValueError if a required key is
     missing or has the wrong type (a bug in the caller: never write a file we could not read)."""
-    for key, expected in (("format", FORMAT_NAME), ("version", FORMAT_VERSION)):
-        if key in metadata and metadata[key] != expected:
-            raise ValueError(f"metadata {key!r} must be {expected!r}, got {metadata[key]!r}")
+    if metadata.get("format", FORMAT_NAME) != FORMAT_NAME:
+        raise ValueError(f"metadata 'format' must be {FORMAT_NAME!r}, got {metadata['format']!r}")
+    if metadata.get("version", FORMAT_VERSION) not in READABLE_VERSIONS:
+        raise ValueError(
+            f"metadata 'version' must be {FORMAT_VERSION!r}, got {metadata['version']!r}"
+        )
     if "checksum" in metadata:
         raise ValueError("metadata 'checksum' is computed when it is encoded; do not pass one")
     problems = _content_problems(metadata)
@@ -63,7 +70,7 @@ def encode_metadata(metadata: dict[str, Any]) -> bytes:
         document = json.loads(json.dumps(metadata, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint metadata is not JSON-serialisable: {exc}") from exc
-    document.update(format=FORMAT_NAME, version=FORMAT_VERSION)
+    document.update(format=FORMAT_NAME, version=_version_of(document))
     document["checksum"] = checksum_of(canonical_json(document))
     return json.dumps(document, sort_keys=True, indent=1).encode("utf-8")
 
@@ -109,15 +116,26 @@ def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
     return document
 
 
+def _version_of(document: dict[str, Any]) -> int:
+    """3 if any operator subtask's handle holds incremental keyed state, else 2."""
+    operators = document.get("operators")
+    if isinstance(operators, dict):
+        for entry in operators.values():
+            subtasks = entry.get("subtasks", {}) if isinstance(entry, dict) else {}
+            if any(isinstance(h, dict) and "incremental" in h for h in subtasks.values()):
+                return INCREMENTAL_FORMAT_VERSION
+    return FORMAT_VERSION
+
+
 def _check_version(version: Any, path: str) -> None:
     if type(version) is not int:
         raise CorruptCheckpointError(
             f"{path} has no valid format version (got {version!r}); the file is damaged: "
             "restore from another checkpoint."
         )
-    if version == FORMAT_VERSION:
+    if version in READABLE_VERSIONS:
         return
-    if version > FORMAT_VERSION:
+    if version > INCREMENTAL_FORMAT_VERSION:
         hint = "it was written by a newer tidegate: upgrade tidegate to restore it"
     elif version == 1:
         hint = (
@@ -128,7 +146,8 @@ def _check_version(version: Any, path: str) -> None:
         hint = "this version is not supported"
     raise UnsupportedFormatVersionError(
         f"{path} uses checkpoint format version {version}, but this tidegate reads "
-        f"version {FORMAT_VERSION}; {hint}."
+        f"version {FORMAT_VERSION}; {hint} (it also reads version {INCREMENTAL_FORMAT_VERSION}: "
+        "checkpoints with incremental keyed state)."
     )
 
 

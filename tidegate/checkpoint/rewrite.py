@@ -172,7 +172,7 @@ def _check_rewritable(metadata: dict[str, Any], directory: str) -> None:
         )
     for uid, entry in metadata["operators"].items():
         for handle in _subtask_handles(entry):
-            kind = handle.get("type")
+            kind = "incremental" if "incremental" in handle else handle.get("type")
             if (kind is not None and kind not in _CANONICAL_TYPES) or "index" not in handle:
                 what = f"of type {kind!r}" if kind is not None else "that is not a state file"
                 raise RewriteError(

@@ -176,6 +176,14 @@ class CheckpointStorage:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(fs_path, recursive=True)
 
+    def delete_file(self, path: str) -> None:
+        """Delete one file (a shared file no checkpoint uses any more); a missing one is fine.
+        A fenced storage raises FencedWriterError once a newer generation took over."""
+        self.check_fence(f"delete {path}")
+        fs, fs_path = self._resolve(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(fs_path)
+
     def list_checkpoints(self) -> list[tuple[int, str]]:
         """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
         return _completed_checkpoints(self.fs, self._fs_path(self.job_dir), self.job_dir)

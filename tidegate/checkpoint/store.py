@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.checkpoint.incremental_handles import checkpoint_references
 from tidegate.checkpoint.pending import PendingCheckpoint
+from tidegate.checkpoint.shared_registry import CheckpointReferences, SharedStateRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +58,22 @@ class CompletedCheckpointStore:
     Only checkpoints are stored. Savepoints are owned by the user: `add` returns them untouched
     and never retains, counts or subsumes them, so a savepoint's files are never deleted here and
     a restore after failure uses the latest *checkpoint*. Thread-safe.
+
+    With a `shared_registry`, the shared files (incremental checkpoints) of every checkpoint
+    added are registered, and those of every checkpoint it stops retaining unregistered.
     """
 
-    def __init__(self, max_retained: int) -> None:
+    def __init__(
+        self,
+        max_retained: int,
+        shared_registry: SharedStateRegistry | None = None,
+        references: Callable[[CompletedCheckpoint], CheckpointReferences] | None = None,
+    ) -> None:
         if max_retained < 1:
             raise ValueError(f"max_retained must be at least 1, got {max_retained}")
         self.max_retained = max_retained
+        self.shared_registry = shared_registry
+        self._references = references or _references
         self._checkpoints: deque[CompletedCheckpoint] = deque()
         self._lock = threading.Lock()
 
@@ -81,7 +94,25 @@ class CompletedCheckpointStore:
             subsumed = []
             while len(self._checkpoints) > self.max_retained:
                 subsumed.append(self._checkpoints.popleft())
+            self._register(cp, subsumed, restored=False)
             return subsumed
+
+    def add_restored(self, cp: CompletedCheckpoint) -> None:
+        """Retain a snapshot the job restored and owns (RestoreMode.CLAIM) before its own
+        checkpoints; its shared files are registered, no other checkpoint is subsumed."""
+        with self._lock:
+            self._checkpoints.append(cp)
+            self._register(cp, [], restored=True)
+
+    def _register(
+        self, cp: CompletedCheckpoint, subsumed: list[CompletedCheckpoint], restored: bool
+    ) -> None:
+        registry = self.shared_registry
+        if registry is None:
+            return
+        registry.register(self._references(cp), restored=restored)
+        for old in subsumed:
+            registry.unregister(old.checkpoint_id)
 
     def latest(self) -> CompletedCheckpoint | None:
         with self._lock:
@@ -91,3 +122,7 @@ class CompletedCheckpointStore:
         """The retained checkpoints, oldest first."""
         with self._lock:
             return list(self._checkpoints)
+
+
+def _references(cp: CompletedCheckpoint) -> CheckpointReferences:
+    return checkpoint_references({**cp.metadata, "checkpoint_id": cp.checkpoint_id}, cp.path)

@@ -102,7 +102,8 @@ class VerificationReport:
 def checkpoint_artifacts(
     metadata: Mapping[str, Any], uids: Collection[str] | None = None
 ) -> list[Artifact]:
-    """Every file `metadata` names (state files, channel-state files), in a stable order; only
+    """Every file `metadata` names (state files, channel-state files, the RocksDB files of
+    incremental handles), in a stable order; only
     those of operators in `uids` when it is given (the files a restore of that job reads)."""
     sections = (("operators", "state file"), ("channel_state", "channel-state file"))
     found = []
@@ -121,7 +122,18 @@ def checkpoint_artifacts(
                         handle.get("checksum"),
                     )
                 )
+                found += _incremental_artifacts(uid, int(subtask), handle)
     return found
+
+
+def _incremental_artifacts(uid: str, subtask: int, handle: Mapping[str, Any]) -> list[Artifact]:
+    """The RocksDB files of an incremental keyed-state handle (shared ones are in `shared/`)."""
+    inc = handle.get("incremental") or {}
+    return [
+        Artifact(kind, uid, subtask, f["file"], f.get("size"), f.get("checksum"))
+        for kind, files in (("shared RocksDB file", "shared"), ("RocksDB file", "private"))
+        for f in inc.get(files, ())
+    ]
 
 
 def verify_checkpoint(
@@ -145,7 +157,7 @@ def verify_checkpoint(
                 artifact, path, False, "has no valid size and checksum in _metadata (damaged)"
             )
         try:
-            with fs.open(posixpath.join(root, artifact.file), "rb") as f:
+            with fs.open(posixpath.normpath(posixpath.join(root, artifact.file)), "rb") as f:
                 size, checksum = read_checksum(f)
         except FileNotFoundError:
             return 0, ArtifactProblem(artifact, path, True, "does not exist")

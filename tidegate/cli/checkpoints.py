@@ -208,7 +208,9 @@ def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
                     "checksum": handle.get("checksum"),
                     "key_groups": [kg[0], kg[1] - 1] if kg else None,
                     "non_empty_key_groups": len(info.get("key_groups") or []),
-                    "state_kinds": info.get("state_kinds") or {},
+                    "state_kinds": info.get("state_kinds")
+                    or handle.get("incremental", {}).get("state_kinds")
+                    or {},
                     "operator_state": bool(info.get("operator")),
                 }
             )

@@ -54,6 +54,8 @@ ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
 ROCKSDB_BLOCK_CACHE_SIZE = "state.backend.rocksdb.block-cache-size"
 ROCKSDB_WRITEBUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
 ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
+#: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
+STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
 
 
 class Configuration:

@@ -15,6 +15,7 @@ from tidegate.common.configuration import (
     ROCKSDB_LOCALDIR,
     ROCKSDB_WRITEBUFFER_COUNT,
     ROCKSDB_WRITEBUFFER_SIZE,
+    STATE_BACKEND_INCREMENTAL,
     STATE_BACKEND_TYPE,
     Configuration,
 )
@@ -44,7 +45,9 @@ class EmbeddedRocksDBStateBackend:
     the defaults (docs/configuration.md). Sizes are bytes or strings such as "64mb".
     """
 
-    enable_incremental_checkpointing: bool = False
+    #: checkpoints upload only new SST files (savepoints stay canonical); None: the
+    #: configuration's `state.backend.incremental` (default false)
+    enable_incremental_checkpointing: bool | None = None
     #: LRU block cache per worker process, shared by its RocksDB instances (default 64mb)
     block_cache_size: int | str | None = None
     #: size of one memtable (default 16mb)
@@ -58,7 +61,7 @@ class EmbeddedRocksDBStateBackend:
         self.rocksdb_options()  # bad sizes fail here, when the job is built
 
     def is_incremental_checkpoints_enabled(self) -> bool:
-        return self.enable_incremental_checkpointing
+        return bool(self.enable_incremental_checkpointing)
 
     def with_configuration(self, configuration: Configuration) -> EmbeddedRocksDBStateBackend:
         """This backend with the settings it leaves None taken from `configuration`."""
@@ -73,6 +76,10 @@ class EmbeddedRocksDBStateBackend:
             for name, key in keys.items()
             if getattr(self, name) is None and configuration.get_string(key) is not None
         }
+        if self.enable_incremental_checkpointing is None:
+            changes["enable_incremental_checkpointing"] = configuration.get_boolean(
+                STATE_BACKEND_INCREMENTAL, False
+            )
         return replace(self, **changes) if changes else self
 
     def rocksdb_options(self) -> RocksDBOptions:
@@ -115,6 +122,7 @@ class EmbeddedRocksDBStateBackend:
             operator_uid=operator_uid,
             subtask=subtask,
             attempt=attempt,
+            incremental=self.is_incremental_checkpoints_enabled(),
         )
 
 

@@ -27,6 +27,7 @@ from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy.control_server import SlotLost
 from tidegate.deploy.restore import build_metadata, warn_generated_uids
+from tidegate.deploy.shared_state import check_references, delete_shared_files, discard_references
 from tidegate.deploy.snapshot_requests import (
     AttemptRequests,
     SnapshotKind,
@@ -326,6 +327,10 @@ class JobAttempt:
     def _on_complete(self, cp: CompletedCheckpoint) -> None:
         jm = self.jm
         jm.stats.checkpoints.report_completed(cp)
+        try:  # shared files the completion released (also when it subsumed nothing)
+            delete_shared_files(jm.storage, jm.shared_registry.take_unused())
+        except FencedWriterError as e:
+            log.warning("not deleting shared files: %s", e)
         if cp.checkpoint_id in self.final_ids:
             self.final_completed = True
         if cp.is_savepoint:
@@ -381,6 +386,8 @@ class JobAttempt:
             attempt=self.attempt,
             generation=jm.storage.generation,
         )
+        if not pending.is_savepoint:
+            check_references(jm.shared_registry, metadata, directory)
         try:
             jm.storage.write_metadata(directory, metadata)
         except FencedWriterError as e:  # the checkpoint must not complete here: stop the job
@@ -417,7 +424,9 @@ class JobAttempt:
         else:  # a pending one: a savepoint's own directory, or the job's chk-<n>
             path = cp.options.target_location or self.jm.storage.checkpoint_dir(cp.checkpoint_id)
         try:
+            unused = discard_references(self.jm.shared_registry, cp, path)
             self.jm.discard_snapshot(path)
+            delete_shared_files(self.jm.storage, unused + self.jm.shared_registry.take_unused())
         except FencedWriterError as e:  # a newer generation may be restoring from it
             log.warning("not deleting %s: %s", path, e)
             self.jm.events.put(Fenced(self.attempt, str(e)))

@@ -29,11 +29,13 @@ from tidegate.checkpoint.errors import (
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
+from tidegate.checkpoint.incremental_handles import incremental_handles
 from tidegate.checkpoint.savepoints import (
     discard_snapshot_dir,
 )
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
+from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
@@ -47,6 +49,7 @@ from tidegate.deploy.attempt import (
 from tidegate.deploy.control_server import ControlServer
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
 from tidegate.deploy.restore import plan_restore, warn_generated_uids
+from tidegate.deploy.shared_state import delete_shared_files, pin_retained_snapshots
 from tidegate.deploy.snapshot_requests import (
     SnapshotKind,
     SnapshotRequest,
@@ -121,7 +124,9 @@ class JobMaster:
         self.secret = secrets.token_bytes(32)
         base = spec.checkpoint.storage
         self.storage = CheckpointStorage(base, self.job_id)
-        self.store = CompletedCheckpointStore(spec.checkpoint.max_retained)
+        #: reference counts of the shared files of incremental checkpoints
+        self.shared_registry = SharedStateRegistry()
+        self.store = CompletedCheckpointStore(spec.checkpoint.max_retained, self.shared_registry)
         self.scheduler = ThreadScheduler()
         self.attempt = 0
         self.failure_times: list[float] = []
@@ -268,8 +273,11 @@ class JobMaster:
         warn_generated_uids(self.spec.graph, metadata["operators"], f"restoring {directory}")
         if self.spec.restore_mode is RestoreMode.CLAIM:
             # the job owns it now: subsumed and deleted like one of its own checkpoints
-            self.store.add(_claimed_checkpoint(metadata, directory))
+            self.store.add_restored(_claimed_checkpoint(metadata, directory))
             self._claimed.add(directory)
+            if any(incremental_handles(metadata)):
+                # its shared files that snapshots beside it use are never deleted
+                pin_retained_snapshots(self.shared_registry, directory, self._claimed)
         return metadata, directory
 
     def _restore_after_failure(self, previous: tuple[dict, str] | None) -> tuple[dict, str] | None:
@@ -336,8 +344,13 @@ class JobMaster:
         plan, restored_id = {}, None
         if restore is not None:
             metadata, directory = restore
+            owned = any(cp.path == directory for cp in self.store.all())
             plan, max_p = plan_restore(
-                graph, metadata, directory, self.spec.allow_non_restored_state
+                graph,
+                metadata,
+                directory,
+                self.spec.allow_non_restored_state,
+                reuse_shared_files=owned,
             )
             graph = dataclasses.replace(graph, max_parallelism=max_p)
             restored_id = int(metadata["checkpoint_id"])
@@ -441,6 +454,7 @@ class JobMaster:
             try:
                 for cp in self.store.all():
                     self.discard_snapshot(cp.path)
+                delete_shared_files(self.storage, self.shared_registry.release_all())
             except FencedWriterError as e:
                 log.warning("not deleting the job's checkpoints: %s", e)
 

@@ -10,6 +10,7 @@ import fsspec
 
 from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
+from tidegate.checkpoint.incremental_handles import HANDLE_KEY, uploaded_bytes
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
@@ -19,6 +20,7 @@ from tidegate.runtime.restore import (
     RestoredOperatorState,
 )
 from tidegate.state.operator_state import redistribute_operator_state
+from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 
 log = logging.getLogger("tidegate.restore")
@@ -60,7 +62,7 @@ def build_metadata(
                 {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
             )
             entry["subtasks"][str(subtask)] = handle
-            size += int(handle["size"])
+            size += int(handle["size"]) + uploaded_bytes(handle)
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -89,12 +91,16 @@ def plan_restore(
     metadata: dict[str, Any],
     directory: str,
     allow_non_restored_state: bool = False,
+    *,
+    reuse_shared_files: bool = False,
 ) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
     """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
     returns the max parallelism to run with (the snapshot's: key groups are fixed).
 
     State is matched by operator uid. State of a uid the job does not have fails the restore,
-    unless `allow_non_restored_state`: then it is dropped with a warning.
+    unless `allow_non_restored_state`: then it is dropped with a warning. Incremental keyed
+    state may be reused by the restored backends only with `reuse_shared_files` (the job owns
+    the snapshot: its own checkpoint, or one restored with RestoreMode.CLAIM).
 
     The snapshot's files are not verified here: the JobMaster restores only a snapshot whose
     files `checkpoint.selection.choose_checkpoint` verified."""
@@ -125,7 +131,9 @@ def plan_restore(
                         assigned[name] = (mode, list(entries))
         for i in range(vertex.parallelism):
             handles = tuple(
-                KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
+                keyed_restore_handle(
+                    path, h, r, directory, int(metadata["checkpoint_id"]), reuse_shared_files
+                )
                 for r, (path, h) in keyed_handles_for_subtask(keyed, i, vertex.parallelism, max_p)
             )
             plan.setdefault((vertex.vertex_id, i), {})[uid] = RestoredOperatorState(
@@ -151,6 +159,15 @@ def _restore_max_parallelism(graph: JobGraph, metadata: dict[str, Any], director
             f"cannot restore {directory} (operator {widest.name!r} has parallelism "
             f"{widest.parallelism}): {e}"
         ) from None
+
+
+def keyed_restore_handle(
+    path: str, h: dict[str, Any], r: range, directory: str, checkpoint_id: int, reusable: bool
+) -> KeyedStateHandle | IncrementalKeyedStateHandle:
+    """What a new subtask reads from an old subtask's handle `h` for key groups `r`."""
+    if HANDLE_KEY in h:
+        return IncrementalKeyedStateHandle(directory, checkpoint_id, h[HANDLE_KEY], r, reusable)
+    return KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
 
 
 def _matched_state(

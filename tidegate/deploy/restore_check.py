@@ -173,9 +173,11 @@ class _SnapshotStates:
             try:
                 for _, handle in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0])):
                     if "index" not in handle:
-                        continue  # not a canonical state file (e.g. incremental): no index
+                        continue  # not a canonical state file: no index
                     index = StateFileIndex.from_json(handle["index"])
                     kinds.update(index.state_kinds)
+                    # incremental rocksdb state: the state file holds operator state only
+                    kinds.update((handle.get("incremental") or {}).get("state_kinds", {}))
                     key_groups += len(index.key_group_offsets)
                     size += sum(n for _, n in index.key_group_offsets.values())
                     if index.operator_offset is not None:

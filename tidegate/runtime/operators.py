@@ -145,10 +145,14 @@ class StreamOperator:
         return OperatorSnapshot(keyed, operator)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if hasattr(self.keyed_backend, "notify_checkpoint_complete"):  # incremental rocksdb
+            self.keyed_backend.notify_checkpoint_complete(checkpoint_id)
         if hasattr(self.function, "notify_checkpoint_complete"):
             self.function.notify_checkpoint_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if hasattr(self.keyed_backend, "notify_checkpoint_aborted"):
+            self.keyed_backend.notify_checkpoint_aborted(checkpoint_id)
         if hasattr(self.function, "notify_checkpoint_aborted"):
             self.function.notify_checkpoint_aborted(checkpoint_id)
 

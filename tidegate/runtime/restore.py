@@ -11,6 +11,8 @@ import fsspec
 
 from tidegate.state.channel_state import read_channel_state
 from tidegate.state.local_recovery import LocalStateStore
+from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
+from tidegate.state.rocksdb_restore import restore_keyed_incremental
 from tidegate.state.snapshot_format import KeyGroupData, StateFileIndex, read_key_groups
 
 #: state files of one subtask downloaded at once on restore
@@ -43,7 +45,7 @@ class KeyedStateHandle:
 
 @dataclass(frozen=True)
 class RestoredOperatorState:
-    keyed: tuple[KeyedStateHandle, ...] = ()
+    keyed: tuple[KeyedStateHandle | IncrementalKeyedStateHandle, ...] = ()
     #: operator state of this subtask, already redistributed: name -> (mode, entries)
     operator_state: dict[str, Any] = field(default_factory=dict)
 
@@ -52,19 +54,23 @@ class RestoredOperatorState:
 
         A rescaled subtask reads parts of several old subtasks' files: they are downloaded in
         parallel (I/O overlaps) and loaded one after another in the planned order."""
-        sources = [h.source(local) for h in self.keyed]
-        if len(self.keyed) == 1:  # the common case: stream it, key group by key group
-            backend.restore(self.keyed[0].read(sources[0][0]))
-        elif self.keyed:
-            workers = min(len(self.keyed), MAX_PARALLEL_DOWNLOADS)
+        incremental = [h for h in self.keyed if isinstance(h, IncrementalKeyedStateHandle)]
+        if incremental:  # rocksdb incremental checkpoints (state/rocksdb_restore.py)
+            restore_keyed_incremental(backend, incremental)
+        keyed = [h for h in self.keyed if isinstance(h, KeyedStateHandle)]
+        sources = [h.source(local) for h in keyed]
+        if len(keyed) == 1:  # the common case: stream it, key group by key group
+            backend.restore(keyed[0].read(sources[0][0]))
+        elif keyed:
+            workers = min(len(keyed), MAX_PARALLEL_DOWNLOADS)
             with ThreadPoolExecutor(workers, thread_name_prefix="tidegate-restore") as pool:
                 loaded = pool.map(
-                    lambda hs: list(hs[0].read(hs[1][0])), zip(self.keyed, sources, strict=True)
+                    lambda hs: list(hs[0].read(hs[1][0])), zip(keyed, sources, strict=True)
                 )
                 for key_groups in loaded:  # in plan order, each as soon as it is read
                     backend.restore(key_groups)
         used_local = sum(1 for _, is_local in sources if is_local)
-        return used_local, len(sources) - used_local
+        return used_local, len(sources) - used_local + len(incremental)
 
 
 @dataclass(frozen=True)

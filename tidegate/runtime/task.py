@@ -58,6 +58,7 @@ from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
 from tidegate.runtime.timer_service import ChainTimers
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.local_recovery import LocalStateStore
+from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.snapshot_format import write_state_file
 
 
@@ -443,11 +444,18 @@ class StreamTask:
                 if snap is None:
                     continue
                 stem = f"{_file_safe(uid)}-{self.subtask}"
+                # incremental rocksdb (not savepoints): the state file holds no keyed state
+                incremental = target is None and getattr(snap.keyed, "tracker", None) is not None
                 with self.storage.create_artifact(directory, stem, ".state") as f:
                     if self.local_state is not None and target is None:
                         self._mirror_locally(f, cid)
-                    index = write_state_file(f, snap.keyed, snap.operator)
+                    keyed = None if incremental else snap.keyed
+                    index = write_state_file(f, keyed, snap.operator)
                 handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
+                if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
+                    handle["incremental"] = upload_snapshot(
+                        snap.keyed, self.storage, directory, stem, cid
+                    )
                 op = next(o for o in self.ops if o.uid == uid)
                 if op.keyed_backend is not None:
                     r = op.keyed_backend.key_group_range

@@ -27,7 +27,9 @@ import rocksdict
 from tidegate.state import rocksdb_codec as codec
 from tidegate.state.heap import NoKeyContextError, StateKind
 from tidegate.state.keygroups import stable_hash
+from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
+from tidegate.state.rocksdb_restore import restore_rocksdb_backend
 from tidegate.state.rocksdb_snapshot import RocksDBKeyedStateSnapshot, decode_entries
 from tidegate.state.rocksdb_states import (
     RocksDBAggregatingState,
@@ -74,6 +76,7 @@ class RocksDBKeyedStateBackend:
         operator_uid: str = "keyed",
         subtask: int = 0,
         attempt: int = 0,
+        incremental: bool = False,
     ) -> None:
         r = key_group_range
         if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
@@ -97,6 +100,8 @@ class RocksDBKeyedStateBackend:
         self._states: dict[str, Any] = {}
         self._column_families: dict[str, rocksdict.Rdict] = {}
         self._restored_key_groups: set[int] = set()
+        #: incremental checkpoints: which SST files are uploaded (None: full snapshots)
+        self.tracker = IncrementalTracker() if incremental else None
 
     # the current key ---------------------------------------------------------------------------
     @property
@@ -198,7 +203,7 @@ class RocksDBKeyedStateBackend:
         if not self._kinds:  # no state yet: nothing to copy
             return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, {})
         path = self.instance.checkpoint()
-        return RocksDBKeyedStateSnapshot(
+        snapshot = RocksDBKeyedStateSnapshot(
             self.max_parallelism,
             self.key_group_range,
             {name: kind.value for name, kind in self._kinds.items()},
@@ -206,6 +211,21 @@ class RocksDBKeyedStateBackend:
             self.options,
             snapshot_transformers(self),  # state TTL: cleanup in full snapshot
         )
+        snapshot.tracker = self.tracker  # checkpoints upload it incrementally when set
+        return snapshot
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.tracker is not None:
+            self.tracker.notify_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.tracker is not None:
+            self.tracker.notify_aborted(checkpoint_id)
+
+    def restore_incremental(self, handles: list[IncrementalKeyedStateHandle]) -> None:
+        """Restore from incremental handles (rocksdb_restore): open the downloaded database
+        at the same key groups, else copy each handle's share of key groups as a range."""
+        restore_rocksdb_backend(self, handles)
 
     def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:
         """Load key groups read from state files, before the first record is processed.

@@ -209,11 +209,28 @@ class RocksDBInstance:
         #: the states' buffered writes; flushed before the database is read as a whole
         self.buffer = WriteBuffer(self.write, self.handle)
         self._checkpoints = 0
+        self._restored_cfs: set[str] = set()
         self.closed = False
+
+    def replace_db(self, source: str) -> None:
+        """Replace the (still empty) database by the one in `source` (restored files), which
+        is moved into place and opened with its column families."""
+        db_path = os.path.join(self.path, "db")
+        self.db.close()
+        shutil.rmtree(db_path)
+        os.replace(source, db_path)
+        self._restored_cfs = set(rocksdict.Rdict.list_cf(db_path, self._opts))
+        self.db = rocksdict.Rdict(
+            db_path, self._opts, column_families={n: self._opts for n in self._restored_cfs}
+        )
+        self.db.set_write_options(self._write_opts)
 
     def column_family(self, name: str) -> rocksdict.Rdict:
         """The column family of state `name`, created on first use."""
-        cf = self.db.create_column_family(CF_PREFIX + name, self._opts)
+        if CF_PREFIX + name in self._restored_cfs:  # opened from restored files
+            cf = self.db.get_column_family(CF_PREFIX + name)
+        else:
+            cf = self.db.create_column_family(CF_PREFIX + name, self._opts)
         cf.set_write_options(self._write_opts)
         return cf
 

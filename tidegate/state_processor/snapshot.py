@@ -107,7 +107,7 @@ class SnapshotView:
         entry = self.operator(uid)
         handles = sorted(((int(s), h) for s, h in entry["subtasks"].items()), key=lambda t: t[0])
         for subtask, handle in handles:
-            kind = handle.get("type")
+            kind = "incremental" if "incremental" in handle else handle.get("type")
             if kind == "incremental" or "index" not in handle:
                 raise UnsupportedSnapshotError(
                     f"{self._what()} holds the state of operator {uid!r} (subtask {subtask}) as "

@@ -1,0 +1,172 @@
+"""Incremental rocksdb checkpoints end to end on Spark: the exactly-once running count survives
+injected exceptions and a kill -9 restoring from incremental checkpoints, and a job restores
+an incremental checkpoint rescaled (2 -> 3 subtasks); output compared record by record with the
+reference. NO_CLAIM leaves the restored checkpoint's shared files alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.e2e.jobs import (
+    FAILURE_SCHEDULE,
+    NUM_KEYS,
+    RunningCount,
+    check_exactly_once,
+    committed_lines,
+    count_job,
+    kill_when_scheduled,
+)
+from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tidegate.checkpoint.incremental_handles import checkpoint_references, incremental_handles
+from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
+from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.common import Configuration, Encoder, JobStatus, RestartStrategies
+from tidegate.datastream import (
+    EmbeddedRocksDBStateBackend,
+    ExternalizedCheckpointRetention,
+    StreamExecutionEnvironment,
+)
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+
+
+def reused_files(metadata: dict) -> int:
+    return sum(
+        1 for _, _, inc in incremental_handles(metadata) for f in inc["shared"] if not f["uploaded"]
+    )
+
+
+def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, tmp_path):
+    n = 30_000
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=n,
+        rate=6_000,
+        interval_ms=200,
+        failure_markers=str(markers),
+        configuration={"state.backend.incremental": "true"},
+    )
+    env.set_state_backend(EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb")))
+    client = env.execute_async("incremental exactly once")
+    killer = kill_when_scheduled(client, str(markers))
+    client.get_job_execution_result().result(timeout=600)
+    killer.join(5)
+    jm = client.jobmaster
+    fired = sorted(p for p in os.listdir(markers) if p in FAILURE_SCHEDULE)
+    assert fired == sorted(FAILURE_SCHEDULE), f"only {fired} fired"
+    assert jm.stats.restarts == len(FAILURE_SCHEDULE)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+    latest = jm.store.latest()
+    assert list(incremental_handles(latest.metadata)), "the checkpoints were not incremental"
+    # the job finished: its checkpoints and every shared file it owned are deleted
+    shared = Path(jm.storage.job_dir) / "shared"
+    assert not shared.exists() or sorted(os.listdir(shared)) == []
+
+
+def rescalable_job(out: Path, checkpoints: Path, n: int, parallelism: int, config: dict):
+    """numbers (2 subtasks) -> key_by -> running count (`parallelism`) -> FileSink."""
+    conf = Configuration().set_string("execution.runner", "spark")
+    conf.add_all({"state.backend.type": "rocksdb", "state.backend.incremental": "true", **config})
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(150)
+    config_ = env.get_checkpoint_config()
+    config_.set_checkpoint_storage_dir(str(checkpoints))
+    config_.set_num_retained_checkpoints(2)
+    config_.set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    source = DataGeneratorSource(lambda i: i, count=n, records_per_second=4_000)
+    ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(2)
+    ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    sink = (
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+    ds.sink_to(sink).uid("sink")
+    return env
+
+
+def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark, tmp_path):
+    n = 24_000
+    local = {"state.backend.rocksdb.localdir": str(tmp_path / "rocksdb")}
+    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
+    client = first.execute_async("incremental at 2")
+    jm = client.jobmaster
+    running_with_checkpoints(client, 4)
+    # savepoints stay canonical (self-contained) with incremental checkpoints enabled
+    savepoint = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
+    savepoint_metadata = read_checkpoint_metadata(savepoint)
+    assert list(incremental_handles(savepoint_metadata)) == []
+    kept = savepoint_metadata["operators"]["count"]["subtasks"].values()
+    assert sum(len(h["index"]["key_groups"]) for h in kept) == NUM_KEYS
+    running_with_checkpoints(client, 1)
+    client.cancel().result()
+    jm.done.wait()
+    assert client.get_job_status().result() is JobStatus.CANCELED
+    # every checkpoint but one right after a compaction reuses SST files of the one before
+    assert any(reused_files(cp.metadata) > 0 for cp in jm.store.all())
+    restored_dir = resolve_checkpoint_path(jm.storage.job_dir)
+    metadata = read_checkpoint_metadata(restored_dir)
+    handles = list(incremental_handles(metadata))
+    assert {(uid, subtask) for uid, subtask, _ in handles} == {("count", 0), ("count", 1)}
+    shared_before = checkpoint_references(metadata, restored_dir).paths
+    assert shared_before and all(os.path.exists(p) for p in shared_before)
+
+    second = rescalable_job(
+        tmp_path / "out2",
+        tmp_path / "chk",
+        n,
+        3,
+        {**local, "execution.state-recovery.path": restored_dir},
+    )
+    client2 = second.execute_async("incremental at 3")
+    client2.get_job_execution_result().result(timeout=600)
+    assert client2.get_job_status().result() is JobStatus.FINISHED
+    assert client2.jobmaster.stats.restored_from == metadata["checkpoint_id"]
+    lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
+    check_exactly_once(lines, n, 2)
+    # NO_CLAIM: the restored checkpoint's shared files are untouched; the new job's own are gone
+    assert all(os.path.exists(p) for p in shared_before)
+    own_shared = Path(client2.jobmaster.storage.job_dir) / "shared"
+    assert not own_shared.exists() or sorted(os.listdir(own_shared)) == []
+
+
+def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings(
+    spark, tmp_path
+):
+    n = 16_000
+    local = {"state.backend.rocksdb.localdir": str(tmp_path / "rocksdb")}
+    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
+    client = first.execute_async("incremental, claimed later")
+    jm = client.jobmaster
+    running_with_checkpoints(client, 4)
+    client.cancel().result()
+    jm.done.wait()
+    (older, _), (latest, _) = [(cp.path, cp) for cp in jm.store.all()]
+    older_files = checkpoint_references(read_checkpoint_metadata(older), older).paths
+    latest_files = checkpoint_references(read_checkpoint_metadata(latest), latest).paths
+    assert latest_files - older_files  # the latest uploaded files of its own
+
+    restore = {
+        **local,
+        "execution.state-recovery.path": latest,
+        "execution.state-recovery.claim-mode": "CLAIM",
+    }
+    second = rescalable_job(tmp_path / "out2", tmp_path / "chk", n, 2, restore)
+    client2 = second.execute_async("claiming")
+    client2.get_job_execution_result().result(timeout=600)
+    lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
+    check_exactly_once(lines, n, 2)
+    # the claimed checkpoint and the shared files only it used are gone ...
+    assert not os.path.exists(latest)
+    assert not any(os.path.exists(p) for p in latest_files - older_files)
+    # ... while the older retained checkpoint beside it is intact, shared files included
+    verify_checkpoint(read_checkpoint_metadata(older), older).raise_for_problems()

@@ -1,0 +1,220 @@
+"""Incremental checkpoints of the rocksdb backend: upload only SST files not uploaded before.
+
+Snapshot (`upload_incremental`, the asynchronous phase; the synchronous phase made a hard-linked
+RocksDB checkpoint): every `*.sst` file the backend's confirmed base has is referenced again
+(same shared file, same checksum); every other SST file is uploaded to `<job dir>/shared/`
+under a unique name; the small private files (MANIFEST, CURRENT, OPTIONS, ...) go into the
+checkpoint's own directory. The uploads of checkpoint n become the base only once the backend
+is told n completed (`IncrementalTracker.notify_complete`): files of a checkpoint that may still
+be aborted are never reused.
+
+Restore (`download`): the files are copied back under their RocksDB names into a fresh
+directory, which is then opened as a database (rocksdb_backend) or read key group by key group
+(any other backend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.incremental_handles import (
+    HANDLE_VERSION,
+    relative_to,
+    resolve,
+    shared_dir,
+)
+
+#: files copied at once when an incremental handle is downloaded
+DOWNLOAD_THREADS = 4
+_CHUNK = 1 << 20
+
+
+@dataclass
+class IncrementalTracker:
+    """Which SST files of this backend are uploaded, by the last confirmed checkpoint."""
+
+    backend_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: the confirmed checkpoint whose uploads are reused (None: none yet, the next is full)
+    base_id: int | None = None
+    #: SST name -> {"path" (absolute), "size", "checksum"}
+    base: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def current_base(self) -> tuple[int | None, dict[str, dict[str, Any]]]:
+        with self._lock:
+            return self.base_id, dict(self.base)
+
+    def record(self, checkpoint_id: int, files: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            self.pending[checkpoint_id] = files
+
+    def seed(self, checkpoint_id: int, files: dict[str, dict[str, Any]]) -> None:
+        """Reuse the files of a restored checkpoint this job owns."""
+        with self._lock:
+            self.base_id, self.base = checkpoint_id, dict(files)
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed: its uploads become the base (a savepoint's
+        id has none: the base stays). Older pending uploads can no longer complete."""
+        with self._lock:
+            files = self.pending.pop(checkpoint_id, None)
+            for older in [c for c in self.pending if c < checkpoint_id]:
+                del self.pending[older]
+            if files is not None and (self.base_id is None or checkpoint_id > self.base_id):
+                self.base_id, self.base = checkpoint_id, files
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        with self._lock:
+            self.pending.pop(checkpoint_id, None)
+
+
+def upload_incremental(
+    snapshot_dir: str,
+    storage: Any,
+    checkpoint_dir: str,
+    stem: str,
+    checkpoint_id: int,
+    tracker: IncrementalTracker,
+    description: dict[str, Any],
+) -> dict[str, Any]:
+    """Upload the RocksDB checkpoint in `snapshot_dir` incrementally; return the handle's
+    `incremental` part (`description` holds key_group_range, max_parallelism, state_kinds).
+    On failure the files uploaded so far are deleted again (nothing references them)."""
+    base_id, base = tracker.current_base()
+    shared_root = shared_dir(storage.job_dir)
+    shared: list[dict[str, Any]] = []
+    private: list[dict[str, Any]] = []
+    files: dict[str, dict[str, Any]] = {}
+    uploaded: list[str] = []
+    try:
+        for name in sorted(os.listdir(snapshot_dir)):
+            local = os.path.join(snapshot_dir, name)
+            if not name.endswith(".sst"):
+                written = _upload(storage, checkpoint_dir, f"{stem}-{name}", "", local)
+                private.append({"name": name, **written})
+                continue
+            known = base.get(name)
+            if known is None:
+                written = _upload(storage, shared_root, f"{stem}-{name[:-4]}", ".sst", local)
+                path = f"{shared_root}/{written['file']}"
+                uploaded.append(path)
+                known = {"path": path, "size": written["size"], "checksum": written["checksum"]}
+            files[name] = known
+            shared.append(
+                {
+                    "name": name,
+                    "file": relative_to(checkpoint_dir, known["path"]),
+                    "size": known["size"],
+                    "checksum": known["checksum"],
+                    "uploaded": name not in base,
+                }
+            )
+    except BaseException:
+        for path in uploaded:
+            _delete_quietly(storage, path)
+        raise
+    tracker.record(checkpoint_id, files)
+    return {
+        "version": HANDLE_VERSION,
+        "backend_id": tracker.backend_id,
+        "base_checkpoint_id": base_id,
+        **description,
+        "shared": shared,
+        "private": private,
+    }
+
+
+def upload_snapshot(
+    snapshot: Any, storage: Any, checkpoint_dir: str, stem: str, checkpoint_id: int
+) -> dict[str, Any]:
+    """The asynchronous phase of an incremental checkpoint of a `RocksDBKeyedStateSnapshot`
+    (whose `tracker` is set); its hard-linked directory is deleted afterwards."""
+    r = snapshot.key_group_range
+    try:
+        return upload_incremental(
+            snapshot.path,
+            storage,
+            checkpoint_dir,
+            stem,
+            checkpoint_id,
+            snapshot.tracker,
+            {
+                "key_group_range": [r.start, r.stop],
+                "max_parallelism": snapshot.max_parallelism,
+                "state_kinds": snapshot.state_kinds,
+            },
+        )
+    finally:
+        snapshot.discard()
+
+
+def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) -> dict[str, Any]:
+    with open(local, "rb") as src, storage.create_artifact(directory, stem, suffix) as out:
+        shutil.copyfileobj(src, out, _CHUNK)
+    return out.handle
+
+
+def _delete_quietly(storage: Any, path: str) -> None:
+    with contextlib.suppress(OSError, ValueError, CheckpointError):  # best effort
+        storage.delete_file(path)
+
+
+def shared_base(checkpoint_dir: str, inc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A handle's shared files as a tracker base (SST name -> absolute path, size, checksum)."""
+    return {
+        f["name"]: {
+            "path": resolve(checkpoint_dir, f["file"]),
+            "size": f["size"],
+            "checksum": f["checksum"],
+        }
+        for f in inc.get("shared", ())
+    }
+
+
+def download(checkpoint_dir: str, inc: dict[str, Any], target: str) -> None:
+    """Copy every file of the incremental handle `inc` into `target` under its RocksDB name
+    (in parallel). The driver verified sizes and checksums before the restore started."""
+    os.makedirs(target, exist_ok=True)
+    entries = [*inc.get("shared", ()), *inc.get("private", ())]
+
+    def fetch(entry: dict[str, Any]) -> None:
+        source = resolve(checkpoint_dir, entry["file"])
+        with (
+            fsspec.open(source, "rb") as src,
+            open(os.path.join(target, entry["name"]), "wb") as out,
+        ):
+            shutil.copyfileobj(src, out, _CHUNK)
+
+    workers = max(1, min(DOWNLOAD_THREADS, len(entries)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="tidegate-download") as pool:
+        list(pool.map(fetch, entries))
+
+
+@dataclass(frozen=True)
+class IncrementalKeyedStateHandle:
+    """What one new subtask restores from one old subtask's incremental handle."""
+
+    #: the checkpoint directory the handle's relative paths start from
+    checkpoint_dir: str
+    checkpoint_id: int
+    #: the handle's `incremental` part (see checkpoint/incremental_handles.py)
+    handle: dict[str, Any]
+    #: the key groups to take from it (its range ∩ the new subtask's)
+    key_groups: range
+    #: the job owns the restored checkpoint (its own, or claimed): its files may be reused
+    reusable: bool = False
+
+    @property
+    def key_group_range(self) -> range:
+        return range(*self.handle["key_group_range"])
