@@ -29,6 +29,7 @@ from tidegate.datastream.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.datastream.time_domain import TimeDomain
@@ -56,6 +57,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "OutputTag",
     "ProcessFunction",
     "ReduceFunction",
     "RuntimeContext",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
+from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.functions import (
     FilterFunction,
@@ -25,6 +26,7 @@ from tidegate.runtime.operators import (
     KeyedReduceOperator,
     MapOperator,
     ProcessOperator,
+    SideOutputOperator,
 )
 from tidegate.runtime.partitioners import (
     BroadcastPartitioner,
@@ -149,6 +151,15 @@ class DataStream:
         sel = self._key_selector()
         op = partial(ProcessOperator, func, func.process_element, sel)
         return self._add("process", "Process", op, keyed=sel is not None)
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
+        """Give each record an event-time timestamp and generate watermarks from here on
+        (upstream watermarks are dropped); see tidegate.common.WatermarkStrategy."""
+        return event_time.assign_timestamps_and_watermarks(self, watermark_strategy)
+
+    def get_side_output(self, output_tag: Any) -> DataStream:
+        """The side output `output_tag` of this operator (`ctx.output(tag, value)`)."""
+        return event_time.get_side_output(self, output_tag, SideOutputOperator)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
         _fn, select = _callable(key_selector, KeySelector, "get_key", "key_by")
