@@ -34,9 +34,18 @@ from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.datastream.time_domain import TimeDomain
 from tidegate.datastream.timerservice import TimerService
+from tidegate.datastream.window_functions import (
+    AllWindowFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
+)
+from tidegate.datastream.windowed_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "AllWindowFunction",
+    "AllWindowedStream",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
@@ -58,10 +67,14 @@ __all__ = [
     "KeyedStream",
     "MapFunction",
     "OutputTag",
+    "ProcessAllWindowFunction",
     "ProcessFunction",
+    "ProcessWindowFunction",
     "ReduceFunction",
     "RuntimeContext",
     "StreamExecutionEnvironment",
     "TimeDomain",
     "TimerService",
+    "WindowFunction",
+    "WindowedStream",
 ]

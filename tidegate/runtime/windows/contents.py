@@ -7,7 +7,7 @@ Contents (per key, namespaced by window):
   elements themselves, the list state `__window_elements__` of `(window, value, timestamp)`
   (appending is O(1) and a snapshot never sees a half-changed list).
 
-`WindowFunction` wraps the user's function (ProcessWindowFunction, WindowFunction and their
+`InternalWindowFunction` wraps the user's function (ProcessWindowFunction, WindowFunction and their
 all-window forms, or none: then the pre-aggregated result itself is emitted).
 """
 
@@ -145,7 +145,7 @@ def make_contents(backend: Any, aggregation: Aggregation | None, evicting: bool)
     return ListContents(backend, aggregation)
 
 
-class WindowFunction:
+class InternalWindowFunction:
     """The user's window function as the operator calls it: `(key, window, ctx, inputs) ->
     outputs`. `kind`: "pass" (emit the inputs: reduce/aggregate without a window function),
     "process" / "apply" (keyed), "all_process" / "all_apply" (window_all)."""

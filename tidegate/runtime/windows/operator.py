@@ -27,7 +27,7 @@ from typing import Any
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.timers import MAX_WATERMARK, TimeDomain, processing_time_ms
-from tidegate.runtime.windows.contents import Aggregation, WindowFunction, make_contents
+from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.merging import MergingWindowSet
 from tidegate.runtime.windows.window_state import WindowScope
@@ -44,7 +44,7 @@ class WindowSpec:
     allowed_lateness: int = 0
     late_data_tag: Any = None
     aggregation: Aggregation | None = None
-    function: WindowFunction = field(default_factory=lambda: WindowFunction("pass"))
+    function: InternalWindowFunction = field(default_factory=lambda: InternalWindowFunction("pass"))
 
 
 class WindowOperator(StreamOperator):
