@@ -67,7 +67,8 @@ def test_sliding_windows_each_get_every_element_in_their_range():
 def test_a_process_window_function_sees_the_window_and_all_its_elements():
     h = Harness(
         WindowSpec(
-            TumblingEventTimeWindows.of(10), function=InternalWindowFunction("process", SumProcess())
+            TumblingEventTimeWindows.of(10),
+            function=InternalWindowFunction("process", SumProcess()),
         )
     )
     h.add(("a", 1, 1), ("a", 2, 2), ("b", 7, 15))
@@ -174,7 +175,8 @@ def test_a_sliding_count_window_keeps_the_last_n_elements_with_a_count_evictor()
 
 def test_session_windows_merge_elements_closer_than_the_gap():
     spec = WindowSpec(
-        EventTimeSessionWindows.with_gap(10), function=InternalWindowFunction("process", SumProcess())
+        EventTimeSessionWindows.with_gap(10),
+        function=InternalWindowFunction("process", SumProcess()),
     )
     h = Harness(spec)
     h.add(("a", 1, 0), ("a", 2, 18), ("a", 4, 9))  # [9,19) bridges [0,10) and [18,28)
