@@ -15,7 +15,13 @@ import pytest
 from tidegate.common import Duration, WatermarkStrategy
 from tidegate.common.watermark_strategy import TimestampAssigner
 from tidegate.connectors.collection import CollectionSource
-from tidegate.datastream import KeyedProcessFunction, OutputTag, ProcessFunction
+from tidegate.datastream import (
+    BroadcastProcessFunction,
+    KeyedProcessFunction,
+    OutputTag,
+    ProcessFunction,
+)
+from tidegate.runtime.broadcast import BroadcastProcessOperator
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import encode_frame
@@ -386,3 +392,25 @@ def test_a_source_assigns_timestamps_and_restores_its_last_watermark_which_it_se
     again.poll(2)
     again.watermarks.periodic()  # max timestamp 40 -> 34
     assert out2.items == [("wm", 24), ("batch", [("r", 20), ("r", 40)], [20, 40]), ("wm", 34)]
+
+
+class Tagged(BroadcastProcessFunction):
+    def process_element(self, value, ctx):
+        yield (value, ctx.timestamp(), ctx.current_watermark())
+
+    def process_broadcast_element(self, value, ctx):
+        yield ("rule", value, ctx.timestamp())
+
+
+def test_both_inputs_of_a_broadcast_operator_keep_timestamps_and_see_its_watermark():
+    out = Collect()
+    op = wire(BroadcastProcessOperator(Tagged(), ()), out)
+    op.process_watermark(7)
+    op.process_batch1(batch(["a"], [10]))
+    op.process_batch2(batch(["r"], [3]))
+    op.process_batch1(["plain"])
+    assert out.pairs == [
+        (("a", 10, 7), 10),
+        (("rule", "r", 3), 3),
+        (("plain", None, 7), None),
+    ]
