@@ -9,11 +9,23 @@ import collections
 
 from tests.e2e.jobs import committed_lines
 from tests.e2e.window_jobs import (
+    CountWindowProcessFunction,
     FailurePlan,
+    MySessionWindowTimeGapExtractor,
+    MyTimestampAssigner,
+    SumWindowFunction,
     check_windows_exactly_once,
     expected_late_lines,
     late_data_job,
     window_job,
+)
+from tidegate.common import Configuration, Encoder, Time, Types, WatermarkStrategy
+from tidegate.datastream import StreamExecutionEnvironment
+from tidegate.datastream.connectors.file_system import FileSink
+from tidegate.datastream.window import (
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
 )
 
 
@@ -44,3 +56,86 @@ def test_late_elements_go_to_the_side_output_exactly_once_across_a_failure(spark
     expected = expected_late_lines(n)
     assert sum(1 for line in got if line.startswith("L,")) == (n - 3_000) // 50
     assert got == expected
+
+
+# PyFlink's windowing examples (apache-flink's examples/datastream/windowing), with tidegate's
+# imports, on the local runner; the expected lines are what Flink prints for them.
+def _run_example(tmp_path, data, build) -> list[str]:
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", "local")
+    )
+    env.set_parallelism(1)
+    stream = env.from_collection(data, type_info=Types.TUPLE([Types.STRING(), Types.INT()]))
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        MyTimestampAssigner()
+    )
+    ds = build(stream.assign_timestamps_and_watermarks(strategy))
+    ds.sink_to(FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build())
+    env.execute()
+    return sorted(committed_lines(tmp_path))
+
+
+def test_pyflinks_windowing_examples_print_flinks_results(tmp_path):
+    process = CountWindowProcessFunction()
+    hi = [("hi", t) for t in (1, 2, 3, 4, 5, 8, 9, 15)]
+    tumbling = _run_example(
+        tmp_path / "tumbling",
+        hi,
+        lambda s: (
+            s.key_by(lambda x: x[0], key_type=Types.STRING())
+            .window(TumblingEventTimeWindows.of(Time.milliseconds(5)))
+            .process(process)
+        ),
+    )
+    assert tumbling == ["('hi', 0, 5, 4)", "('hi', 15, 20, 1)", "('hi', 5, 10, 3)"]
+    sliding = _run_example(
+        tmp_path / "sliding",
+        hi,
+        lambda s: (
+            s.key_by(lambda x: x[0])
+            .window(SlidingEventTimeWindows.of(Time.milliseconds(5), Time.milliseconds(2)))
+            .process(process)
+        ),
+    )
+    assert sliding == sorted(
+        f"('hi', {s}, {s + 5}, {n})"
+        for s, n in [(-2, 2), (0, 4), (2, 4), (4, 3), (6, 2), (8, 2), (12, 1), (14, 1)]
+    )
+    sessions = [("hi", t) for t in (1, 2, 3, 4, 9, 9, 15)]
+    gap = _run_example(
+        tmp_path / "gap",
+        sessions,
+        lambda s: (
+            s.key_by(lambda x: x[0])
+            .window(EventTimeSessionWindows.with_gap(Time.milliseconds(5)))
+            .process(process)
+        ),
+    )
+    assert gap == ["('hi', 1, 14, 6)", "('hi', 15, 20, 1)"]
+    dynamic = _run_example(
+        tmp_path / "dynamic",
+        sessions,
+        lambda s: (
+            s.key_by(lambda x: x[0])
+            .window(EventTimeSessionWindows.with_dynamic_gap(MySessionWindowTimeGapExtractor()))
+            .process(process)
+        ),
+    )
+    assert dynamic == ["('hi', 1, 8, 4)", "('hi', 9, 30, 3)"]
+
+
+def test_pyflinks_count_window_example_sums_every_three_elements_per_key(tmp_path):
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", "local")
+    )
+    env.set_parallelism(1)
+    data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
+    ds = (
+        env.from_collection(data, type_info=Types.TUPLE([Types.INT(), Types.STRING()]))
+        .key_by(lambda x: x[1], key_type=Types.STRING())
+        .count_window(3)
+        .apply(SumWindowFunction(), Types.TUPLE([Types.STRING(), Types.INT()]))
+    )
+    ds.sink_to(FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build())
+    env.execute()
+    assert sorted(committed_lines(tmp_path)) == ["('hello', 12)", "('hi', 9)"]

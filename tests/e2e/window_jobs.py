@@ -20,12 +20,14 @@ from __future__ import annotations
 import collections
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.e2e.jobs import InjectedFailure
 from tidegate.common import Configuration, Encoder, RestartStrategies, WatermarkStrategy
 from tidegate.common.time import Time
+from tidegate.common.watermark_strategy import TimestampAssigner
 from tidegate.datastream import (
     AggregateFunction,
     ProcessAllWindowFunction,
@@ -37,8 +39,11 @@ from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.window import (
+    CountWindow,
     EventTimeSessionWindows,
+    SessionWindowTimeGapExtractor,
     SlidingEventTimeWindows,
+    TimeWindow,
     TumblingEventTimeWindows,
 )
 
@@ -278,3 +283,26 @@ def expected_late_lines(n: int) -> collections.Counter:
             tumbling[(v % K, t - t % TUMBLE)] += v
     lines += [f"T,{k},{s},{s + TUMBLE},{total}" for (k, s), total in tumbling.items()]
     return collections.Counter(lines)
+
+
+# PyFlink's windowing examples' functions (examples/datastream/windowing) -------------------
+class MyTimestampAssigner(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp) -> int:
+        return int(value[1])
+
+
+class CountWindowProcessFunction(ProcessWindowFunction[tuple, tuple, str, TimeWindow]):
+    def process(
+        self, key: str, context: ProcessWindowFunction.Context[TimeWindow], elements: Iterable
+    ) -> Iterable[tuple]:
+        return [(key, context.window().start, context.window().end, len([e for e in elements]))]
+
+
+class MySessionWindowTimeGapExtractor(SessionWindowTimeGapExtractor):
+    def extract(self, element: tuple) -> int:
+        return element[1]
+
+
+class SumWindowFunction(WindowFunction[tuple, tuple, str, CountWindow]):
+    def apply(self, key: str, window: CountWindow, inputs: Iterable[tuple]):
+        return [(key, sum(i[0] for i in inputs))]

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from tidegate.datastream.functions import Function
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W = TypeVar("W")
 
 __all__ = [
     "AllWindowFunction",
@@ -27,17 +32,17 @@ __all__ = [
 ]
 
 
-class WindowFunction(Function):
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     @abc.abstractmethod
     def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class AllWindowFunction(Function):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     @abc.abstractmethod
     def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class _WindowContext(abc.ABC):
+class _WindowContext(abc.ABC, Generic[W]):
     @abc.abstractmethod
     def window(self) -> Any: ...
 
@@ -54,7 +59,7 @@ class _WindowContext(abc.ABC):
     def global_state(self) -> Any: ...
 
 
-class ProcessWindowFunction(Function):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     Context = _WindowContext
 
     @abc.abstractmethod
@@ -66,7 +71,7 @@ class ProcessWindowFunction(Function):
         """The window is purged for good: clear what `context.window_state()` holds."""
 
 
-class ProcessAllWindowFunction(Function):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     Context = _WindowContext
 
     @abc.abstractmethod
