@@ -13,8 +13,11 @@ from tests.e2e.window_jobs import (
     FailurePlan,
     MySessionWindowTimeGapExtractor,
     MyTimestampAssigner,
+    PairUp,
+    Sides,
     SumWindowFunction,
     check_windows_exactly_once,
+    event_time,
     expected_late_lines,
     late_data_job,
     window_job,
@@ -139,3 +142,50 @@ def test_pyflinks_count_window_example_sums_every_three_elements_per_key(tmp_pat
     ds.sink_to(FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build())
     env.execute()
     assert sorted(committed_lines(tmp_path)) == ["('hello', 12)", "('hi', 9)"]
+
+
+def test_a_window_join_pairs_equal_keys_of_the_same_window_and_co_group_sees_both_sides(
+    tmp_path,
+):
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", "local")
+    )
+    env.set_parallelism(2)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(event_time)
+    orders = env.from_collection([("a", 1), ("b", 2), ("a", 3), ("c", 12), ("a", 14)])
+    payments = env.from_collection([("a", 4), ("a", 5), ("b", 11), ("c", 13), ("d", 15)])
+    orders = orders.assign_timestamps_and_watermarks(strategy)
+    payments = payments.assign_timestamps_and_watermarks(strategy)
+    window = TumblingEventTimeWindows.of(Time.milliseconds(10))
+    joined = (
+        orders.join(payments)
+        .where(lambda o: o[0])
+        .equal_to(lambda p: p[0])
+        .window(window)
+        .apply(PairUp())
+    )
+    grouped = (
+        orders.co_group(payments)
+        .where(lambda o: o[0])
+        .equal_to(lambda p: p[0])
+        .window(window)
+        .apply(Sides())
+    )
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build()
+    joined.union(grouped).sink_to(sink)
+    env.execute()
+    assert sorted(committed_lines(tmp_path)) == sorted(
+        [
+            "J,a,1,4",  # [0, 10): a x a (2 x 2 pairs); b has no partner in this window
+            "J,a,1,5",
+            "J,a,3,4",
+            "J,a,3,5",
+            "J,c,12,13",  # [10, 20)
+            "G,a,[1, 3],[4, 5]",
+            "G,b,[2],[]",
+            "G,b,[],[11]",
+            "G,c,[12],[13]",
+            "G,a,[14],[]",
+            "G,d,[],[15]",
+        ]
+    )

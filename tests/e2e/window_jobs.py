@@ -30,6 +30,8 @@ from tidegate.common.time import Time
 from tidegate.common.watermark_strategy import TimestampAssigner
 from tidegate.datastream import (
     AggregateFunction,
+    CoGroupFunction,
+    JoinFunction,
     ProcessAllWindowFunction,
     ProcessWindowFunction,
     StreamExecutionEnvironment,
@@ -306,3 +308,19 @@ class MySessionWindowTimeGapExtractor(SessionWindowTimeGapExtractor):
 class SumWindowFunction(WindowFunction[tuple, tuple, str, CountWindow]):
     def apply(self, key: str, window: CountWindow, inputs: Iterable[tuple]):
         return [(key, sum(i[0] for i in inputs))]
+
+
+# window join / coGroup ------------------------------------------------------------------------
+class PairUp(JoinFunction):
+    def join(self, first, second):
+        return f"J,{first[0]},{first[1]},{second[1]}"
+
+
+class Sides(CoGroupFunction):
+    def co_group(self, first, second):
+        key = (first or second)[0][0]
+        yield f"G,{key},{sorted(v for _, v in first)},{sorted(v for _, v in second)}"
+
+
+def event_time(value, _record_timestamp) -> int:
+    return value[1]

@@ -29,6 +29,7 @@ from tidegate.datastream.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from tidegate.datastream.join import CoGroupedStreams, CoGroupFunction, JoinedStreams, JoinFunction
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
@@ -53,6 +54,8 @@ __all__ = [
     "CheckpointListener",
     "CheckpointedFunction",
     "CheckpointingMode",
+    "CoGroupFunction",
+    "CoGroupedStreams",
     "DataStream",
     "DataStreamSink",
     "ExternalizedCheckpointCleanup",
@@ -61,6 +64,8 @@ __all__ = [
     "FilterFunction",
     "FlatMapFunction",
     "HashMapStateBackend",
+    "JoinFunction",
+    "JoinedStreams",
     "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedProcessFunction",

@@ -167,6 +167,18 @@ class DataStream:
 
         return AllWindowedStream(self, window_assigner)
 
+    def join(self, other: DataStream) -> Any:
+        """A window join with `other`: `.where(k1).equal_to(k2).window(a).apply(f)`."""
+        from tidegate.datastream.join import JoinedStreams
+
+        return JoinedStreams(self, other)
+
+    def co_group(self, other: DataStream) -> Any:
+        """A window coGroup with `other`: `.where(k1).equal_to(k2).window(a).apply(f)`."""
+        from tidegate.datastream.join import CoGroupedStreams
+
+        return CoGroupedStreams(self, other)
+
     def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
         _fn, select = _callable(key_selector, KeySelector, "get_key", "key_by")
         return KeyedStream(self._env, self._plain_inputs(), select)
