@@ -3,6 +3,11 @@ isolation on one core with tidegate's own classes (bench/micro.py's pattern): ea
 the same batches once as plain lists (no timestamps) and once as TimestampedBatch.
 
     .venv/bin/python bench/event_time.py [--batch 512] [--records 1000000] [--json out.json]
+    .venv/bin/python bench/event_time.py --job [--records 2000000] [--rounds 3]
+
+With --job it runs the keyed count as a job on Spark (p=2, count sink, checkpoints every
+second) with and without timestamps (a monotonous WatermarkStrategy at the source), rounds
+alternating, and reports the steady-state records/s of each (bench/measure.py's run_job).
 
 Stages (the keyed count's path, plus what only event-time jobs do):
 
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import pickle
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,12 +89,46 @@ def _stages(batch: int, records: int, timestamped: bool) -> dict[str, float]:
     return out
 
 
+def run_jobs(records: int, rounds: int) -> dict[str, list[float]]:
+    """Steady-state records/s of the keyed count without and with timestamps, on Spark."""
+    import tempfile
+
+    from bench.jobs import JobParams, register_by_value
+    from bench.measure import run_job
+
+    register_by_value()
+    rates: dict[str, list[float]] = {"keyed": [], "keyed-ts": []}
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(rounds):
+            for pipeline in rates:
+                params = JobParams(pipeline, 2, 1000, "count", records)
+                result = run_job(params, runner="spark", spark=None, work_root=work)
+                assert result["exactly_once_ok"], result["error"]
+                rates[pipeline].append(result["steady_rate"])
+                print(f"  {pipeline:9s} {result['steady_rate']:12,.0f} records/s", flush=True)
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--job", action="store_true", help="run the keyed count job on Spark")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.job:
+        rates = run_jobs(args.records, args.rounds)
+        plain_rate = statistics.median(rates["keyed"])
+        ts_rate = statistics.median(rates["keyed-ts"])
+        print(
+            f"keyed count p=2, median of {args.rounds}: {plain_rate:,.0f} -> {ts_rate:,.0f} "
+            f"records/s with timestamps ({100 * (ts_rate / plain_rate - 1):+.1f}%)"
+        )
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rates, f)
+        return 0
     plain = _stages(args.batch, args.records, False)
     stamped = _stages(args.batch, args.records, True)
     print(f"ns per record, batches of {args.batch}, one core (median of 5)")

@@ -122,6 +122,7 @@ def window_job(
     plan: FailurePlan | None = None,
     restore_path: str | None = None,
     interval_ms: int = 200,
+    unaligned: bool = False,
 ) -> StreamExecutionEnvironment:
     """datagen (2 subtasks, bounded out-of-orderness) -> key_by -> WindowSums (2) -> FileSink;
     its side output -> rebalance -> StampSide -> a second FileSink."""
@@ -133,6 +134,7 @@ def window_job(
     env.get_config().set_auto_watermark_interval(100)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(
         Duration.of_millis(BOUND_MS)

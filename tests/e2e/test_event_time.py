@@ -48,6 +48,27 @@ def test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_f
     check_side_output(tmp_path / "side", n)
 
 
+def test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_kills(
+    spark, tmp_path
+):
+    n = 8_000
+    plan = FailurePlan({0: ("kill", "record", 2_000), 1: ("kill", "timer", 45_999)})
+    env = window_job(
+        tmp_path / "out",
+        tmp_path / "side",
+        tmp_path / "chk",
+        n=n,
+        rate=2_000,
+        plan=plan,
+        unaligned=True,
+    )
+    client = env.execute_async("event-time windows, unaligned checkpoints")
+    client.get_job_execution_result().result()
+    assert client.jobmaster.stats.restarts == 2
+    check_windows_exactly_once(fired(tmp_path / "out"), n)
+    check_side_output(tmp_path / "side", n)
+
+
 def test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_window(spark, tmp_path):
     n = 8_000
     first = window_job(tmp_path / "run1", tmp_path / "side1", tmp_path / "chk", n=n, rate=1_000)

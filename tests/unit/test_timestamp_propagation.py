@@ -396,6 +396,7 @@ def test_a_source_assigns_timestamps_and_restores_its_last_watermark_which_it_se
 
 class Tagged(BroadcastProcessFunction):
     def process_element(self, value, ctx):
+        ctx.output(LATE, value)
         yield (value, ctx.timestamp(), ctx.current_watermark())
 
     def process_broadcast_element(self, value, ctx):
@@ -403,8 +404,10 @@ class Tagged(BroadcastProcessFunction):
 
 
 def test_both_inputs_of_a_broadcast_operator_keep_timestamps_and_see_its_watermark():
-    out = Collect()
-    op = wire(BroadcastProcessOperator(Tagged(), ()), out)
+    out, side = Collect(), Collect()
+    selector = SideOutputOperator("late")
+    selector.outputs = [side]
+    op = wire(BroadcastProcessOperator(Tagged(), ()), out, selector)
     op.process_watermark(7)
     op.process_batch1(batch(["a"], [10]))
     op.process_batch2(batch(["r"], [3]))
@@ -414,3 +417,4 @@ def test_both_inputs_of_a_broadcast_operator_keep_timestamps_and_see_its_waterma
         (("rule", "r", 3), 3),
         (("plain", None, 7), None),
     ]
+    assert side.pairs == [("a", 10), ("plain", None)]

@@ -75,6 +75,10 @@ class _BaseContext:
     def current_processing_time(self) -> int:
         return int(time.time() * 1000)
 
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit `value` to the side output `output_tag`, with the record's timestamp."""
+        self._op.side_outputs.collect(output_tag, value, self._timestamp)
+
     def current_watermark(self) -> int:
         return self._op.current_watermark
 
@@ -197,3 +201,4 @@ class BroadcastProcessOperator(TwoInputStreamOperator):
         ctx._timestamp = None
         if out:
             self.emit(with_timestamps(out, out_ts))
+        self.side_outputs.flush()

@@ -209,7 +209,7 @@ class StreamTask:
         source: SourceOperator = self.ops[0]
         finished = False
         get = self.gate.get
-        periodic = PeriodicWatermarks(self.ops)
+        periodic = PeriodicWatermarks(self.ops) or None
         while not self.final_notified:
             msg = get(0)
             if msg is not None:
@@ -221,7 +221,7 @@ class StreamTask:
                 if msg is not None:
                     self._on_control(msg[1])
                 continue
-            if periodic:
+            if periodic is not None:
                 periodic.maybe_emit()
             batch = None if self.draining else source.poll(self.batch_size)
             if batch:
@@ -240,9 +240,9 @@ class StreamTask:
     def _input_loop(self) -> None:
         get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
         timers = ChainTimers(self.ops)  # keyed processing-time timers fire between batches
-        periodic = PeriodicWatermarks(self.ops)  # assign_timestamps_and_watermarks in the chain
+        periodic = PeriodicWatermarks(self.ops) or None  # assign_timestamps_and_watermarks
         while not (self.final_notified and self.open_channels == 0):
-            if periodic:
+            if periodic is not None:
                 periodic.maybe_emit()
             # none after a final checkpoint's barrier (stop-with-savepoint): they stay in it
             timer_wait = timers.fire_due() if timers and self.final_checkpoint_id is None else None
