@@ -20,6 +20,7 @@ from tests.e2e.window_jobs import (
     event_time,
     expected_late_lines,
     late_data_job,
+    processing_time_job,
     window_job,
 )
 from tidegate.common import Configuration, Encoder, Time, Types, WatermarkStrategy
@@ -59,6 +60,26 @@ def test_late_elements_go_to_the_side_output_exactly_once_across_a_failure(spark
     expected = expected_late_lines(n)
     assert sum(1 for line in got if line.startswith("L,")) == (n - 3_000) // 50
     assert got == expected
+
+
+def test_processing_time_windows_count_every_value_once_across_an_exception_and_a_kill(
+    spark, tmp_path
+):
+    real = 4_000
+    env = processing_time_job(
+        tmp_path / "out", tmp_path / "chk", real=real, padding=1_500, rate=2_000
+    )
+    client = env.execute_async("processing-time windows")
+    client.get_job_execution_result().result()
+    assert client.jobmaster.stats.restarts == 2
+    lines = [line.split(",") for line in committed_lines(tmp_path / "out")]
+    sums = collections.Counter()
+    for _, key, total, _count in lines:
+        sums[int(key)] += int(total)
+    expected = collections.Counter()
+    for v in range(real):
+        expected[v % 4] += v
+    assert sums == expected
 
 
 # PyFlink's windowing examples (apache-flink's examples/datastream/windowing), with tidegate's

@@ -47,6 +47,7 @@ from tidegate.datastream.window import (
     SlidingEventTimeWindows,
     TimeWindow,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
 )
 
 K = 4
@@ -324,3 +325,45 @@ class Sides(CoGroupFunction):
 
 def event_time(value, _record_timestamp) -> int:
     return value[1]
+
+
+# processing-time windows ----------------------------------------------------------------------
+class ProcessingTimeSums(ProcessWindowFunction):
+    """`P,key,sum,count` per window; fails at its `fail_at`-th firing in attempts 0 (raise)
+    and 1 (kill -9)."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.fail_at = fail_at
+
+    def open(self, runtime_context) -> None:
+        self.attempt = runtime_context.get_attempt_number()
+        self.firings = 0
+
+    def process(self, key, context, elements):
+        self.firings += 1
+        if self.firings == self.fail_at and self.attempt < 2:
+            if self.attempt == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise InjectedFailure(f"planned failure at firing {self.firings}")
+        (total, count) = elements[0]
+        yield f"P,{key},{total},{count}"
+
+
+def processing_time_job(
+    out: Path, checkpoints: Path, *, real: int, padding: int, rate: float
+) -> StreamExecutionEnvironment:
+    """Values 0..real-1, then `padding` zeros (so every window with real values fires before
+    the end of input: pending processing-time windows do not fire at the end, as in Flink)."""
+    env = _env(checkpoints, 200)
+    source = DataGeneratorSource(
+        lambda i: i if i < real else 0, count=real + padding, records_per_second=rate
+    )
+    ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
+    windows = (
+        ds.key_by(lambda v: v % K)
+        .window(TumblingProcessingTimeWindows.of(Time.milliseconds(TUMBLE)))
+        .aggregate(SumCount(), window_function=ProcessingTimeSums(fail_at=5))
+        .uid("processing-time")
+    )
+    windows.sink_to(_sink(out)).uid("sink")
+    return env
