@@ -32,7 +32,7 @@ from tidegate.runtime.auth import (
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import encode_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
-from tidegate.runtime.records import TimestampedBatch
+from tidegate.runtime.records import TimestampedBatch, timestamps_of
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class RecordWriter:
         self._reported_blocked_s = 0.0
 
     def process_batch(self, records: list) -> None:
-        if type(records) is not list:
+        if type(records) is not list and timestamps_of(records) is not None:
             self._process_timestamped(records)
             return
         if self._timestamped:

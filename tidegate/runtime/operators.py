@@ -128,6 +128,9 @@ class StreamOperator:
     def process_watermark_status(self, idle: bool) -> None:
         """The subtask's input became idle or active again: pass it on (record writers send
         it downstream; operators in between only forward it)."""
+        self.emit_watermark_status(idle)
+
+    def emit_watermark_status(self, idle: bool) -> None:
         for out in self.outputs:
             out.process_watermark_status(idle)
         for out in self.side_outputs.outputs():
@@ -188,8 +191,8 @@ class MapOperator(StreamOperator):
 
 class FilterOperator(MapOperator):
     def process_batch(self, records: list) -> None:
-        if type(records) is not list:
-            self._process_timestamped(records, records.timestamps)
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._process_timestamped(records, timestamps)
             return
         call = self.call
         if self.keyed_backend is None:
@@ -219,8 +222,8 @@ class FilterOperator(MapOperator):
 
 class FlatMapOperator(MapOperator):
     def process_batch(self, records: list) -> None:
-        if type(records) is not list:
-            self._flat_map_timestamped(records, records.timestamps)
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._flat_map_timestamped(records, timestamps)
             return
         call, backend, select, out = self.call, self.keyed_backend, self.key_selector, []
         for r in records:
@@ -270,8 +273,8 @@ class ProcessOperator(MapOperator):
         super().finish()
 
     def process_batch(self, records: list) -> None:
-        if type(records) is not list:
-            self._process_timestamped(records, records.timestamps)
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._process_timestamped(records, timestamps)
             return
         call, ctx = self.call, self.process_context
         ctx._timestamp = None

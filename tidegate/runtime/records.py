@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["TimestampedBatch", "is_batch", "timestamps_of", "with_timestamps"]
+__all__ = ["TimestampedBatch", "timestamps_of", "with_timestamps"]
 
 
 class TimestampedBatch(list):
@@ -67,8 +67,3 @@ def with_timestamps(values: list, timestamps: list[int] | None) -> list:
     if timestamps is None:
         return values
     return TimestampedBatch(values, timestamps)
-
-
-def is_batch(payload: Any) -> bool:
-    """Whether a channel payload is a batch of records (else it is an event)."""
-    return isinstance(payload, list)

@@ -114,14 +114,14 @@ class WatermarkGeneration:
             op.emit_watermark(op.current_watermark)
         if self.idle and not output.want_idle:
             self.idle = False
-            op.process_watermark_status(False)
+            op.emit_watermark_status(False)
         pending, output.pending = output.pending, None
         if pending is not None and pending > op.current_watermark:
             op.current_watermark = pending
             op.emit_watermark(pending)
         if output.want_idle and not self.idle:
             self.idle = True
-            op.process_watermark_status(True)
+            op.emit_watermark_status(True)
 
     def periodic(self) -> None:
         """Step 4."""
@@ -140,8 +140,8 @@ def _check_timestamps(timestamps: list, where: str) -> None:
 
 class TimestampsAndWatermarksOperator(StreamOperator):
     """`DataStream.assign_timestamps_and_watermarks(strategy)`: (re)assigns timestamps and
-    generates watermarks mid-stream. Watermarks from upstream are dropped, except the final
-    MAX_WATERMARK of an ended input (as in Flink)."""
+    generates watermarks mid-stream. Watermarks (and idleness) from upstream are dropped,
+    except the final MAX_WATERMARK of an ended input (as in Flink)."""
 
     def __init__(self, strategy: Any, interval_ms: Any = 200, **kw: Any) -> None:
         super().__init__(None, **kw)
@@ -161,6 +161,10 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     def process_watermark(self, watermark: int) -> None:
         if watermark == MAX_WATERMARK:
             super().process_watermark(watermark)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        """Upstream idleness is dropped too: this operator's own strategy decides (with
+        `with_idleness`) when its output is idle."""
 
 
 class PeriodicWatermarks:
