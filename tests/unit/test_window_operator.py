@@ -396,3 +396,40 @@ def test_window_all_functions_get_no_key():
     h.add(("a", 1, 1), ("b", 2, 2))
     h.watermark(9)
     assert sorted(h.out.values()) == [(0, 1), (0, 2)]  # the harness keys by r[0]
+
+
+def test_a_continuous_event_time_trigger_fires_every_interval_and_at_the_window_end():
+    from tidegate.runtime.windows.triggers import ContinuousEventTimeTrigger
+
+    spec = WindowSpec(
+        TumblingEventTimeWindows.of(10),
+        trigger=ContinuousEventTimeTrigger.of(3),
+        function=InternalWindowFunction("process", SumProcess()),
+    )
+    h = Harness(spec)
+    h.add(("a", 1, 1), ("a", 2, 2))  # next firing at 0 + 3
+    h.watermark(3)
+    h.add(("a", 4, 4))
+    h.watermark(6)
+    h.watermark(9)
+    assert h.out.values() == [
+        ("a", 0, 10, 3, 2),  # at 3
+        ("a", 0, 10, 7, 3),  # at 6
+        ("a", 0, 10, 7, 3),  # at 9: the interval timer and the window end are one timer
+    ]
+    assert [n for n in h.op.keyed_backend._tables if h.op.keyed_backend.entries(n)] == []
+
+
+def test_a_continuous_processing_time_trigger_fires_every_interval_of_the_clock():
+    from tidegate.runtime.windows.triggers import ContinuousProcessingTimeTrigger
+
+    spec = sum_spec(GlobalWindows.create(), trigger=ContinuousProcessingTimeTrigger.of(100))
+    h = Harness(spec)
+    h.clock.now = 1_050
+    h.add(("a", 1, None))
+    h.processing_time(1_099)
+    assert h.out.values() == []
+    h.processing_time(1_100)
+    h.add(("a", 2, None))
+    h.processing_time(1_200)
+    assert h.out.values() == [("a", 1), ("a", 3)]

@@ -17,6 +17,8 @@ from tidegate.runtime.windows.assigners import (
 )
 from tidegate.runtime.windows.evictors import CountEvictor, Evictor, TimeEvictor
 from tidegate.runtime.windows.triggers import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
     CountTrigger,
     EventTimeTrigger,
     NeverTrigger,
@@ -33,6 +35,8 @@ from tidegate.runtime.windows.windows import (
 )
 
 __all__ = [
+    "ContinuousEventTimeTrigger",
+    "ContinuousProcessingTimeTrigger",
     "CountEvictor",
     "CountTrigger",
     "CountWindow",

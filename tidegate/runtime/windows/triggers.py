@@ -200,3 +200,102 @@ class NeverTrigger(Trigger):
 
     def on_merge(self, window: Any, ctx: Any) -> None:
         pass
+
+
+def _min(a: int, b: int) -> int:
+    return min(a, b)
+
+
+class _Continuous(Trigger):
+    """Fires every `interval` (aligned to multiples of it) while the window is open; the next
+    firing time is trigger state (`fire-time`), so it survives restores and merges."""
+
+    _event_time = True
+
+    def __init__(self, interval: Any) -> None:
+        from tidegate.runtime.windows.assigners import to_millis
+
+        self.interval = to_millis(interval, "the trigger interval")
+        if self.interval <= 0:
+            raise ValueError(f"a continuous trigger needs an interval > 0 ms, got {self.interval}")
+        self._state = ReducingStateDescriptor("fire-time", _min)
+
+    @classmethod
+    def of(cls, interval: Any) -> Any:
+        return cls(interval)
+
+    def _register(self, ctx: Any, time: int) -> None:
+        if self._event_time:
+            ctx.register_event_time_timer(time)
+        else:
+            ctx.register_processing_time_timer(time)
+
+    def _next(self, time: int, window: Any, ctx: Any) -> None:
+        next_fire = min(time + self.interval, window.max_timestamp())
+        ctx.get_partitioned_state(self._state).add(next_fire)
+        self._register(ctx, next_fire)
+
+    def _on_timer(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        fire_time = ctx.get_partitioned_state(self._state)
+        if fire_time.get() == time:
+            fire_time.clear()
+            self._next(time, window, ctx)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        ctx.merge_partitioned_state(self._state)
+        next_fire = ctx.get_partitioned_state(self._state).get()
+        if next_fire is not None:
+            self._register(ctx, next_fire)
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        fire_time = ctx.get_partitioned_state(self._state)
+        next_fire = fire_time.get()
+        if next_fire is not None:
+            if self._event_time:
+                ctx.delete_event_time_timer(next_fire)
+            else:
+                ctx.delete_processing_time_timer(next_fire)
+        fire_time.clear()
+
+
+class ContinuousEventTimeTrigger(_Continuous):
+    """Fires every `interval` of event time while the window is open, and at its end."""
+
+    def on_element(self, element: Any, timestamp: Any, window: Any, ctx: Any) -> TriggerResult:
+        if window.max_timestamp() <= ctx.get_current_watermark():
+            return TriggerResult.FIRE
+        ctx.register_event_time_timer(window.max_timestamp())
+        if ctx.get_partitioned_state(self._state).get() is None:
+            self._next(timestamp - timestamp % self.interval, window, ctx)
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        if time == window.max_timestamp():
+            return TriggerResult.FIRE
+        return self._on_timer(time, window, ctx)
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+
+class ContinuousProcessingTimeTrigger(_Continuous):
+    """Fires every `interval` of processing time while the window is open."""
+
+    _event_time = False
+
+    def on_element(self, element: Any, timestamp: Any, window: Any, ctx: Any) -> TriggerResult:
+        if ctx.get_partitioned_state(self._state).get() is None:
+            now = ctx.get_current_processing_time()
+            self._next(now - now % self.interval, window, ctx)
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return self._on_timer(time, window, ctx)
