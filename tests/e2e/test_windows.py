@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 
 from tests.e2e.jobs import committed_lines
+from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.window_jobs import (
     CountWindowProcessFunction,
     FailurePlan,
@@ -80,6 +81,39 @@ def test_processing_time_windows_count_every_value_once_across_an_exception_and_
     for v in range(real):
         expected[v % 4] += v
     assert sums == expected
+
+
+def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys(
+    spark, tmp_path
+):
+    n = 8_000
+    restore = None
+    for run, parallelism in (("run1", 2), ("run2", 3)):
+        env = window_job(
+            tmp_path / run,
+            tmp_path / "chk",
+            n=n,
+            rate=2_000,
+            plan=FailurePlan(),
+            parallelism=parallelism,
+            restore_path=restore,
+        )
+        client = env.execute_async(f"windows at parallelism {parallelism}")
+        running_with_checkpoints(client, 2)
+        restore = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
+        client.get_job_execution_result().result()
+    env = window_job(
+        tmp_path / "run3",
+        tmp_path / "chk",
+        n=n,
+        rate=2_000,
+        plan=FailurePlan(),
+        restore_path=restore,
+    )
+    env.execute_async("windows back at parallelism 2").get_job_execution_result().result()
+    runs = [committed_lines(tmp_path / run) for run in ("run1", "run2", "run3")]
+    assert all(runs), "every run fired windows"
+    check_windows_exactly_once([line for lines in runs for line in lines], n)
 
 
 # PyFlink's windowing examples (apache-flink's examples/datastream/windowing), with tidegate's

@@ -125,10 +125,18 @@ class AllLines(_Planned, ProcessAllWindowFunction):
         yield f"A,{w.start},{w.end},{sum(values)},{len(values)}"
 
 
-def _env(checkpoints: Path, interval_ms: int, runner: str = "spark") -> StreamExecutionEnvironment:
+def _env(
+    checkpoints: Path,
+    interval_ms: int,
+    runner: str = "spark",
+    parallelism: int = 2,
+    restore_path: str | None = None,
+) -> StreamExecutionEnvironment:
     conf = Configuration().set_string("execution.runner", runner)
+    if restore_path:
+        conf.set_string("execution.state-recovery.path", restore_path)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
+    env.set_parallelism(parallelism)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
@@ -152,14 +160,18 @@ def window_job(
     plan: FailurePlan,
     interval_ms: int = 200,
     runner: str = "spark",
+    parallelism: int = 2,
+    restore_path: str | None = None,
 ) -> StreamExecutionEnvironment:
-    env = _env(checkpoints, interval_ms, runner)
+    """The five windowed pipelines (module docstring); the keyed ones at `parallelism`."""
+    env = _env(checkpoints, interval_ms, runner, parallelism, restore_path)
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
         lambda v, _t: ts(v)
     )
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
-    ds = ds.assign_timestamps_and_watermarks(strategy).uid("timestamps")
+    # at the source's parallelism (chained): each key's values reach its window in order
+    ds = ds.assign_timestamps_and_watermarks(strategy).uid("timestamps").set_parallelism(1)
     keyed = ds.key_by(lambda v: v % K)
     tumbling = (
         keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE)))
@@ -262,7 +274,8 @@ def late_data_job(
         lambda v, _t: late_ts(v)
     )
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
-    ds = ds.assign_timestamps_and_watermarks(strategy).uid("timestamps")
+    # at the source's parallelism (chained): each key's values reach its window in order
+    ds = ds.assign_timestamps_and_watermarks(strategy).uid("timestamps").set_parallelism(1)
     windows = (
         ds.key_by(lambda v: v % K)
         .window(TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE)))
