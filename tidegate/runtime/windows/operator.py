@@ -230,23 +230,23 @@ class WindowOperator(StreamOperator):
             and timestamp + self.lateness <= self.current_watermark
         )
 
-    def _register_cleanup_timer(self, window: Any) -> None:
+    def _cleanup_timer(self, window: Any) -> tuple[TimeDomain, int] | None:
+        """(domain, time) of `window`'s cleanup timer; None for global/count windows."""
         time = self._cleanup_time(window)
         if time == MAX_WATERMARK:
-            return  # global/count windows: never cleaned up by time
-        domain = (
-            TimeDomain.EVENT_TIME if self.assigner.is_event_time() else (TimeDomain.PROCESSING_TIME)
-        )
-        self.timers.register(domain, time, window)
+            return None
+        event_time = self.assigner.is_event_time()
+        return (TimeDomain.EVENT_TIME if event_time else TimeDomain.PROCESSING_TIME), time
+
+    def _register_cleanup_timer(self, window: Any) -> None:
+        timer = self._cleanup_timer(window)
+        if timer is not None:
+            self.timers.register(*timer, window)
 
     def _delete_cleanup_timer(self, window: Any) -> None:
-        time = self._cleanup_time(window)
-        if time == MAX_WATERMARK:
-            return
-        domain = (
-            TimeDomain.EVENT_TIME if self.assigner.is_event_time() else (TimeDomain.PROCESSING_TIME)
-        )
-        self.timers.delete(domain, time, window)
+        timer = self._cleanup_timer(window)
+        if timer is not None:
+            self.timers.delete(*timer, window)
 
     def on_watermark(self, watermark: int) -> None:
         self.timers.advance_watermark(watermark)
