@@ -418,3 +418,13 @@ def test_both_inputs_of_a_broadcast_operator_keep_timestamps_and_see_its_waterma
         (("plain", None, 7), None),
     ]
     assert side.pairs == [("a", 10), ("plain", None)]
+
+
+def test_only_operators_that_decide_on_the_watermark_checkpoint_it():
+    stateless = wire(MapOperator(None, lambda v: v), Collect())
+    stateless.process_watermark(5)
+    assert stateless.current_watermark == 5 and stateless.snapshot_state(1, 0) is None
+    fn = Echo()
+    process = wire(ProcessOperator(fn, fn.process_element), Collect())
+    process.process_watermark(5)
+    assert process.snapshot_state(1, 0).operator == {"__watermark__": ("union", [(0, 5)])}

@@ -146,6 +146,8 @@ def _keys_with_state(backend: Any, name: str) -> list[Any]:
 class BroadcastProcessOperator(TwoInputStreamOperator):
     """Runs a (Keyed)BroadcastProcessFunction; see the module docstring."""
 
+    stores_watermark = True
+
     def __init__(
         self,
         function: Any,

@@ -19,6 +19,7 @@ class SourceOperator(StreamOperator):
     watermarks (runtime/timestamps.py); its last watermark is checkpointed with its state."""
 
     SPLITS = "__splits__"
+    stores_watermark = True  # its last emitted watermark (nothing without a strategy)
 
     def __init__(
         self,

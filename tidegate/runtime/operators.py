@@ -52,6 +52,8 @@ class StreamOperator:
     CheckpointListener). Subclasses implement `process_batch`."""
 
     keyed = False
+    #: checkpoint `current_watermark` (operators that decide on it: timers, windows, sources)
+    stores_watermark = False
 
     def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
         self.function = function
@@ -145,7 +147,8 @@ class StreamOperator:
 
     # checkpoints ----------------------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:
-        snapshot_watermark(self.operator_state, self.ctx.subtask_index, self.current_watermark)
+        if self.stores_watermark:
+            snapshot_watermark(self.operator_state, self.ctx.subtask_index, self.current_watermark)
         fn = self.function
         if hasattr(fn, "snapshot_state") and hasattr(fn, "initialize_state"):
             fn.snapshot_state(SnapshotContext(checkpoint_id, timestamp_ms))
@@ -254,6 +257,8 @@ class FlatMapOperator(MapOperator):
 
 class ProcessOperator(MapOperator):
     """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
+
+    stores_watermark = True
 
     def open(self) -> None:
         #: timers (runtime/timer_service.py) exist on keyed streams only

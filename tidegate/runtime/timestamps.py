@@ -143,6 +143,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     generates watermarks mid-stream. Watermarks (and idleness) from upstream are dropped,
     except the final MAX_WATERMARK of an ended input (as in Flink)."""
 
+    stores_watermark = True  # its last emitted watermark, re-sent first after a restore
+
     def __init__(self, strategy: Any, interval_ms: Any = 200, **kw: Any) -> None:
         super().__init__(None, **kw)
         self.strategy = strategy

@@ -18,12 +18,13 @@ for downstream (True: became idle, False: became active again) or None.
 Two-input operators: every channel of both inputs is in the same valve, so the watermark is
 the minimum of both inputs' watermarks (each the minimum over its channels).
 
-`restore_watermark` / `snapshot_watermark`: an operator's current watermark is kept in its
-operator state (union list state `__watermark__` of `(subtask index, watermark)`), so a
-restored job starts where the failed one stopped: timers that fired are not in the
-checkpoint and do not fire again, and records that were late stay late. At the same
-parallelism a subtask takes its own entry; after a rescale, the minimum over all (never ahead
-of any old subtask).
+`restore_watermark` / `snapshot_watermark`: the current watermark of an operator that decides
+on it (`StreamOperator.stores_watermark`: process functions, sources and timestamp assigners,
+window operators) is kept in its operator state (union list state `__watermark__` of
+`(subtask index, watermark)`), so a restored job starts where the failed one stopped: timers
+that fired are not in the checkpoint and do not fire again, and records that were late stay
+late. At the same parallelism a subtask takes its own entry; after a rescale, the minimum over
+all (never ahead of any old subtask).
 """
 
 from __future__ import annotations
