@@ -69,6 +69,7 @@ class WindowOperator(StreamOperator):
         self.assigner = spec.assigner
         self.trigger = spec.trigger or spec.assigner.get_default_trigger()
         self.lateness = spec.allowed_lateness
+        self._event_time = bool(self.assigner.is_event_time())
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -144,7 +145,7 @@ class WindowOperator(StreamOperator):
 
     def _merge(self, result: Any, merged: set[Any], state_window: Any, merged_states: list) -> None:
         """MergingWindowSet's merge function: trigger and contents follow the merge."""
-        if self.assigner.is_event_time() and self._cleanup_time(result) <= self.current_watermark:
+        if self._event_time and self._cleanup_time(result) <= self.current_watermark:
             raise RuntimeError(
                 f"merging windows {sorted(merged)} into {result} would put its end at or below "
                 f"the watermark {self.current_watermark}; a merging assigner must not shrink "
@@ -191,7 +192,7 @@ class WindowOperator(StreamOperator):
         else:
             result = self.trigger.on_processing_time(timestamp, window, ctx)
         self._act(result, window, state_window)
-        if event_time == self.assigner.is_event_time() and timestamp == self._cleanup_time(window):
+        if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all(window, state_window)
 
     def _clear_all(self, window: Any, state_window: Any) -> None:
@@ -214,18 +215,16 @@ class WindowOperator(StreamOperator):
     # time --------------------------------------------------------------------------------------
     def _cleanup_time(self, window: Any) -> int:
         end = window.max_timestamp()
-        if not self.assigner.is_event_time():
+        if not self._event_time:
             return end
         return min(end + self.lateness, MAX_WATERMARK)
 
     def _is_window_late(self, window: Any) -> bool:
-        return (
-            self.assigner.is_event_time() and self._cleanup_time(window) <= self.current_watermark
-        )
+        return self._event_time and self._cleanup_time(window) <= self.current_watermark
 
     def _is_element_late(self, timestamp: int | None) -> bool:
         return (
-            self.assigner.is_event_time()
+            self._event_time
             and timestamp is not None
             and timestamp + self.lateness <= self.current_watermark
         )
@@ -235,8 +234,7 @@ class WindowOperator(StreamOperator):
         time = self._cleanup_time(window)
         if time == MAX_WATERMARK:
             return None
-        event_time = self.assigner.is_event_time()
-        return (TimeDomain.EVENT_TIME if event_time else TimeDomain.PROCESSING_TIME), time
+        return (TimeDomain.EVENT_TIME if self._event_time else TimeDomain.PROCESSING_TIME), time
 
     def _register_cleanup_timer(self, window: Any) -> None:
         timer = self._cleanup_timer(window)
