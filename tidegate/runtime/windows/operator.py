@@ -33,6 +33,9 @@ from tidegate.runtime.windows.merging import MergingWindowSet
 from tidegate.runtime.windows.window_state import WindowScope
 from tidegate.runtime.windows.window_timers import WindowTimers
 
+#: module constants (an Enum member lookup costs an attribute descriptor call)
+EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
+
 
 @dataclass
 class WindowSpec:
@@ -186,7 +189,7 @@ class WindowOperator(StreamOperator):
             state_window = window
         ctx = self.trigger_ctx
         ctx.window = window
-        event_time = domain is TimeDomain.EVENT_TIME
+        event_time = domain is EVENT
         if event_time:
             result = self.trigger.on_event_time(timestamp, window, ctx)
         else:
@@ -234,7 +237,7 @@ class WindowOperator(StreamOperator):
         time = self._cleanup_time(window)
         if time == MAX_WATERMARK:
             return None
-        return (TimeDomain.EVENT_TIME if self._event_time else TimeDomain.PROCESSING_TIME), time
+        return (EVENT if self._event_time else PROCESSING), time
 
     def _register_cleanup_timer(self, window: Any) -> None:
         timer = self._cleanup_timer(window)
