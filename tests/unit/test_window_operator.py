@@ -19,7 +19,7 @@ from tidegate.runtime.windows.assigners import (
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowSpec
-from tidegate.runtime.windows.triggers import CountTrigger, PurgingTrigger
+from tidegate.runtime.windows.triggers import CountTrigger, EventTimeTrigger, PurgingTrigger
 from tidegate.runtime.windows.windows import GlobalWindow, TimeWindow
 
 
@@ -31,6 +31,17 @@ def sum_spec(assigner, **kw) -> WindowSpec:
     return WindowSpec(assigner, aggregation=Aggregation(add_values), **kw)
 
 
+class GenericEventTimeTrigger(EventTimeTrigger):
+    """The default trigger, but through the operator's generic path (its inlined fast path is
+    taken for exactly EventTimeTrigger): both must behave the same."""
+
+
+#: the default trigger (the operator's fast path) and the same trigger the generic way
+EVENT_TIME_TRIGGERS = pytest.mark.parametrize(
+    "trigger", [None, GenericEventTimeTrigger()], ids=["inlined", "generic"]
+)
+
+
 class SumProcess:
     """A ProcessWindowFunction: (key, window start, window end, sum, count)."""
 
@@ -40,8 +51,9 @@ class SumProcess:
         yield (key, w.start, w.end, sum(values), len(values))
 
 
-def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_end():
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10)))
+@EVENT_TIME_TRIGGERS
+def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_end(trigger):
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), trigger=trigger))
     h.add(("a", 1, 1), ("a", 2, 9), ("b", 5, 3), ("a", 4, 10))
     h.watermark(8)
     assert h.out.records == []
@@ -51,8 +63,9 @@ def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_e
     assert h.out.records[2:] == [(("a", 4), 19)]
 
 
-def test_sliding_windows_each_get_every_element_in_their_range():
-    h = Harness(sum_spec(SlidingEventTimeWindows.of(10, 5)))
+@EVENT_TIME_TRIGGERS
+def test_sliding_windows_each_get_every_element_in_their_range(trigger):
+    h = Harness(sum_spec(SlidingEventTimeWindows.of(10, 5), trigger=trigger))
     h.add(("k", 1, 3), ("k", 10, 7), ("k", 100, 12))
     h.watermark(MAX_WATERMARK)
     # windows [-5,5) [0,10) [5,15) [10,20): sums 1, 11, 110, 100
@@ -106,8 +119,9 @@ def test_incremental_aggregation_hands_the_window_function_only_the_aggregate():
     assert h.out.values() == [("a", 10, 3.0)]
 
 
-def test_late_elements_within_the_allowed_lateness_fire_the_window_again():
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), allowed_lateness=5))
+@EVENT_TIME_TRIGGERS
+def test_late_elements_within_the_allowed_lateness_fire_the_window_again(trigger):
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), allowed_lateness=5, trigger=trigger))
     h.add(("a", 1, 1))
     h.watermark(9)
     h.add(("a", 2, 4))  # late but within lateness: a late firing with the updated sum
@@ -118,9 +132,10 @@ def test_late_elements_within_the_allowed_lateness_fire_the_window_again():
     assert h.op.num_late_records_dropped == 1
 
 
-def test_late_elements_go_to_the_late_data_side_output_with_their_timestamps():
+@EVENT_TIME_TRIGGERS
+def test_late_elements_go_to_the_late_data_side_output_with_their_timestamps(trigger):
     tag = OutputTag("late")
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), late_data_tag=tag))
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), late_data_tag=tag, trigger=trigger))
     h.add(("a", 1, 1))
     h.watermark(20)
     h.add(("a", 2, 5), ("a", 3, 25))

@@ -30,6 +30,7 @@ from tidegate.runtime.timers import MAX_WATERMARK, TimeDomain, processing_time_m
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.merging import MergingWindowSet
+from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
 from tidegate.runtime.windows.window_timers import WindowTimers
 
@@ -73,6 +74,12 @@ class WindowOperator(StreamOperator):
         self.trigger = spec.trigger or spec.assigner.get_default_trigger()
         self.lateness = spec.allowed_lateness
         self._event_time = bool(self.assigner.is_event_time())
+        self._plain_event_time = (
+            self._event_time
+            and type(self.trigger) is EventTimeTrigger
+            and spec.evictor is None
+            and not hasattr(self.assigner, "merge_windows")
+        )
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -114,6 +121,9 @@ class WindowOperator(StreamOperator):
         self._flush()
 
     def _process_element(self, value: Any, timestamp: int | None) -> None:
+        if self._plain_event_time:
+            self._process_plain_event_time(value, timestamp)
+            return
         windows = self.assigner.assign_windows(value, timestamp, self.clock_ctx)
         skipped = True
         for window in windows:
@@ -134,6 +144,32 @@ class WindowOperator(StreamOperator):
             result = self.trigger.on_element(value, timestamp, window, ctx)
             self._act(result, window, state_window)
             self._register_cleanup_timer(window)
+        if skipped and self._is_element_late(timestamp):
+            if self.spec.late_data_tag is not None:
+                self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
+            else:
+                self.num_late_records_dropped += 1
+
+    def _process_plain_event_time(self, value: Any, timestamp: int | None) -> None:
+        """`_process_element` for the most common windows, with the default EventTimeTrigger
+        inlined (same behaviour, a fraction of the calls): event-time assigner, no merging, no
+        evictor. Its trigger timer and the cleanup timer are one timer when there is no
+        allowed lateness."""
+        watermark, lateness = self.current_watermark, self.lateness
+        register, add = self.timers.register, self.contents.add
+        skipped = True
+        for window in self.assigner.assign_windows(value, timestamp, self.clock_ctx):
+            end = window.max_timestamp()
+            if end + lateness <= watermark:
+                continue  # late for this window
+            skipped = False
+            add(window, value, timestamp)
+            if end <= watermark:
+                self._fire(window, window)  # a late firing within the allowed lateness
+            else:
+                register(EVENT, end, window)
+            if lateness:
+                register(EVENT, min(end + lateness, MAX_WATERMARK), window)
         if skipped and self._is_element_late(timestamp):
             if self.spec.late_data_tag is not None:
                 self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
