@@ -7,6 +7,7 @@ from typing import Any
 
 from tidegate.runtime.operators import OperatorRuntime, SideOutputOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.windows.contents import Aggregation
 from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
 from tidegate.state.snapshot_format import read_key_groups
 
@@ -88,3 +89,20 @@ class Harness:
 
         restored.watermark = watermark  # type: ignore[attr-defined]
         return restored
+
+
+def add_values(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def sum_spec(assigner, **kw) -> WindowSpec:
+    return WindowSpec(assigner, aggregation=Aggregation(add_values), **kw)
+
+
+class SumProcess:
+    """A ProcessWindowFunction: (key, window start, window end, sum, count)."""
+
+    def process(self, key, context, elements):
+        w = context.window()
+        values = [v for _, v in elements]
+        yield (key, w.start, w.end, sum(values), len(values))
