@@ -228,7 +228,6 @@ def test_in_place_accumulators_are_copied_once_per_snapshot_not_per_element(tmp_
     h = Harness(spec)
     h.add(("k", 1, 1), ("k", 2, 2))
     restored = h.snapshot_to(tmp_path / "mid.state")
-    h.op.snapshot_state(1, 0)  # what the task does: the operator learns about the snapshot
     h.add(("k", 3, 3))
     h.watermark(99)
     assert h.out.values() == [[1, 2, 3]]

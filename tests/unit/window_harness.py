@@ -79,9 +79,10 @@ class Harness:
         self.op.timers.fire_processing_timers()
 
     def snapshot_to(self, path) -> Any:
-        """Write the keyed state; returns a `restored` callable for a new Harness."""
+        """Snapshot the operator as a checkpoint does and write its keyed state; returns a
+        `restored` callable for a new Harness."""
         with path.open("wb") as f:
-            index = self.op.keyed_backend.snapshot().write(f)
+            index = self.op.snapshot_state(1, 0).keyed.write(f)
         watermark = self.op.current_watermark
 
         def restored(key_groups):
