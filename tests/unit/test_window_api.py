@@ -7,10 +7,11 @@ import pytest
 
 from tidegate.datastream import AllWindowedStream, StreamExecutionEnvironment, WindowedStream
 from tidegate.datastream.window import (
+    CountSlidingWindowAssigner,
     CountTrigger,
+    CountTumblingWindowAssigner,
     EventTimeSessionWindows,
     GlobalWindows,
-    PurgingTrigger,
     TumblingEventTimeWindows,
 )
 
@@ -37,11 +38,12 @@ def test_window_count_window_and_window_all_return_pyflinks_windowed_streams(str
     assert everything.apply(lambda window, inputs: inputs).get_parallelism() == 1
 
 
-def test_a_count_window_is_a_global_window_with_a_purging_count_trigger(stream):
+def test_a_count_window_uses_pyflinks_count_window_assigners(stream):
     windowed = stream.key_by(lambda r: r[0]).count_window(3)
-    assert isinstance(windowed._spec.trigger, PurgingTrigger)
+    assert isinstance(windowed._spec.assigner, CountTumblingWindowAssigner)
     sliding = stream.key_by(lambda r: r[0]).count_window(3, 1)
-    assert sliding._spec.evictor.max_count == 3 and sliding._spec.trigger.count == 1
+    assert isinstance(sliding._spec.assigner, CountSlidingWindowAssigner)
+    assert (sliding._spec.assigner.window_size, sliding._spec.assigner.window_slide) == (3, 1)
 
 
 def test_bad_window_arguments_fail_with_clear_errors(stream):
@@ -60,7 +62,7 @@ def test_bad_window_arguments_fail_with_clear_errors(stream):
         windowed.aggregate(object())
     with pytest.raises(TypeError, match="ProcessWindowFunction"):
         windowed.process(lambda *a: a)
-    with pytest.raises(ValueError, match="size > 0"):
+    with pytest.raises(ValueError, match="size must be an int > 0"):
         keyed.count_window(0)
 
 

@@ -16,7 +16,7 @@ from tidegate.runtime.windows.assigners import (
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import CountTrigger
-from tidegate.runtime.windows.windows import TimeWindow
+from tidegate.runtime.windows.windows import CountWindow, TimeWindow
 
 
 class FiringsPerWindow:
@@ -234,3 +234,32 @@ def test_in_place_accumulators_are_copied_once_per_snapshot_not_per_element(tmp_
     again = Harness(spec, restored=restored)
     again.watermark(99)
     assert again.out.values() == [[1, 2]]
+
+
+def test_count_windows_number_each_keys_elements_and_fire_full_windows_only():
+    from tidegate.runtime.windows.assigners import (
+        CountSlidingWindowAssigner,
+        CountTumblingWindowAssigner,
+    )
+
+    class Ids:
+        def apply(self, key, window, inputs):
+            yield (key, window.id, [v for _, v in inputs])
+
+    tumbling = Harness(
+        WindowSpec(
+            CountTumblingWindowAssigner.of(2), function=InternalWindowFunction("apply", Ids())
+        )
+    )
+    tumbling.add(*[("a", i, None) for i in range(5)], ("b", 9, None))
+    assert tumbling.out.values() == [("a", 0, [0, 1]), ("a", 1, [2, 3])]
+    sliding = Harness(
+        WindowSpec(
+            CountSlidingWindowAssigner.of(3, 2), function=InternalWindowFunction("apply", Ids())
+        )
+    )
+    sliding.add(*[("a", i, None) for i in range(7)])
+    # CountWindow(i) holds elements 2i .. 2i+2
+    assert sliding.out.values() == [("a", 0, [0, 1, 2]), ("a", 1, [2, 3, 4]), ("a", 2, [4, 5, 6])]
+    backend = sliding.op.keyed_backend
+    assert backend.entries("__window_elements__") == [("a", [(CountWindow(3), ("a", 6), None)])]

@@ -111,4 +111,5 @@ class ClockContext:
         return self._op.timers.internal.current_watermark
 
     def get_runtime_context(self) -> Any:
-        return None
+        """The operator's keyed state, for the current key (count assigners keep counts)."""
+        return self._op.keyed_backend
