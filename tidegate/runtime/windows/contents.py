@@ -29,6 +29,8 @@ class Aggregation:
     def __init__(self, reduce_function: Any = None, aggregate_function: Any = None) -> None:
         self.reduce = getattr(reduce_function, "reduce", reduce_function)
         self.aggregate = aggregate_function
+        #: the user's function object (its open/close run with the operator's)
+        self.function = aggregate_function if aggregate_function is not None else reduce_function
 
     def add(self, acc: Any, value: Any, shared: bool = True) -> Any:
         """acc (None: none yet) with `value` added. A `shared` acc (one a snapshot may hold) is

@@ -66,7 +66,7 @@ class WindowOperator(StreamOperator):
     ) -> None:
         user_function = spec.function.function
         if user_function is None and spec.aggregation is not None:
-            user_function = spec.aggregation.aggregate
+            user_function = spec.aggregation.function
         super().__init__(user_function, **kw)
         self.spec = spec
         self.key_selector = key_selector
