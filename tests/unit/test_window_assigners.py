@@ -259,7 +259,7 @@ def test_merged_windows_keep_one_state_window_and_report_the_others():
     assert merge_result == TimeWindow(0, 30)
     assert merged == {TimeWindow(0, 10), TimeWindow(20, 30)}
     assert (state_window, merged_states) == (TimeWindow(0, 10), [TimeWindow(20, 30)])
-    assert backend.entries(MERGING_STATE) == [("k", {TimeWindow(0, 30): TimeWindow(0, 10)})]
+    assert list(backend.entries(MERGING_STATE)) == [("k", {TimeWindow(0, 30): TimeWindow(0, 10)})]
 
 
 def test_a_window_inside_an_existing_one_changes_nothing():

@@ -60,8 +60,8 @@ def test_a_process_window_function_keeps_per_window_and_per_key_state_and_clears
     h.watermark(200)
     assert function.cleared == [TimeWindow(0, 10), TimeWindow(10, 20)]
     backend = h.op.keyed_backend
-    assert backend.entries("__window_state__:firings") == []
-    assert backend.entries("total") == [("a", 3)]
+    assert list(backend.entries("__window_state__:firings")) == []
+    assert list(backend.entries("total")) == [("a", 3)]
 
 
 class EveryOtherElement(CountTrigger):
@@ -163,7 +163,7 @@ def test_a_continuous_event_time_trigger_fires_every_interval_and_at_the_window_
         ("a", 0, 10, 7, 3),  # at 6
         ("a", 0, 10, 7, 3),  # at 9: the interval timer and the window end are one timer
     ]
-    assert [n for n in h.op.keyed_backend._tables if h.op.keyed_backend.entries(n)] == []
+    assert [n for n in h.op.keyed_backend._tables if list(h.op.keyed_backend.entries(n))] == []
 
 
 def test_a_continuous_processing_time_trigger_fires_every_interval_of_the_clock():
@@ -262,4 +262,4 @@ def test_count_windows_number_each_keys_elements_and_fire_full_windows_only():
     # CountWindow(i) holds elements 2i .. 2i+2
     assert sliding.out.values() == [("a", 0, [0, 1, 2]), ("a", 1, [2, 3, 4]), ("a", 2, [4, 5, 6])]
     backend = sliding.op.keyed_backend
-    assert backend.entries("__window_elements__") == [("a", [(CountWindow(3), ("a", 6), None)])]
+    assert list(backend.entries("__window_elements__")) == [("a", [(CountWindow(3), ("a", 6), None)])]

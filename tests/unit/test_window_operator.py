@@ -133,7 +133,7 @@ def test_windows_of_several_keys_with_the_same_end_all_fire_and_their_state_is_c
     h.watermark(9)
     assert sorted(h.out.values()) == sorted((f"k{i}", i) for i in range(50))
     backend = h.op.keyed_backend
-    leftover = [n for n in backend._tables if backend.entries(n)]
+    leftover = [n for n in backend._tables if list(backend.entries(n))]
     assert leftover == []
 
 
@@ -199,7 +199,7 @@ def test_session_windows_merge_correctly_across_a_snapshot_and_restore(tmp_path)
     again.watermark(MAX_WATERMARK)
     assert again.out.records == [(("a", 15), 31)]
     backend = again.op.keyed_backend
-    assert [n for n in backend._tables if backend.entries(n)] == []
+    assert [n for n in backend._tables if list(backend.entries(n))] == []
 
 
 def test_a_restored_window_operator_fires_the_windows_that_were_open(tmp_path):
