@@ -8,9 +8,9 @@ checkpoint's own directory. The uploads of checkpoint n become the base only onc
 is told n completed (`IncrementalTracker.notify_complete`): files of a checkpoint that may still
 be aborted are never reused.
 
-Restore (`download`): the files are copied back under their RocksDB names into a fresh
-directory, which is then opened as a database (rocksdb_backend) or read key group by key group
-(any other backend).
+Restore (`download`): the files are copied back under their RocksDB names (or, with task-local
+recovery, taken from the kept local copy: local_incremental) into a fresh directory, which is
+then opened as a database (rocksdb_backend) or read key group by key group (any other backend).
 """
 
 from __future__ import annotations
