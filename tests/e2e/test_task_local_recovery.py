@@ -19,6 +19,7 @@ from tests.e2e.jobs import (
     count_job,
     flip_a_byte,
 )
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend
 
 # Pytest imports this file as a top-level module the slot processes cannot import, so the
 # classes defined here travel to them by value.
@@ -83,6 +84,41 @@ def test_a_restore_prefers_intact_local_copies_and_stays_exactly_once(
     assert client.jobmaster.stats.metrics.restored_files == expected_reads
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
     # the job finished: its local copies are gone
+    assert glob.glob(f"{local_dir}/*/chk-*") == []
+
+
+def test_an_incremental_rocksdb_restore_reads_only_local_files_and_stays_exactly_once(
+    spark, tmp_path
+):
+    n = 20_000
+    local_dir = tmp_path / "local"
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=n,
+        rate=10_000,
+        count=FailAfterSecondCheckpoint(str(local_dir), None),
+        configuration={
+            "state.backend.local-recovery": "true",
+            "taskmanager.state.local.root-dirs": str(local_dir),
+        },
+    )
+    env.set_state_backend(
+        EmbeddedRocksDBStateBackend(
+            enable_incremental_checkpointing=True, local_dir=str(tmp_path / "rocksdb")
+        )
+    )
+    client = env.execute_async("incremental local recovery")
+    client.get_job_execution_result().result(timeout=300)
+    stats = client.jobmaster.stats
+    assert stats.restarts == 1 and stats.restored_from is not None
+    # every SST and private file of both subtasks' RocksDB checkpoints came from the local
+    # copies (each has at least CURRENT, MANIFEST, OPTIONS and one SST file): none remotely
+    local_reads, remote_reads = stats.metrics.restored_files
+    print(f"restored files: {local_reads} local, {remote_reads} remote")
+    assert remote_reads == 0 and local_reads >= 8
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
     assert glob.glob(f"{local_dir}/*/chk-*") == []
 
 

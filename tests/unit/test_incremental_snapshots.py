@@ -42,6 +42,8 @@ class Job:
         self.store = CompletedCheckpointStore(retained, self.registry)
         self.options = RocksDBOptions(local_dir=str(tmp_path / "local"))
         self.backends: list[RocksDBKeyedStateBackend] = []
+        #: task-local recovery (test_local_incremental_recovery): a LocalStateStore or None
+        self.local = None
 
     def backend(self, kg: range = range(M)) -> RocksDBKeyedStateBackend:
         backend = RocksDBKeyedStateBackend(M, kg, self.options, incremental=True)
@@ -53,7 +55,9 @@ class Job:
         directory = self.storage.create_checkpoint_dir(cid)
         subtasks = {}
         for i, backend in enumerate(backends):
-            inc = upload_snapshot(backend.snapshot(), self.storage, directory, f"op-{i}", cid)
+            inc = upload_snapshot(
+                backend.snapshot(), self.storage, directory, f"op-{i}", cid, self.local
+            )
             with self.storage.create_artifact(directory, f"op-{i}", ".state") as f:
                 index = write_state_file(f, None, None)
             r = backend.key_group_range
@@ -78,6 +82,8 @@ class Job:
             self.storage.discard_checkpoint_dir(old.path)
         delete_shared_files(self.storage, self.registry.take_unused())
         if notify:
+            if self.local is not None:
+                self.local.confirm(cid)
             for backend in backends:
                 backend.notify_checkpoint_complete(cid)
         return metadata

@@ -10,6 +10,7 @@ from typing import Any
 import fsspec
 
 from tidegate.state.channel_state import read_channel_state
+from tidegate.state.local_incremental import with_local_copies
 from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.rocksdb_restore import restore_keyed_incremental
@@ -50,13 +51,18 @@ class RestoredOperatorState:
     operator_state: dict[str, Any] = field(default_factory=dict)
 
     def restore_keyed(self, backend: Any, local: LocalStateStore | None = None) -> tuple[int, int]:
-        """Load the keyed state into `backend`; returns (files read locally, remotely).
+        """Load the keyed state into `backend`; returns (files read locally, remotely): state
+        files, and each SST and private file of incremental rocksdb handles.
 
         A rescaled subtask reads parts of several old subtasks' files: they are downloaded in
         parallel (I/O overlaps) and loaded one after another in the planned order."""
         incremental = [h for h in self.keyed if isinstance(h, IncrementalKeyedStateHandle)]
+        inc_reads = (0, 0)
         if incremental:  # rocksdb incremental checkpoints (state/rocksdb_restore.py)
+            incremental = with_local_copies(incremental, local)
             restore_keyed_incremental(backend, incremental)
+            reads = incremental[0].reads
+            inc_reads = (reads.local, reads.remote)
         keyed = [h for h in self.keyed if isinstance(h, KeyedStateHandle)]
         sources = [h.source(local) for h in keyed]
         if len(keyed) == 1:  # the common case: stream it, key group by key group
@@ -70,7 +76,7 @@ class RestoredOperatorState:
                 for key_groups in loaded:  # in plan order, each as soon as it is read
                     backend.restore(key_groups)
         used_local = sum(1 for _, is_local in sources if is_local)
-        return used_local, len(sources) - used_local + len(incremental)
+        return used_local + inc_reads[0], len(sources) - used_local + inc_reads[1]
 
 
 @dataclass(frozen=True)

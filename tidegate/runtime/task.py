@@ -487,7 +487,7 @@ class StreamTask:
                 handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
                 if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
                     handle["incremental"] = upload_snapshot(
-                        snap.keyed, self.storage, directory, stem, cid
+                        snap.keyed, self.storage, directory, stem, cid, self.local_state
                     )
                 op = next(o for o in self.ops if o.uid == uid)
                 if op.keyed_backend is not None:

@@ -14,6 +14,8 @@ chosen by its name, so every process finds it in the same one). File names are u
 checkpoint (storage.create_artifact), so every slot of a host can share one root: any subtask
 may find the copy another slot of the same host wrote. Savepoints get no local copy (they are
 the user's, and a job does not restart from one unless asked to).
+Incremental rocksdb checkpoints keep a directory there instead of files,
+`chk-<n>/rocksdb-<backend id>/` (local_incremental), pruned and removed the same way.
 
 Retention: when checkpoint n completes, the local copies of every checkpoint older than n are
 deleted; copies of checkpoints that never complete are deleted by the next completion too. When

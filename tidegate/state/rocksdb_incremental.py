@@ -8,9 +8,9 @@ checkpoint's own directory. The uploads of checkpoint n become the base only onc
 is told n completed (`IncrementalTracker.notify_complete`): files of a checkpoint that may still
 be aborted are never reused.
 
-Restore (`download`): the files are copied back under their RocksDB names into a fresh
-directory, which is then opened as a database (rocksdb_backend) or read key group by key group
-(any other backend).
+Restore (`download`): the files are copied back under their RocksDB names (or, with task-local
+recovery, taken from the kept local copy: local_incremental) into a fresh directory, which is
+then opened as a database (rocksdb_backend) or read key group by key group (any other backend).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from tidegate.checkpoint.incremental_handles import (
     resolve,
     shared_dir,
 )
+from tidegate.state.local_incremental import FileReads, keep_local_copy, restore_from_local
+from tidegate.state.local_recovery import LocalStateStore
 
 #: files copied at once when an incremental handle is downloaded
 DOWNLOAD_THREADS = 4
@@ -136,13 +138,19 @@ def upload_incremental(
 
 
 def upload_snapshot(
-    snapshot: Any, storage: Any, checkpoint_dir: str, stem: str, checkpoint_id: int
+    snapshot: Any,
+    storage: Any,
+    checkpoint_dir: str,
+    stem: str,
+    checkpoint_id: int,
+    local: LocalStateStore | None = None,
 ) -> dict[str, Any]:
     """The asynchronous phase of an incremental checkpoint of a `RocksDBKeyedStateSnapshot`
-    (whose `tracker` is set); its hard-linked directory is deleted afterwards."""
+    (whose `tracker` is set); its hard-linked directory is deleted afterwards, or, with
+    task-local recovery (`local`), kept as the local copy (local_incremental)."""
     r = snapshot.key_group_range
     try:
-        return upload_incremental(
+        inc = upload_incremental(
             snapshot.path,
             storage,
             checkpoint_dir,
@@ -155,6 +163,9 @@ def upload_snapshot(
                 "state_kinds": snapshot.state_kinds,
             },
         )
+        if local is not None:
+            keep_local_copy(local, snapshot.path, checkpoint_id, snapshot.tracker.backend_id)
+        return inc
     finally:
         snapshot.discard()
 
@@ -182,13 +193,26 @@ def shared_base(checkpoint_dir: str, inc: dict[str, Any]) -> dict[str, dict[str,
     }
 
 
-def download(checkpoint_dir: str, inc: dict[str, Any], target: str) -> None:
+def download(
+    checkpoint_dir: str,
+    inc: dict[str, Any],
+    target: str,
+    local_dir: str | None = None,
+    reads: FileReads | None = None,
+) -> None:
     """Copy every file of the incremental handle `inc` into `target` under its RocksDB name
-    (in parallel). The driver verified sizes and checksums before the restore started."""
+    (in parallel). The driver verified sizes and checksums before the restore started.
+    With a task-local copy (`local_dir`), each intact file is taken from there instead;
+    `reads` counts the files taken locally and downloaded."""
     os.makedirs(target, exist_ok=True)
     entries = [*inc.get("shared", ()), *inc.get("private", ())]
 
     def fetch(entry: dict[str, Any]) -> None:
+        is_local = restore_from_local(local_dir, entry, os.path.join(target, entry["name"]))
+        if reads is not None:
+            reads.count(is_local)
+        if is_local:
+            return
         source = resolve(checkpoint_dir, entry["file"])
         with (
             fsspec.open(source, "rb") as src,
@@ -214,6 +238,10 @@ class IncrementalKeyedStateHandle:
     key_groups: range
     #: the job owns the restored checkpoint (its own, or claimed): its files may be reused
     reusable: bool = False
+    #: task-local recovery: the directory of this handle's local copy (local_incremental)
+    local_dir: str | None = field(default=None, compare=False)
+    #: counts the files restored from the local copy and from the storage
+    reads: FileReads | None = field(default=None, compare=False)
 
     @property
     def key_group_range(self) -> range:
