@@ -262,4 +262,5 @@ def test_count_windows_number_each_keys_elements_and_fire_full_windows_only():
     # CountWindow(i) holds elements 2i .. 2i+2
     assert sliding.out.values() == [("a", 0, [0, 1, 2]), ("a", 1, [2, 3, 4]), ("a", 2, [4, 5, 6])]
     backend = sliding.op.keyed_backend
-    assert list(backend.entries("__window_elements__")) == [("a", [(CountWindow(3), ("a", 6), None)])]
+    elements = list(backend.entries("__window_elements__"))
+    assert elements == [("a", [(CountWindow(3), ("a", 6), None)])]
