@@ -4,9 +4,12 @@ kept apart from snapshots (scripted elements, watermarks and processing time).""
 
 from __future__ import annotations
 
+import pytest
+import window_harness
 from test_window_operator import SumProcess, sum_spec
 from window_harness import Harness
 
+from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.runtime.timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     GlobalWindows,
@@ -17,6 +20,16 @@ from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunctio
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import CountTrigger
 from tidegate.runtime.windows.windows import CountWindow, TimeWindow
+
+
+@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
+def window_state_backend(request, tmp_path, monkeypatch):
+    """Every test runs on both state backends: window state is keyed state."""
+    backend = None
+    if request.param == "rocksdb":
+        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
+    monkeypatch.setattr(window_harness, "STATE_BACKEND", backend)
+    return request.param
 
 
 class FiringsPerWindow:
@@ -163,7 +176,7 @@ def test_a_continuous_event_time_trigger_fires_every_interval_and_at_the_window_
         ("a", 0, 10, 7, 3),  # at 6
         ("a", 0, 10, 7, 3),  # at 9: the interval timer and the window end are one timer
     ]
-    assert [n for n in h.op.keyed_backend._tables if list(h.op.keyed_backend.entries(n))] == []
+    assert [n for n in h.op.keyed_backend._kinds if list(h.op.keyed_backend.entries(n))] == []
 
 
 def test_a_continuous_processing_time_trigger_fires_every_interval_of_the_clock():

@@ -5,8 +5,10 @@ and window state kept in keyed state across a snapshot and restore (real heap ba
 from __future__ import annotations
 
 import pytest
+import window_harness
 from window_harness import Harness, SumProcess, add_values, sum_spec
 
+from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
@@ -21,6 +23,16 @@ from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import CountTrigger, EventTimeTrigger, PurgingTrigger
 from tidegate.runtime.windows.windows import GlobalWindow, TimeWindow
+
+
+@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
+def window_state_backend(request, tmp_path, monkeypatch):
+    """Every test runs on both state backends: window state is keyed state."""
+    backend = None
+    if request.param == "rocksdb":
+        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
+    monkeypatch.setattr(window_harness, "STATE_BACKEND", backend)
+    return request.param
 
 
 class GenericEventTimeTrigger(EventTimeTrigger):
@@ -133,7 +145,7 @@ def test_windows_of_several_keys_with_the_same_end_all_fire_and_their_state_is_c
     h.watermark(9)
     assert sorted(h.out.values()) == sorted((f"k{i}", i) for i in range(50))
     backend = h.op.keyed_backend
-    leftover = [n for n in backend._tables if list(backend.entries(n))]
+    leftover = [n for n in backend._kinds if list(backend.entries(n))]
     assert leftover == []
 
 
@@ -199,7 +211,7 @@ def test_session_windows_merge_correctly_across_a_snapshot_and_restore(tmp_path)
     again.watermark(MAX_WATERMARK)
     assert again.out.records == [(("a", 15), 31)]
     backend = again.op.keyed_backend
-    assert [n for n in backend._tables if list(backend.entries(n))] == []
+    assert [n for n in backend._kinds if list(backend.entries(n))] == []
 
 
 def test_a_restored_window_operator_fires_the_windows_that_were_open(tmp_path):

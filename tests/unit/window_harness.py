@@ -42,6 +42,11 @@ class Clock:
         return self.now
 
 
+#: the state backend harnesses create (None: hashmap); the window test modules run each test on
+#: both backends by setting it (fixture `window_state_backend`)
+STATE_BACKEND: Any = None
+
+
 class Harness:
     """`add(key, value, ts)` elements are `(key, value)`; results go to `out`, late data to
     `late` (when the spec has a late-data tag)."""
@@ -50,7 +55,8 @@ class Harness:
         self.spec = spec
         self.clock = Clock()
         op = WindowOperator(spec, lambda r: r[0], clock=self.clock, uid="w")
-        op.initialize_state(OperatorRuntime(subtask, parallelism, M, 0), None)
+        runtime = OperatorRuntime(subtask, parallelism, M, 0, state_backend=STATE_BACKEND)
+        op.initialize_state(runtime, None)
         if restored is not None:
             op.keyed_backend.restore(restored(op.keyed_backend.key_group_range))
             op.current_watermark = restored.watermark  # as operator state restores it
