@@ -11,13 +11,19 @@ from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tidegate.common import Configuration, Encoder, RestartStrategies
 from tidegate.datastream import (
     CheckpointedFunction,
+    EmbeddedRocksDBStateBackend,
+    ExternalizedCheckpointRetention,
     KeyedProcessFunction,
     MapFunction,
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
-from tidegate.datastream.state import ListStateDescriptor, MapStateDescriptor
+from tidegate.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 
 PROBE_KEYS = 5
 
@@ -36,6 +42,25 @@ class ListMapProbe(KeyedProcessFunction):
         rest = value % 3
         self.by_rest.put(rest, (self.by_rest.get(rest) or 0) + 1)
         yield f"{ctx.get_current_key()},{value},{position}"
+
+
+#: processing-time timers of AllKindsProbe are due this far in the future (they never fire)
+FAR_FUTURE_MS = 10**13
+
+
+class AllKindsProbe(ListMapProbe):
+    """ListMapProbe plus value state `count` (values seen) and a processing-time timer per
+    value, due at FAR_FUTURE_MS + value: value, list and map state and timers, all derived
+    from the values a key has seen."""
+
+    def open(self, runtime_context) -> None:
+        super().open(runtime_context)
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        ctx.timer_service().register_processing_time_timer(FAR_FUTURE_MS + value)
+        yield from super().process_element(value, ctx)
 
 
 class RecordOperatorState(MapFunction, CheckpointedFunction):
@@ -92,3 +117,39 @@ def run_until_savepoint(env, savepoints: Path, checkpoints: int = 2) -> str:
     path = client.stop_with_savepoint(False, str(savepoints)).result()
     client.get_job_execution_result().result()
     return path
+
+
+def incremental_probe_job(
+    out: Path, checkpoints: Path, local_dir: Path, restore_path: str | None, drop_all: bool
+):
+    """numbers (rate-limited) -> tagger -> [drop everything if `drop_all`] -> key_by(v % 5) ->
+    AllKindsProbe -> FileSink, parallelism 2, on incremental RocksDB, keeping its checkpoints
+    when cancelled. `drop_all`: the probe's state stays exactly as restored."""
+    conf = Configuration().set_string("execution.runner", "spark")
+    if restore_path is not None:
+        conf.set_string("execution.state-recovery.path", restore_path)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(2)
+    env.set_state_backend(
+        EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True, local_dir=str(local_dir))
+    )
+    env.enable_checkpointing(200)
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_storage_dir(str(checkpoints))
+    config.set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    source = DataGeneratorSource(lambda i: i, count=1_000_000, records_per_second=2_000)
+    ds = env.from_source(source, None, "numbers").uid("numbers")
+    ds = ds.map(RecordOperatorState(str(out.parent))).uid("tagger")
+    if drop_all:
+        ds = ds.filter(lambda v: False)
+    ds = ds.key_by(lambda v: v % PROBE_KEYS).process(AllKindsProbe()).uid("probe")
+    sink = (
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+    ds.sink_to(sink).uid("sink")
+    return env

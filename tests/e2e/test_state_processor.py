@@ -1,6 +1,7 @@
 """The state processor on Spark: job state -> DataFrame -> bootstrapped savepoint -> job is
 lossless, for value, list, map and operator state; Spark SQL over state; bad input (unknown
-uids and state names, incremental handles, corrupt files, duplicate keys).
+uids and state names, non-canonical handles, corrupt files, duplicate keys). Incremental
+RocksDB checkpoints are read in test_state_processor_incremental.py.
 
 One savepoint of the running-count job (module fixture) serves the reading and bad-input tests;
 every job runs on Spark (the shared `spark` fixture)."""
@@ -250,26 +251,17 @@ def test_unknown_uid_and_state_name_are_refused_naming_what_exists(spark, count_
         read_operator_state(spark, path, "count", "count")
 
 
-def test_incremental_rocksdb_handles_are_refused_with_take_a_savepoint(
+def test_a_handle_without_a_canonical_index_is_refused_with_take_a_savepoint(
     spark, count_savepoint, tmp_path
 ):
     path, _ = count_savepoint
-    copy = tmp_path / "incremental"
+    copy = tmp_path / "not-canonical"
     shutil.copytree(path, copy)
     meta_file = copy / "_metadata"
     metadata = decode_metadata(meta_file.read_bytes(), str(meta_file))
-    handle = metadata["operators"]["count"]["subtasks"]["0"]
-    # what an incremental rocksdb checkpoint records (docs/checkpoint-format.md): the state
-    # file (with its index) holds operator state only; the keyed state is in SST files
-    handle["incremental"] = {
-        "version": 1,
-        "key_group_range": handle["key_group_range"],
-        "state_kinds": {"count": "value"},
-        "shared": [{"name": "000011.sst", "file": "../shared/count-0-000011.sst", "size": 10}],
-        "private": [],
-    }
+    del metadata["operators"]["count"]["subtasks"]["0"]["index"]
     meta_file.write_bytes(encode_metadata(metadata))
-    with pytest.raises(UnsupportedSnapshotError, match=r"incremental.*[Tt]ake a savepoint"):
+    with pytest.raises(UnsupportedSnapshotError, match=r"subtask 0.*[Tt]ake a savepoint"):
         read_keyed_state(spark, str(copy), "count", "count")
     with pytest.raises(UnsupportedSnapshotError, match=r"[Tt]ake a savepoint"):
         list_state(str(copy))

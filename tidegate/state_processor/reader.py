@@ -18,7 +18,13 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import MissingCheckpointFileError
-from tidegate.state.snapshot_format import CorruptStateError, StateFileIndex, read_key_groups
+from tidegate.state.snapshot_format import (
+    CorruptStateError,
+    KeyGroupData,
+    StateFileIndex,
+    read_key_groups,
+)
+from tidegate.state_processor.incremental import IncrementalSource, is_incremental
 from tidegate.state_processor.rows import (
     TIMER_STATE,
     columns_for,
@@ -60,6 +66,8 @@ class _ReadTask:
     max_parallelism: int
     #: [key group, offset, length] of each section to read, ascending
     sections: tuple[tuple[int, int, int], ...]
+    #: an incremental RocksDB handle: all its key groups are read from its files instead
+    source: IncrementalSource | None = None
 
 
 class SavepointReader:
@@ -195,21 +203,26 @@ class SavepointReader:
 
     def _keyed_tasks(self, uid: str) -> list[_ReadTask]:
         """The operator's non-empty key-group sections, cut into about TASKS_PER_CORE tasks
-        per core (never mixing two files in one task)."""
+        per core (never mixing two files in one task), and one task per incremental handle
+        (its key groups are in one RocksDB checkpoint, downloaded once)."""
+        tasks = [
+            _ReadTask(s.subtask, self.directory, self.max_parallelism, (), s)
+            for s in self.snapshot.incremental_sources(uid)
+        ]
         files = [
             (subtask, state_file_path(self.directory, h), h["index"])
             for subtask, h in self.snapshot.handles(uid)
+            if not is_incremental(h)
         ]
         total = sum(len(index["key_groups"]) for _, _, index in files)
         target = max(1, self.spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
         per_task = max(1, -(-total // target))
-        tasks = []
         for subtask, path, index in files:
             sections = [tuple(s) for s in index["key_groups"]]
             for start in range(0, len(sections), per_task):
                 chunk = tuple(sections[start : start + per_task])
                 tasks.append(_ReadTask(subtask, path, self.max_parallelism, chunk))  # type: ignore[arg-type]
-        return tasks
+        return sorted(tasks, key=lambda t: t.subtask)
 
     def _rdd(self, tasks: list[_ReadTask]) -> Any:
         sc = self.spark.sparkContext
@@ -253,26 +266,21 @@ def _read_keyed_rows(
     storage_options: Mapping[str, Any],
 ) -> Iterator[tuple[Any, ...]]:
     """The rows of `state_name` in the task's key groups (runs in a Spark task)."""
-    index = StateFileIndex(
-        key_group_offsets={kg: (offset, length) for kg, offset, length in task.sections},
-        operator_offset=None,
-        size=0,
-        max_parallelism=task.max_parallelism,
-    )
-    key_groups = range(task.sections[0][0], task.sections[-1][0] + 1)
     try:
-        with fsspec.open(task.path, "rb", **storage_options) as f:
-            for kg, data in read_key_groups(f, index, key_groups):
-                stored = data.get(state_name)
-                if stored is None:
-                    continue
-                for row in keyed_rows(kind, stored[1]):
-                    if include_key_group:
-                        row = (*row, kg, task.subtask)
-                    yield pickle_data_columns(columns, row) if raw else row
-    except FileNotFoundError:
+        for kg, data in _task_key_groups(task, storage_options):
+            stored = data.get(state_name)
+            if stored is None:
+                continue
+            for row in keyed_rows(kind, stored[1]):
+                if include_key_group:
+                    row = (*row, kg, task.subtask)
+                yield pickle_data_columns(columns, row) if raw else row
+    except FileNotFoundError as e:
+        what = f"state file {task.path}"
+        if task.source is not None:
+            what = f"file {e.filename} of the incremental rocksdb state of subtask {task.subtask}"
         raise MissingCheckpointFileError(
-            f"state file {task.path} is missing: the checkpoint was deleted while it was read "
+            f"{what} is missing: the checkpoint was deleted while it was read "
             "(a running job deletes the checkpoints newer ones subsume: copy its chk-<n> "
             "directory and read the copy, or read a savepoint), or the snapshot is incomplete."
         ) from None
@@ -280,6 +288,25 @@ def _read_keyed_rows(
         if task.path not in str(e):
             raise CorruptStateError(f"state file {task.path}", e.problem, e.remedy) from e
         raise
+
+
+def _task_key_groups(
+    task: _ReadTask, storage_options: Mapping[str, Any]
+) -> Iterator[tuple[int, KeyGroupData]]:
+    """(key group, data) of the task: its sections of a canonical state file, or every key
+    group of its incremental handle (whose files are downloaded into a temporary directory)."""
+    if task.source is not None:
+        yield from task.source.key_groups()
+        return
+    index = StateFileIndex(
+        key_group_offsets={kg: (offset, length) for kg, offset, length in task.sections},
+        operator_offset=None,
+        size=0,
+        max_parallelism=task.max_parallelism,
+    )
+    key_groups = range(task.sections[0][0], task.sections[-1][0] + 1)
+    with fsspec.open(task.path, "rb", **storage_options) as f:
+        yield from read_key_groups(f, index, key_groups)
 
 
 def list_state(path: str, storage_options: Mapping[str, Any] | None = None) -> list[StateInfo]:

@@ -14,8 +14,11 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.incremental_handles import HANDLE_KEY
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
+from tidegate.state_processor.incremental import IncrementalSource, is_incremental, stored_bytes
+from tidegate.state_processor.incremental import key_group_range as incremental_range
 
 __all__ = [
     "KEYED",
@@ -36,7 +39,7 @@ class StateNotFoundError(CheckpointError, LookupError):
 
 
 class UnsupportedSnapshotError(CheckpointError):
-    """The snapshot holds state in a form the state processor cannot read (not canonical)."""
+    """The snapshot holds state in a form the state processor cannot read or copy."""
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,18 @@ class StateInfo:
     kind: str
     #: the operator's parallelism when the snapshot was taken
     parallelism: int
-    #: keyed: non-empty key groups of the operator (all its keyed states together)
+    #: keyed: non-empty key groups of the operator (all its keyed states together; see
+    #: `incremental`)
     key_groups: int
     #: keyed: bytes of the operator's key-group sections (all its keyed states together)
     size_bytes: int
     #: operator state: entries of this state over all subtasks (broadcast: of one copy)
     entries: int | None = None
+    #: keyed: [start, stop) key groups of each subtask holding keyed state of the operator
+    key_group_ranges: tuple[tuple[int, int], ...] = ()
+    #: keyed: some subtask keeps it in incremental RocksDB files (then `key_groups` counts the
+    #: key groups of those subtasks' ranges and `size_bytes` their files, shared ones included)
+    incremental: bool = False
 
 
 def state_file_path(directory: str, handle: Mapping[str, Any]) -> str:
@@ -102,27 +111,42 @@ class SnapshotView:
         return entry
 
     def handles(self, uid: str) -> list[tuple[int, dict[str, Any]]]:
-        """(subtask, state handle) of operator `uid`, by subtask; refuses handles that are
-        not canonical state files (incremental RocksDB checkpoints)."""
+        """(subtask, state handle) of operator `uid`, by subtask. Incremental RocksDB handles
+        are included (their keyed state is read from their RocksDB files, incremental.py);
+        a handle without the index of a canonical state file is refused."""
         entry = self.operator(uid)
         handles = sorted(((int(s), h) for s, h in entry["subtasks"].items()), key=lambda t: t[0])
         for subtask, handle in handles:
-            kind = "incremental" if "incremental" in handle else handle.get("type")
-            if kind == "incremental" or "index" not in handle:
+            if "index" not in handle:
                 raise UnsupportedSnapshotError(
                     f"{self._what()} holds the state of operator {uid!r} (subtask {subtask}) as "
-                    f"{kind or 'non-canonical'} state-backend files, not in the canonical "
-                    "format the state processor reads. Take a savepoint of the job (`tidegate "
-                    "savepoint`, or stop it with a savepoint) and read that instead: savepoints "
-                    "are always canonical."
+                    f"{handle.get('type') or 'non-canonical'} state-backend files without the "
+                    "index of a canonical state file, which the state processor cannot read. "
+                    "Take a savepoint of the job (`tidegate savepoint`, or stop it with a "
+                    "savepoint) and read that instead: savepoints are always canonical."
                 )
         return handles
 
+    @property
+    def checkpoint_id(self) -> int:
+        return int(self.metadata.get("checkpoint_id", 0))
+
+    def incremental_sources(self, uid: str) -> list[IncrementalSource]:
+        """The incremental RocksDB handles of operator `uid` (empty for canonical snapshots)."""
+        return [
+            IncrementalSource(subtask, self.directory, self.checkpoint_id, handle)
+            for subtask, handle in self.handles(uid)
+            if is_incremental(handle)
+        ]
+
     def keyed_kinds(self, uid: str) -> dict[str, str]:
-        """Keyed state name -> kind, for operator `uid` (from the indexes in `_metadata`)."""
+        """Keyed state name -> kind, for operator `uid` (from the indexes in `_metadata`, and
+        from the incremental handles' `state_kinds`)."""
         kinds: dict[str, str] = {}
         for _, handle in self.handles(uid):
             kinds.update(handle["index"].get("state_kinds", {}))
+            if is_incremental(handle):
+                kinds.update(handle[HANDLE_KEY].get("state_kinds", {}))
         return kinds
 
     def operator_state(self, uid: str) -> list[tuple[int, dict[str, tuple[str, list[Any]]]]]:
@@ -151,8 +175,7 @@ class SnapshotView:
         found = []
         for uid in sorted(self.operators):
             entry = self.operators[uid]
-            handles = self.handles(uid)
-            sections = [kg for _, h in handles for kg in h["index"]["key_groups"]]
+            key_groups, size, ranges, incremental = self._keyed_extent(uid)
             for name, kind in sorted(self.keyed_kinds(uid).items()):
                 found.append(
                     StateInfo(
@@ -162,8 +185,10 @@ class SnapshotView:
                         KEYED,
                         kind,
                         int(entry["parallelism"]),
-                        key_groups=len(sections),
-                        size_bytes=sum(length for _kg, _off, length in sections),
+                        key_groups=key_groups,
+                        size_bytes=size,
+                        key_group_ranges=ranges,
+                        incremental=incremental,
                     )
                 )
             entries: dict[str, tuple[str, int]] = {}
@@ -188,6 +213,28 @@ class SnapshotView:
                     )
                 )
         return found
+
+    def _keyed_extent(self, uid: str) -> tuple[int, int, tuple[tuple[int, int], ...], bool]:
+        """(key groups, bytes, key-group ranges, any incremental) of operator `uid`'s keyed
+        state. An incremental handle counts every key group of its range and the bytes of its
+        RocksDB files: which groups are empty is only known by reading those files."""
+        key_groups = size = 0
+        ranges: list[tuple[int, int]] = []
+        incremental = False
+        for _, handle in self.handles(uid):
+            if is_incremental(handle):
+                r = incremental_range(handle)
+                incremental = True
+                key_groups += len(r)
+                size += stored_bytes(handle)
+                ranges.append((r.start, r.stop))
+                continue
+            sections = handle["index"]["key_groups"]
+            key_groups += len(sections)
+            size += sum(length for _kg, _off, length in sections)
+            if sections and "key_group_range" in handle:
+                ranges.append(tuple(handle["key_group_range"]))  # type: ignore[arg-type]
+        return key_groups, size, tuple(ranges), incremental
 
     def require_keyed_state(self, uid: str, state_name: str) -> str:
         """The kind of keyed state `state_name` of `uid`; StateNotFoundError names the

@@ -15,7 +15,8 @@ call bootstraps it anew (which replaces the operator's whole state).
    overwritten, and a savepoint holds only its own files);
 2. per bootstrapped operator, one Spark job: the rows are keyed by the subtask owning their key
    group (`partitionBy(parallelism)`), and task i writes subtask i's state file (bootstrap.py);
-3. the files of kept operators are copied from the existing snapshot;
+3. the files of kept operators are copied from the existing snapshot (subtasks of an
+   incremental RocksDB checkpoint: rewritten as canonical state files by Spark tasks);
 4. the driver writes `_metadata` atomically (CheckpointStorage.write_metadata): only now is the
    savepoint complete. A failure before removes the directory if `write` created it.
 """
@@ -44,8 +45,14 @@ from tidegate.state_processor.bootstrap import (
     KEYED_KINDS,
     KeyedSpec,
     SubtaskFiles,
+    _file_safe,
     keyed_records,
     write_subtask_file,
+)
+from tidegate.state_processor.incremental import (
+    IncrementalSource,
+    is_incremental,
+    rewrite_canonical,
 )
 from tidegate.state_processor.snapshot import SnapshotView, UnsupportedSnapshotError
 
@@ -296,26 +303,42 @@ class SavepointWriter:
 
     def _copy_operator(self, uid: str, entry: dict[str, Any], directory: str) -> dict[str, Any]:
         """Copy the operator's files from the existing snapshot, checking each one's size and
-        checksum on the way (the copy is the only read)."""
+        checksum on the way (the copy is the only read). Subtasks of an incremental checkpoint
+        are rewritten canonically instead (a savepoint must not reference the checkpoint's
+        shared RocksDB files, which its job deletes): one Spark task per subtask reads its
+        RocksDB files and operator state and writes one state file."""
         assert self._base is not None
-        for _subtask, handle in self._base.handles(uid):  # refuses incremental handles
-            source = f"{self._base.directory.rstrip('/')}/{handle['file']}"
-            target = f"{directory.rstrip('/')}/{handle['file']}"
-            with (
-                fsspec.open(source, "rb", **self._storage_options) as src,
-                fsspec.open(target, "wb", **self._storage_options) as raw,
-            ):
-                out = ChecksummingWriter(raw, handle["file"])
-                while chunk := src.read(1 << 20):
-                    out.write(chunk)
-            if (out.size, out.checksum) != (handle.get("size"), handle.get("checksum")):
-                raise ChecksumMismatchError(
-                    f"state file {source} of operator {uid!r} has {out.size} bytes and checksum "
-                    f"{out.checksum}, but {handle.get('size')} bytes and "
-                    f"{handle.get('checksum')} were written: the file is damaged. Start from "
-                    "another snapshot."
-                )
-        return entry
+        subtasks = dict(entry["subtasks"])
+        for _subtask, handle in self._base.handles(uid):
+            if not is_incremental(handle):
+                self._copy_file(uid, handle, directory)
+        sources = self._base.incremental_sources(uid)
+        if sources:
+            rewrite = functools.partial(
+                _rewrite_subtask, uid=uid, directory=directory, storage=self._storage_options
+            )
+            rdd = self.spark.sparkContext.parallelize(sources, len(sources))
+            subtasks.update((str(s), h) for s, h in rdd.map(rewrite).collect())
+        return {**entry, "subtasks": subtasks}
+
+    def _copy_file(self, uid: str, handle: dict[str, Any], directory: str) -> None:
+        assert self._base is not None
+        source = f"{self._base.directory.rstrip('/')}/{handle['file']}"
+        target = f"{directory.rstrip('/')}/{handle['file']}"
+        with (
+            fsspec.open(source, "rb", **self._storage_options) as src,
+            fsspec.open(target, "wb", **self._storage_options) as raw,
+        ):
+            out = ChecksummingWriter(raw, handle["file"])
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+        if (out.size, out.checksum) != (handle.get("size"), handle.get("checksum")):
+            raise ChecksumMismatchError(
+                f"state file {source} of operator {uid!r} has {out.size} bytes and checksum "
+                f"{out.checksum}, but {handle.get('size')} bytes and "
+                f"{handle.get('checksum')} were written: the file is damaged. Start from "
+                "another snapshot."
+            )
 
     def _operator_name(self, uid: str) -> str:
         if self._base is not None and uid in self._base.operators:
@@ -348,6 +371,13 @@ class SavepointWriter:
             "operators": operators,
             "channel_state": {},
         }
+
+
+def _rewrite_subtask(
+    source: IncrementalSource, *, uid: str, directory: str, storage: Mapping[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """One incremental subtask of a kept operator, as a canonical state file (a Spark task)."""
+    return rewrite_canonical(source, f"{_file_safe(uid)}-{source.subtask}", directory, storage)
 
 
 def _identity(subtask: int) -> int:
