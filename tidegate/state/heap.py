@@ -272,20 +272,88 @@ class HeapAggregatingState(_MergingState):
         self._table[key] = self._function.add(value, accumulator)
 
 
-class HeapKeyedStateBackend:
+class KeyedStateRegistry:
+    """The `get_*_state` methods of a keyed state backend (PyFlink's names), shared by the
+    backends: a state object per name, created on first use, one kind per name.
+
+    A backend sets `STATE_CLASSES` (kind -> state class), the dicts `_kinds` (name -> kind,
+    including restored names) and `_states` (name -> state object), and implements
+    `_create_state(name, cls, *args)`.
+    """
+
+    STATE_CLASSES: dict[StateKind, type[Any]]
+    _kinds: dict[str, StateKind]
+    _states: dict[str, Any]
+
+    @ttl_aware
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> Any:
+        return self._register(state_descriptor.name, StateKind.VALUE)
+
+    @ttl_aware
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> Any:
+        return self._register(state_descriptor.name, StateKind.LIST)
+
+    @ttl_aware
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> Any:
+        return self._register(state_descriptor.name, StateKind.MAP)
+
+    @ttl_aware
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> Any:
+        function = state_descriptor.reduce_function
+        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
+        return self._register(state_descriptor.name, StateKind.REDUCING, reduce)
+
+    @ttl_aware
+    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> Any:
+        return self._register(
+            state_descriptor.name, StateKind.AGGREGATING, state_descriptor.agg_function
+        )
+
+    def _register(self, name: str, kind: StateKind, *args: Any) -> Any:
+        """The state object for `name`, created on first use; one kind per name."""
+        known = self._kinds.get(name, kind)
+        if known is not kind:
+            how = "registered" if name in self._states else "restored"
+            raise ValueError(
+                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
+                "state names are unique per operator (use another name for the new state)"
+            )
+        state = self._states.get(name)
+        if state is None:
+            self._kinds[name] = kind
+            state = self._states[name] = self._create_state(name, self.STATE_CLASSES[kind], *args)
+        return state
+
+    def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
+        raise NotImplementedError
+
+
+def check_key_group_range(max_parallelism: int, key_group_range: range) -> None:
+    """A backend's key groups: a non-empty contiguous range within [0, max_parallelism)."""
+    r = key_group_range
+    if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
+        raise ValueError(
+            f"key_group_range must be a non-empty range within [0, {max_parallelism}), got {r!r}"
+        )
+
+
+class HeapKeyedStateBackend(KeyedStateRegistry):
     """Keyed state of one operator subtask, for the key groups in `key_group_range`.
 
     The runtime sets `current_key` before each record and timer and resets it to None after.
     State objects are created once per name (in `open()`) and reused for every record.
     """
 
+    STATE_CLASSES = {
+        StateKind.VALUE: HeapValueState,
+        StateKind.LIST: HeapListState,
+        StateKind.MAP: HeapMapState,
+        StateKind.REDUCING: HeapReducingState,
+        StateKind.AGGREGATING: HeapAggregatingState,
+    }
+
     def __init__(self, max_parallelism: int, key_group_range: range) -> None:
-        r = key_group_range
-        if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
-            raise ValueError(
-                f"key_group_range must be a non-empty range within [0, {max_parallelism}), "
-                f"got {r!r}"
-            )
+        check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
         self.current_key: Any = None
@@ -299,50 +367,8 @@ class HeapKeyedStateBackend:
         self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
 
-    @ttl_aware
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> HeapValueState:
-        return self._register(state_descriptor.name, StateKind.VALUE, HeapValueState)
-
-    @ttl_aware
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> HeapListState:
-        return self._register(state_descriptor.name, StateKind.LIST, HeapListState)
-
-    @ttl_aware
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> HeapMapState:
-        return self._register(state_descriptor.name, StateKind.MAP, HeapMapState)
-
-    @ttl_aware
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> HeapReducingState:
-        function = state_descriptor.reduce_function
-        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
-        return self._register(state_descriptor.name, StateKind.REDUCING, HeapReducingState, reduce)
-
-    @ttl_aware
-    def get_aggregating_state(
-        self, state_descriptor: AggregatingStateDescriptor
-    ) -> HeapAggregatingState:
-        return self._register(
-            state_descriptor.name,
-            StateKind.AGGREGATING,
-            HeapAggregatingState,
-            state_descriptor.agg_function,
-        )
-
-    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
-        """The state object for `name`, created on first use; one kind per name."""
-        known = self._kinds.get(name, kind)
-        if known is not kind:
-            how = "registered" if name in self._states else "restored"
-            raise ValueError(
-                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
-                "state names are unique per operator (use another name for the new state)"
-            )
-        state = self._states.get(name)
-        if state is None:
-            self._kinds[name] = kind
-            table = self._tables.setdefault(name, {})
-            state = self._states[name] = cls(self, name, table, *args)
-        return state
+    def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
+        return cls(self, name, self._tables.setdefault(name, {}), *args)
 
     def table(self, name: str) -> dict[Any, Any]:
         """The live `{key: value}` dict of registered state `name`.
