@@ -278,12 +278,16 @@ class KeyedStateRegistry:
 
     A backend sets `STATE_CLASSES` (kind -> state class), the dicts `_kinds` (name -> kind,
     including restored names) and `_states` (name -> state object), and implements
-    `_create_state(name, cls, *args)`.
+    `_create_state(name, cls, *args)`. The `restore` of a backend checks what it loads with
+    `_claim_restored_key_group` and `_check_restored_entries`.
     """
 
     STATE_CLASSES: dict[StateKind, type[Any]]
+    max_parallelism: int
+    key_group_range: range
     _kinds: dict[str, StateKind]
     _states: dict[str, Any]
+    _restored_key_groups: set[int]
 
     @ttl_aware
     def get_state(self, state_descriptor: ValueStateDescriptor) -> Any:
@@ -326,6 +330,39 @@ class KeyedStateRegistry:
 
     def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
         raise NotImplementedError
+
+    def _claim_restored_key_group(self, kg: int) -> None:
+        """Restore, step 1: key group `kg` is this subtask's and was not restored before."""
+        if kg not in self.key_group_range:
+            raise ValueError(
+                f"key group {kg} is outside this subtask's key groups "
+                f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
+            )
+        if kg in self._restored_key_groups:
+            raise ValueError(f"key group {kg} was restored twice (from two state files?)")
+        self._restored_key_groups.add(kg)
+
+    def _check_restored_entries(
+        self, kg: int, name: str, kind: str, entries: Mapping[Any, Any]
+    ) -> StateKind:
+        """Restore, steps 2 and 3: each key of `entries` really is in key group `kg`, and
+        state `name` has one kind; returns that kind."""
+        max_parallelism = self.max_parallelism
+        for key in entries:
+            if stable_hash(key) % max_parallelism != kg:
+                raise CorruptStateError(
+                    f"key group {kg} of state {name!r}",
+                    f"key {key!r} belongs to key group {stable_hash(key) % max_parallelism} "
+                    f"at max parallelism {max_parallelism}",
+                    "restore with the max parallelism the checkpoint was taken with",
+                )
+        known = self._kinds.setdefault(name, StateKind(kind))
+        if known != kind:
+            raise CorruptStateError(
+                f"key group {kg} of state {name!r}",
+                f"stored as {kind} state, but known here as {known} state",
+            )
+        return known
 
 
 def check_key_group_range(max_parallelism: int, key_group_range: range) -> None:
@@ -434,33 +471,8 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         key must belong to the key group it was stored under (CorruptStateError otherwise: the
         state was written with another max parallelism or key hash, or is damaged).
         """
-        max_parallelism = self.max_parallelism
         for kg, data in key_groups:
-            # Step 1: the key group is ours and new
-            if kg not in self.key_group_range:
-                raise ValueError(
-                    f"key group {kg} is outside this subtask's key groups "
-                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
-                )
-            if kg in self._restored_key_groups:
-                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
-            self._restored_key_groups.add(kg)
+            self._claim_restored_key_group(kg)
             for name, (kind, entries) in data.items():
-                # Step 2: each key really is in this key group
-                for key in entries:
-                    if stable_hash(key) % max_parallelism != kg:
-                        raise CorruptStateError(
-                            f"key group {kg} of state {name!r}",
-                            f"key {key!r} belongs to key group "
-                            f"{stable_hash(key) % max_parallelism} at max parallelism "
-                            f"{max_parallelism}",
-                            "restore with the max parallelism the checkpoint was taken with",
-                        )
-                # Step 3: one kind per name, then merge
-                known = self._kinds.setdefault(name, StateKind(kind))
-                if known != kind:
-                    raise CorruptStateError(
-                        f"key group {kg} of state {name!r}",
-                        f"stored as {kind} state, but known here as {known} state",
-                    )
+                self._check_restored_entries(kg, name, kind, entries)
                 self._tables.setdefault(name, {}).update(entries)

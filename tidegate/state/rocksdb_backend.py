@@ -31,7 +31,6 @@ from tidegate.state.heap import (
     StateKind,
     check_key_group_range,
 )
-from tidegate.state.keygroups import stable_hash
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
 from tidegate.state.rocksdb_restore import restore_rocksdb_backend
@@ -44,7 +43,6 @@ from tidegate.state.rocksdb_states import (
     RocksDBValueState,
 )
 from tidegate.state.snapshot_format import (
-    CorruptStateError,
     KeyedStateSnapshot,
     KeyGroupData,
     describe_key_groups,
@@ -188,37 +186,12 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
 
         The same contract and checks as `HeapKeyedStateBackend.restore`.
         """
-        max_parallelism = self.max_parallelism
         self.buffer.flush()  # restored entries are written directly, after anything buffered
         for kg, data in key_groups:
-            # Step 1: the key group is ours and new
-            if kg not in self.key_group_range:
-                raise ValueError(
-                    f"key group {kg} is outside this subtask's key groups "
-                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
-                )
-            if kg in self._restored_key_groups:
-                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
-            self._restored_key_groups.add(kg)
+            self._claim_restored_key_group(kg)
             batch = rocksdict.WriteBatch(raw_mode=True)
             for name, (kind, entries) in data.items():
-                # Step 2: each key really is in this key group
-                for key in entries:
-                    if stable_hash(key) % max_parallelism != kg:
-                        raise CorruptStateError(
-                            f"key group {kg} of state {name!r}",
-                            f"key {key!r} belongs to key group "
-                            f"{stable_hash(key) % max_parallelism} at max parallelism "
-                            f"{max_parallelism}",
-                            "restore with the max parallelism the checkpoint was taken with",
-                        )
-                # Step 3: one kind per name, then write the entries
-                known = self._kinds.setdefault(name, StateKind(kind))
-                if known != kind:
-                    raise CorruptStateError(
-                        f"key group {kg} of state {name!r}",
-                        f"stored as {kind} state, but known here as {known} state",
-                    )
+                known = self._check_restored_entries(kg, name, kind, entries)
                 self._column_family(name)
                 self._put_entries(batch, self.instance.handle(name), known, entries)
             self.instance.write(batch)
