@@ -68,3 +68,31 @@ def wait(
             raise RuntimeError(f"job ended or timed out (status {probe.jm.status.name})")
         time.sleep(poll_s)
     probe.sample()
+
+
+def key_counts(text: str) -> list[int]:
+    """argparse type of --keys: one state size or a comma-separated list ("100000,1000000")."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--keys takes positive key counts, separated by commas or spaces, got {text!r}"
+        )
+    return counts
+
+
+def add_keys_argument(p: argparse.ArgumentParser, default: list[int]) -> None:
+    """--keys N [N ...] or --keys N,N,...; flatten `args.keys` with `flat_keys`."""
+    p.add_argument(
+        "--keys",
+        type=key_counts,
+        nargs="+",
+        default=[default],
+        help="state sizes (keys), e.g. 100000,1000000,10000000",
+    )
+
+
+def flat_keys(groups: list[list[int]]) -> list[int]:
+    return [n for group in groups for n in group]
