@@ -25,12 +25,8 @@ from typing import Any
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
-from tidegate.state.heap import (
-    KeyedStateRegistry,
-    NoKeyContextError,
-    StateKind,
-    check_key_group_range,
-)
+from tidegate.state.heap import NoKeyContextError
+from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
 from tidegate.state.rocksdb_restore import restore_rocksdb_backend
