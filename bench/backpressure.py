@@ -15,7 +15,6 @@ Prints a table and writes JSON (default bench/results/backpressure.json). Nothin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,21 +25,18 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench import jobs  # noqa: E402
+from bench.common import job_arguments, report_header, start, write_report  # noqa: E402
 from bench.jobs import JobParams  # noqa: E402
 from bench.measure import bare_loop, run_job  # noqa: E402
-from bench.run import git_info, machine_info  # noqa: E402
 
 MODES = ("aligned", "unaligned", "timeout-50")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = job_arguments(__doc__, "backpressure.json")
     p.add_argument("--quick", action="store_true", help="short runs (about a minute in all)")
-    p.add_argument("--runner", choices=["spark", "local"], default="spark")
     p.add_argument("--slow-us", type=int, default=100, help="sleep per record in the slow stage")
     p.add_argument("--seconds", type=float, help="seconds of input per run (default 12; quick 4)")
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "backpressure.json"))
     args = p.parse_args(argv)
     if args.seconds is None:
         args.seconds = 4.0 if args.quick else 12.0
@@ -80,12 +76,7 @@ def describe(result: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    jobs.register_by_value()
-    spark = None
-    if args.runner == "spark":
-        from tidegate.deploy.spark_session import get_spark
-
-        spark = get_spark("local[4]", 4)
+    spark = start(args)
     work_root = tempfile.mkdtemp(prefix="tidegate-bench-bp-")
     capacity = 2 * 1e6 / args.slow_us  # records/s the slow stage can take at p=2
     rate = 1.5 * capacity
@@ -93,9 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         "keyed", 2, 500, "count", int(rate * args.seconds), rate=rate, slow_us=args.slow_us
     )
     report: dict[str, Any] = {
-        "machine": machine_info(),
-        "git": git_info(),
-        "args": vars(args),
+        **report_header(args),
         "backpressure": {},
         "cost": {},
     }
@@ -144,10 +133,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{mode:<12}{_rate(rate_m):>12}{_ratio(rate_m, bare):>9}{_ratio(rate_m, off):>8}"
             f"{result['completed_checkpoints']:>7}  {'yes' if result['exactly_once_ok'] else 'NO'}"
         )
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+    write_report(args.out, report)
 
 
 def _ms(v: float | None) -> str:

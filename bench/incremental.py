@@ -11,7 +11,7 @@ For each, the synchronous phase (`snapshot()`: flush + hard links, on the proces
 asynchronous phase (full: writing the canonical state file; incremental: uploading new SST
 files and the private files) and the bytes written to the storage.
 
-    .venv/bin/python bench/incremental.py [--keys 100000 1000000] [--repeats 3]
+    .venv/bin/python bench/incremental.py [--keys 100000,1000000] [--repeats 3]
                                           [--json bench/results/incremental.json]
 """
 
@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import add_keys_argument, flat_keys
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -87,11 +88,12 @@ def run(keys: int, incremental: bool, root: str, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
+    add_keys_argument(parser, [100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--json", default="bench/results/incremental.json")
     args = parser.parse_args()
+    args.keys = flat_keys(args.keys)
     results = []
     print(f"{'keys':>9} {'mode':>11} {'checkpoint':>11} {'sync ms':>8} {'async ms':>9} {'MB':>8}")
     for keys in args.keys:

@@ -18,7 +18,6 @@ over each copy), not the download time saved when the storage is a remote filesy
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -27,30 +26,20 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench import jobs  # noqa: E402
+from bench.common import job_arguments, report_header, start, write_report  # noqa: E402
 from bench.jobs import JobParams  # noqa: E402
 from bench.measure import run_recovery, summary  # noqa: E402
-from bench.run import git_info, machine_info  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (state size)")
-    p.add_argument("--rate", type=float, default=400_000, help="source records/s")
+    p = job_arguments(__doc__, "local_recovery.json", rate=400_000)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--runner", choices=["spark", "local"], default="spark")
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "local_recovery.json"))
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    jobs.register_by_value()
-    spark = None
-    if args.runner == "spark":
-        from tidegate.deploy.spark_session import get_spark
-
-        spark = get_spark("local[4]", 4)
+    spark = start(args)
     work_root = tempfile.mkdtemp(prefix="tidegate-bench-lr-")
     # a checkpoint every 5 s: the kill comes after two full-state checkpoints
     params = JobParams("keyed", 2, 5000, "count", None, keys=args.keys, rate=args.rate, restarts=3)
@@ -78,9 +67,7 @@ def main(argv: list[str] | None = None) -> None:
                 flush=True,
             )
     result: dict[str, Any] = {
-        "machine": machine_info(),
-        "git": git_info(),
-        "args": vars(args),
+        **report_header(args),
         "runs": runs,
         "summary": {
             name: {
@@ -95,10 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, s in result["summary"].items():
         running, first = s["to_running_s"], s["to_first_record_s"]
         print(f"{name:<18}{running['median'] or 0:>16.2f}{first['median'] or 0:>21.2f}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+    write_report(args.out, result)
 
 
 if __name__ == "__main__":

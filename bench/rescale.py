@@ -15,10 +15,8 @@ Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,28 +25,24 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench import jobs  # noqa: E402
+from bench.common import (  # noqa: E402
+    du_bytes,
+    job_arguments,
+    report_header,
+    start,
+    wait,
+    write_report,
+)
 from bench.jobs import JobParams, build_env, first_record_times  # noqa: E402
 from bench.measure import Probe  # noqa: E402
-from bench.run import git_info, machine_info  # noqa: E402
-from bench.savepoints import wait  # noqa: E402
 
 TRANSITIONS = {2: (2, 4), 4: (4, 2)}  # first parallelism -> the restores measured
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (state size)")
-    p.add_argument("--rate", type=float, default=300_000, help="source records/s")
+    p = job_arguments(__doc__, "rescale.json", rate=300_000)
     p.add_argument("--repeats", type=int, default=2, help="restores per transition")
-    p.add_argument("--runner", choices=["spark", "local"], default="spark")
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "rescale.json"))
     return p.parse_args(argv)
-
-
-def du_bytes(path: str) -> int:
-    out = subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout
-    return int(out.split()[0]) if out else 0
 
 
 def take_savepoint(params: JobParams, args, work: str, spark: Any) -> dict[str, Any]:
@@ -82,19 +76,9 @@ def restore(params: JobParams, args, work: str, spark: Any, path: str) -> dict[s
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    jobs.register_by_value()
-    spark = None
-    if args.runner == "spark":
-        from tidegate.deploy.spark_session import get_spark
-
-        spark = get_spark("local[4]", 4)
+    spark = start(args)
     work = tempfile.mkdtemp(prefix="tidegate-bench-rescale-")
-    result: dict[str, Any] = {
-        "machine": machine_info(),
-        "git": git_info(),
-        "args": vars(args),
-        "runs": [],
-    }
+    result: dict[str, Any] = {**report_header(args), "runs": []}
     # both savepoints first: the p=4 run also warms up Spark's Python workers for 4 slots, so
     # no restore pays for starting them
     savepoints = {}
@@ -127,10 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             + f"{run['to_first_record_s']:>19.2f}"
             + f"{run['savepoint_bytes'] / 1e6:>8.1f}"
         )
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+    write_report(args.out, result)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ checkpoint of the same state (its duration_ms) for comparison. Prints a table, w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,47 +23,28 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench import jobs  # noqa: E402
+from bench.common import (  # noqa: E402
+    du_bytes,
+    job_arguments,
+    report_header,
+    start,
+    wait,
+    write_report,
+)
 from bench.jobs import JobParams, build_env, first_record_times  # noqa: E402
 from bench.measure import Probe  # noqa: E402
-from bench.run import git_info, machine_info  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--keys", type=int, default=1_000_000, help="distinct keys (state size)")
-    p.add_argument("--rate", type=float, default=300_000, help="source records/s")
-    p.add_argument("--runner", choices=["spark", "local"], default="spark")
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "savepoints.json"))
-    return p.parse_args(argv)
-
-
-def du_bytes(path: str) -> int:
-    out = subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout
-    return int(out.split()[0]) if out else 0
-
-
-def wait(probe: Probe, until, poll_s: float = 0.02, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not until():
-        probe.sample()
-        if probe.jm.done.is_set() or time.monotonic() > deadline:
-            raise RuntimeError(f"job ended or timed out (status {probe.jm.status.name})")
-        time.sleep(poll_s)
-    probe.sample()
+    return job_arguments(__doc__, "savepoints.json", rate=300_000).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    jobs.register_by_value()
-    spark = None
-    if args.runner == "spark":
-        from tidegate.deploy.spark_session import get_spark
-
-        spark = get_spark("local[4]", 4)
+    spark = start(args)
     work = tempfile.mkdtemp(prefix="tidegate-bench-sp-")
     params = JobParams("keyed", 2, 2000, "count", None, keys=args.keys, rate=args.rate)
-    result: dict[str, Any] = {"machine": machine_info(), "git": git_info(), "args": vars(args)}
+    result: dict[str, Any] = report_header(args)
 
     # Step 1: run until every key has state and a checkpoint of the full state completed
     env = build_env(params, runner=args.runner, work_dir=os.path.join(work, "job1"), spark=spark)
@@ -135,10 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     for label, seconds, size in rows:
         size_s = "" if size is None else f"{size * mb:,.1f}"
         print(f"{label:<34}{seconds:>9.2f}{size_s:>9}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+    write_report(args.out, result)
 
 
 if __name__ == "__main__":

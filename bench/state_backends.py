@@ -10,7 +10,7 @@
    on the processing loop), the asynchronous phase (writing the canonical state file, off the
    loop) and the file's size.
 
-    .venv/bin/python bench/state_backends.py [--records 300000] [--keys 100000 1000000]
+    .venv/bin/python bench/state_backends.py [--records 300000] [--keys 100000,1000000]
                                               [--json bench/results/state_backends.json]
 """
 
@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import add_keys_argument, flat_keys
 from bench.jobs import add_counts, first, to_pair
 from bench.measure import bare_loop
 from tidegate.datastream.state import ValueStateDescriptor
@@ -135,9 +136,10 @@ def checkpoint(keys: int, local_dir: str) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--records", type=int, default=300_000)
-    ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
+    add_keys_argument(ap, [100_000, 1_000_000])
     ap.add_argument("--json", default="bench/results/state_backends.json")
     args = ap.parse_args(argv)
+    args.keys = flat_keys(args.keys)
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as local_dir:
         bare = statistics.median(bare_loop(args.records) for _ in range(3))
         rates = throughput(args.records, local_dir)

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.timer_jobs import FailurePlan, check_fired_exactly_once, firings, timer_job
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 
 
+@pytest.mark.parametrize(
+    "state_backend",
+    [HashMapStateBackend(), EmbeddedRocksDBStateBackend()],
+    ids=["hashmap", "rocksdb"],
+)
 def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills(
-    spark, tmp_path
+    spark, tmp_path, state_backend
 ):
     real = 3_000
     plan = FailurePlan(
@@ -32,9 +40,11 @@ def test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_ki
         domains=("processing",),
         delay_ms=300,
         plan=plan,
+        state_backend=state_backend,
     )
     client = env.execute_async("processing-time timers")
     client.get_job_execution_result().result()
+    assert type(client.jobmaster.spec.state_backend) is type(state_backend)
     assert client.jobmaster.stats.restarts == 3
     check_fired_exactly_once(firings(tmp_path / "out"), real, ("processing",))
 

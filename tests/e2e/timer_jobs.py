@@ -19,6 +19,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.jobs import InjectedFailure, committed_lines
 from tidegate.common import Configuration, Encoder, RestartStrategies
@@ -103,9 +104,11 @@ def timer_job(
     restore_path: str | None = None,
     interval_ms: int = 200,
     runner: str = "spark",
+    state_backend: Any = None,
 ) -> StreamExecutionEnvironment:
     """numbers (1 subtask, `rate`/s) -> key_by(v) -> TimerJob (uid `timers`, `parallelism`)
-    -> FileSink (2 subtasks), exactly-once checkpoints every `interval_ms`."""
+    -> FileSink (2 subtasks), exactly-once checkpoints every `interval_ms`, on `state_backend`
+    (None: the default, hashmap)."""
     conf = Configuration().set_string("execution.runner", runner)
     if restore_path:
         conf.set_string("execution.state-recovery.path", restore_path)
@@ -114,6 +117,8 @@ def timer_job(
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
+    if state_backend is not None:
+        env.set_state_backend(state_backend)
     source = DataGeneratorSource(lambda i: i, count=real + padding, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
     function = TimerJob(real, domains, delay_ms, plan or FailurePlan())

@@ -1,6 +1,7 @@
 """Timers of keyed process functions: registration, deduplication, deletion, firing order,
 firing per key with the key's state, storage in keyed state (snapshot, restore, rescale), end
-of input, and clear errors. Real operators on a real heap backend, with an injected clock."""
+of input, and clear errors. Real operators on real backends (hashmap and rocksdb, parametrised),
+with an injected clock."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tidegate.datastream import (
     TimerService,
 )
 from tidegate.datastream.state import ValueStateDescriptor
+from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.datastream.time_domain import TimeDomain as TimeDomainAtPyFlinkPath
 from tidegate.datastream.timerservice import TimerService as TimerServiceAtPyFlinkPath
 from tidegate.runtime.operators import OperatorRuntime, ProcessOperator
@@ -20,10 +22,12 @@ from tidegate.runtime.timer_service import ChainTimers
 from tidegate.runtime.timers import MAX_WATERMARK, MIN_WATERMARK, TIMER_STATE
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from tidegate.state.snapshot_format import read_key_groups
 
 M = 128
 EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
+KEYED_BACKENDS = {"hashmap": HeapKeyedStateBackend, "rocksdb": RocksDBKeyedStateBackend}
 
 
 class Collect:
@@ -63,25 +67,51 @@ class TimerFunction(KeyedProcessFunction):
         yield (ctx.get_current_key(), timestamp, ctx.time_domain(), self.count.value())
 
 
-def keyed_operator(
-    function=None, *, subtask: int = 0, parallelism: int = 1, restored=None, clock=None
-) -> tuple[ProcessOperator, Collect]:
-    function = function or TimerFunction()
-    op = ProcessOperator(function, function.process_element, lambda r: r[0], uid="timers")
-    op.initialize_state(OperatorRuntime(subtask, parallelism, M, 0), None)
-    if restored is not None:
-        op.keyed_backend.restore(restored(op.keyed_backend.key_group_range))
-    out = Collect()
-    op.outputs = [out]
-    op.open()
-    op.timers.internal.clock = clock or Clock()
-    return op, out
+@pytest.fixture(params=["hashmap", "rocksdb"])
+def backend_type(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def keyed_operator(backend_type, tmp_path):
+    """Creates keyed process operators on the parametrised backend; rocksdb ones are disposed
+    after the test."""
+    created: list[ProcessOperator] = []
+
+    def make(
+        function=None, *, subtask: int = 0, parallelism: int = 1, restored=None, clock=None
+    ) -> tuple[ProcessOperator, Collect]:
+        if backend_type == "hashmap":
+            state_backend = HashMapStateBackend()
+        else:
+            state_backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
+        function = function or TimerFunction()
+        op = ProcessOperator(
+            function, function.process_element, lambda r: r[0], uid=f"timers{len(created)}"
+        )
+        runtime = OperatorRuntime(subtask, parallelism, M, 0, state_backend=state_backend)
+        op.initialize_state(runtime, None)
+        created.append(op)
+        if restored is not None:
+            op.keyed_backend.restore(restored(op.keyed_backend.key_group_range))
+        out = Collect()
+        op.outputs = [out]
+        op.open()
+        op.timers.internal.clock = clock or Clock()
+        return op, out
+
+    yield make
+    for op in created:
+        if hasattr(op.keyed_backend, "dispose"):
+            op.keyed_backend.dispose()
 
 
 REGISTER_P, REGISTER_E = "register_processing_time_timer", "register_event_time_timer"
 
 
-def test_a_processing_time_timer_fires_once_the_clock_reaches_it_with_the_keys_state():
+def test_a_processing_time_timer_fires_once_the_clock_reaches_it_with_the_keys_state(
+    keyed_operator,
+):
     clock = Clock(1_000)
     op, out = keyed_operator(clock=clock)
     op.process_batch([("a", REGISTER_P, 1_500), ("a", REGISTER_P, 1_200), ("b", REGISTER_P, 1_300)])
@@ -96,7 +126,7 @@ def test_a_processing_time_timer_fires_once_the_clock_reaches_it_with_the_keys_s
     assert list(op.keyed_backend.entries(TIMER_STATE)) == []
 
 
-def test_timers_are_deduplicated_per_key_timestamp_and_domain():
+def test_timers_are_deduplicated_per_key_timestamp_and_domain(keyed_operator):
     op, out = keyed_operator(clock=Clock(0))
     op.process_batch(
         [
@@ -115,7 +145,7 @@ def test_timers_are_deduplicated_per_key_timestamp_and_domain():
     )
 
 
-def test_a_deleted_timer_does_not_fire_and_leaves_the_state():
+def test_a_deleted_timer_does_not_fire_and_leaves_the_state(keyed_operator):
     op, out = keyed_operator(clock=Clock(0))
     op.process_batch(
         [
@@ -134,7 +164,7 @@ def test_a_deleted_timer_does_not_fire_and_leaves_the_state():
     assert out.records == [("a", 8, EVENT, 4)]  # "a" had 4 records
 
 
-def test_a_timer_registered_again_after_its_deletion_fires_once():
+def test_a_timer_registered_again_after_its_deletion_fires_once(keyed_operator):
     op, out = keyed_operator(clock=Clock(0))
     op.process_batch(
         [("a", REGISTER_E, 7), ("a", "delete_event_time_timer", 7), ("a", REGISTER_E, 7)]
@@ -144,7 +174,7 @@ def test_a_timer_registered_again_after_its_deletion_fires_once():
     assert out.records == [("a", 7, EVENT, 3)]
 
 
-def test_event_time_timers_fire_in_timestamp_order_up_to_the_watermark_only():
+def test_event_time_timers_fire_in_timestamp_order_up_to_the_watermark_only(keyed_operator):
     op, out = keyed_operator()
     op.process_batch(
         [(k, REGISTER_E, ts) for k, ts in [("a", 30), ("b", 10), ("c", 20), ("d", 40)]]
@@ -156,7 +186,9 @@ def test_event_time_timers_fire_in_timestamp_order_up_to_the_watermark_only():
     assert op.timers.internal.pending(EVENT) == [(40, "d")]
 
 
-def test_a_timer_set_in_on_timer_at_or_before_the_watermark_fires_in_the_same_advance():
+def test_a_timer_set_in_on_timer_at_or_before_the_watermark_fires_in_the_same_advance(
+    keyed_operator,
+):
     class Chain(TimerFunction):
         def on_timer(self, timestamp, ctx):
             if timestamp < 3:
@@ -169,7 +201,7 @@ def test_a_timer_set_in_on_timer_at_or_before_the_watermark_fires_in_the_same_ad
     assert out.records == [("k", 0), ("k", 1), ("k", 2), ("k", 3)]
 
 
-def test_timers_live_in_keyed_state_and_are_rebuilt_after_a_restore(tmp_path):
+def test_timers_live_in_keyed_state_and_are_rebuilt_after_a_restore(keyed_operator, tmp_path):
     op, _ = keyed_operator(clock=Clock(0))
     op.process_batch([("a", REGISTER_E, 5), ("b", REGISTER_P, 9), ("a", REGISTER_P, 9)])
     path = tmp_path / "timers.state"
@@ -191,7 +223,7 @@ def test_timers_live_in_keyed_state_and_are_rebuilt_after_a_restore(tmp_path):
     )
 
 
-def test_a_snapshot_taken_after_a_timer_fired_does_not_hold_it(tmp_path):
+def test_a_snapshot_taken_after_a_timer_fired_does_not_hold_it(keyed_operator, tmp_path):
     op, _ = keyed_operator()
     op.process_batch([("a", REGISTER_E, 5), ("a", REGISTER_E, 6)])
     op.timers.advance_watermark(5)
@@ -203,7 +235,9 @@ def test_a_snapshot_taken_after_a_timer_fired_does_not_hold_it(tmp_path):
     assert stored[TIMER_STATE] == {"a": {(EVENT.value, 6): True}}
 
 
-def test_rescaling_moves_each_timer_to_the_subtask_that_owns_its_key_group(tmp_path):
+def test_rescaling_moves_each_timer_to_the_subtask_that_owns_its_key_group(
+    keyed_operator, tmp_path
+):
     keys = [f"key-{i}" for i in range(200)]
     assigner = KeyGroupAssigner(M)
     files = []
@@ -231,7 +265,9 @@ def test_rescaling_moves_each_timer_to_the_subtask_that_owns_its_key_group(tmp_p
     assert sorted(fired) == sorted((k, n) for n, k in enumerate(keys))
 
 
-def test_at_the_end_of_input_event_time_timers_fire_and_processing_time_timers_do_not():
+def test_at_the_end_of_input_event_time_timers_fire_and_processing_time_timers_do_not(
+    keyed_operator,
+):
     clock = Clock(0)
     op, out = keyed_operator(clock=clock)
     op.process_batch([("a", REGISTER_E, 10**15), ("a", REGISTER_P, 50), ("b", REGISTER_E, 3)])
@@ -244,7 +280,7 @@ def test_at_the_end_of_input_event_time_timers_fire_and_processing_time_timers_d
     assert ChainTimers([op]).fire_due() is None
 
 
-def test_the_chain_hook_fires_due_timers_and_says_how_long_to_wait_for_the_next():
+def test_the_chain_hook_fires_due_timers_and_says_how_long_to_wait_for_the_next(keyed_operator):
     clock = Clock(1_000)
     op, out = keyed_operator(clock=clock)
     chain = ChainTimers([op])
@@ -257,7 +293,7 @@ def test_the_chain_hook_fires_due_timers_and_says_how_long_to_wait_for_the_next(
     assert not ChainTimers([object()])
 
 
-def test_the_timer_service_reads_both_clocks_and_is_pyflinks_timer_service():
+def test_the_timer_service_reads_both_clocks_and_is_pyflinks_timer_service(keyed_operator):
     op, _ = keyed_operator(clock=Clock(42))
     service = op.process_context.timer_service()
     assert isinstance(service, TimerService)
@@ -284,7 +320,7 @@ def test_timers_in_a_non_keyed_process_function_fail_with_a_clear_error():
         op.process_batch([1])
 
 
-def test_a_timestamp_that_is_not_an_int_is_refused_with_the_fix():
+def test_a_timestamp_that_is_not_an_int_is_refused_with_the_fix(keyed_operator):
     op, _ = keyed_operator()
     with pytest.raises(TypeError, match=r"int of milliseconds.*int\(seconds \* 1000\)"):
         op.process_batch([("a", REGISTER_E, 1.5)])
@@ -292,14 +328,14 @@ def test_a_timestamp_that_is_not_an_int_is_refused_with_the_fix():
         op.process_batch([("a", REGISTER_E, 2**63)])
 
 
-def test_setting_a_timer_without_a_current_key_is_an_error():
+def test_setting_a_timer_without_a_current_key_is_an_error(keyed_operator):
     op, _ = keyed_operator()
     op.keyed_backend.current_key = None
     with pytest.raises(RuntimeError, match="while a key is current"):
         op.timers.service.register_event_time_timer(1)
 
 
-def test_many_deleted_timers_do_not_accumulate_in_memory():
+def test_many_deleted_timers_do_not_accumulate_in_memory(keyed_operator):
     op, out = keyed_operator()
     for ts in range(1_000):
         op.process_batch([("a", REGISTER_E, ts), ("a", "delete_event_time_timer", ts)])
@@ -308,8 +344,11 @@ def test_many_deleted_timers_do_not_accumulate_in_memory():
     assert out.records == []
 
 
-def test_entries_lists_every_key_of_a_state_and_nothing_for_an_unknown_one():
-    backend = HeapKeyedStateBackend(M, range(M))
+def test_entries_lists_every_key_of_a_state_and_nothing_for_an_unknown_one(
+    keyed_operator, backend_type
+):
+    backend = keyed_operator()[0].keyed_backend
+    assert type(backend) is KEYED_BACKENDS[backend_type]
     state = backend.get_state(ValueStateDescriptor("v"))
     for key in ("x", "y"):
         backend.current_key = key

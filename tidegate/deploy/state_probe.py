@@ -121,9 +121,9 @@ class _RecordingKeyedBackend(HeapKeyedStateBackend):
         self._kinds.update({name: StateKind(kind) for name, kind in kinds.items()})
         self._result = result
 
-    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
+    def _register(self, name: str, kind: StateKind, *args: Any) -> Any:
         self._result.keyed.setdefault(name, kind.value)
-        return super()._register(name, kind, cls, *args)
+        return super()._register(name, kind, *args)
 
 
 def _record_operator_state(backend: Any, result: DeclaredState) -> None:

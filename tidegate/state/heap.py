@@ -16,41 +16,17 @@ copied on write, because `reduce`/`add` may change their first argument in place
 from __future__ import annotations
 
 import copy
-import enum
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
-from tidegate.state.snapshot_format import (
-    CorruptStateError,
-    KeyedStateSnapshot,
-    KeyGroupData,
-    describe_key_groups,
-)
-from tidegate.state.ttl.factory import snapshot_transformers, ttl_aware
-
-if TYPE_CHECKING:  # descriptors live in the user API, above this package
-    from tidegate.state.descriptors import (
-        AggregatingStateDescriptor,
-        ListStateDescriptor,
-        MapStateDescriptor,
-        ReducingStateDescriptor,
-        ValueStateDescriptor,
-    )
+from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
+from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.snapshot_format import KeyedStateSnapshot, KeyGroupData
+from tidegate.state.ttl.factory import snapshot_transformers
 
 _ABSENT: Any = object()
-
-
-class StateKind(enum.StrEnum):
-    """The kinds of keyed state; the values are what state files record."""
-
-    VALUE = "value"
-    LIST = "list"
-    MAP = "map"
-    REDUCING = "reducing"
-    AGGREGATING = "aggregating"
 
 
 _CONTAINER_KINDS = (StateKind.LIST, StateKind.MAP)
@@ -272,20 +248,23 @@ class HeapAggregatingState(_MergingState):
         self._table[key] = self._function.add(value, accumulator)
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(KeyedStateRegistry):
     """Keyed state of one operator subtask, for the key groups in `key_group_range`.
 
     The runtime sets `current_key` before each record and timer and resets it to None after.
     State objects are created once per name (in `open()`) and reused for every record.
     """
 
+    STATE_CLASSES = {
+        StateKind.VALUE: HeapValueState,
+        StateKind.LIST: HeapListState,
+        StateKind.MAP: HeapMapState,
+        StateKind.REDUCING: HeapReducingState,
+        StateKind.AGGREGATING: HeapAggregatingState,
+    }
+
     def __init__(self, max_parallelism: int, key_group_range: range) -> None:
-        r = key_group_range
-        if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
-            raise ValueError(
-                f"key_group_range must be a non-empty range within [0, {max_parallelism}), "
-                f"got {r!r}"
-            )
+        check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
         self.current_key: Any = None
@@ -299,50 +278,8 @@ class HeapKeyedStateBackend:
         self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
 
-    @ttl_aware
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> HeapValueState:
-        return self._register(state_descriptor.name, StateKind.VALUE, HeapValueState)
-
-    @ttl_aware
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> HeapListState:
-        return self._register(state_descriptor.name, StateKind.LIST, HeapListState)
-
-    @ttl_aware
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> HeapMapState:
-        return self._register(state_descriptor.name, StateKind.MAP, HeapMapState)
-
-    @ttl_aware
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> HeapReducingState:
-        function = state_descriptor.reduce_function
-        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
-        return self._register(state_descriptor.name, StateKind.REDUCING, HeapReducingState, reduce)
-
-    @ttl_aware
-    def get_aggregating_state(
-        self, state_descriptor: AggregatingStateDescriptor
-    ) -> HeapAggregatingState:
-        return self._register(
-            state_descriptor.name,
-            StateKind.AGGREGATING,
-            HeapAggregatingState,
-            state_descriptor.agg_function,
-        )
-
-    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
-        """The state object for `name`, created on first use; one kind per name."""
-        known = self._kinds.get(name, kind)
-        if known is not kind:
-            how = "registered" if name in self._states else "restored"
-            raise ValueError(
-                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
-                "state names are unique per operator (use another name for the new state)"
-            )
-        state = self._states.get(name)
-        if state is None:
-            self._kinds[name] = kind
-            table = self._tables.setdefault(name, {})
-            state = self._states[name] = cls(self, name, table, *args)
-        return state
+    def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
+        return cls(self, name, self._tables.setdefault(name, {}), *args)
 
     def table(self, name: str) -> dict[Any, Any]:
         """The live `{key: value}` dict of registered state `name`.
@@ -408,33 +345,8 @@ class HeapKeyedStateBackend:
         key must belong to the key group it was stored under (CorruptStateError otherwise: the
         state was written with another max parallelism or key hash, or is damaged).
         """
-        max_parallelism = self.max_parallelism
         for kg, data in key_groups:
-            # Step 1: the key group is ours and new
-            if kg not in self.key_group_range:
-                raise ValueError(
-                    f"key group {kg} is outside this subtask's key groups "
-                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
-                )
-            if kg in self._restored_key_groups:
-                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
-            self._restored_key_groups.add(kg)
+            self._claim_restored_key_group(kg)
             for name, (kind, entries) in data.items():
-                # Step 2: each key really is in this key group
-                for key in entries:
-                    if stable_hash(key) % max_parallelism != kg:
-                        raise CorruptStateError(
-                            f"key group {kg} of state {name!r}",
-                            f"key {key!r} belongs to key group "
-                            f"{stable_hash(key) % max_parallelism} at max parallelism "
-                            f"{max_parallelism}",
-                            "restore with the max parallelism the checkpoint was taken with",
-                        )
-                # Step 3: one kind per name, then merge
-                known = self._kinds.setdefault(name, StateKind(kind))
-                if known != kind:
-                    raise CorruptStateError(
-                        f"key group {kg} of state {name!r}",
-                        f"stored as {kind} state, but known here as {known} state",
-                    )
+                self._check_restored_entries(kg, name, kind, entries)
                 self._tables.setdefault(name, {}).update(entries)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
-from tidegate.state.heap import NoKeyContextError, StateKind
-from tidegate.state.keygroups import stable_hash
+from tidegate.state.heap import NoKeyContextError
+from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
 from tidegate.state.rocksdb_restore import restore_rocksdb_backend
@@ -39,32 +39,30 @@ from tidegate.state.rocksdb_states import (
     RocksDBValueState,
 )
 from tidegate.state.snapshot_format import (
-    CorruptStateError,
     KeyedStateSnapshot,
     KeyGroupData,
     describe_key_groups,
 )
-from tidegate.state.ttl.factory import snapshot_transformers, ttl_aware
-
-if TYPE_CHECKING:
-    from tidegate.state.descriptors import (
-        AggregatingStateDescriptor,
-        ListStateDescriptor,
-        MapStateDescriptor,
-        ReducingStateDescriptor,
-        ValueStateDescriptor,
-    )
+from tidegate.state.ttl.factory import snapshot_transformers
 
 #: memoised key prefixes per backend before the memo is cleared (bounds its memory)
 PREFIX_CACHE_LIMIT = 100_000
 
 
-class RocksDBKeyedStateBackend:
+class RocksDBKeyedStateBackend(KeyedStateRegistry):
     """Keyed state of one operator subtask in its own RocksDB instance.
 
     The runtime sets `current_key` before each record and timer (None after). Call `dispose()`
     when the subtask ends: it closes the database and deletes its directory.
     """
+
+    STATE_CLASSES = {
+        StateKind.VALUE: RocksDBValueState,
+        StateKind.LIST: RocksDBListState,
+        StateKind.MAP: RocksDBMapState,
+        StateKind.REDUCING: RocksDBReducingState,
+        StateKind.AGGREGATING: RocksDBAggregatingState,
+    }
 
     def __init__(
         self,
@@ -78,12 +76,7 @@ class RocksDBKeyedStateBackend:
         attempt: int = 0,
         incremental: bool = False,
     ) -> None:
-        r = key_group_range
-        if r.step != 1 or not 0 <= r.start < r.stop <= max_parallelism:
-            raise ValueError(
-                f"key_group_range must be a non-empty range within [0, {max_parallelism}), "
-                f"got {r!r}"
-            )
+        check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
         self.options = options or RocksDBOptions()
@@ -136,51 +129,8 @@ class RocksDBKeyedStateBackend:
         return prefix
 
     # states ------------------------------------------------------------------------------------
-    @ttl_aware
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> RocksDBValueState:
-        return self._register(state_descriptor.name, StateKind.VALUE, RocksDBValueState)
-
-    @ttl_aware
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> RocksDBListState:
-        return self._register(state_descriptor.name, StateKind.LIST, RocksDBListState)
-
-    @ttl_aware
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> RocksDBMapState:
-        return self._register(state_descriptor.name, StateKind.MAP, RocksDBMapState)
-
-    @ttl_aware
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> RocksDBReducingState:
-        function = state_descriptor.reduce_function
-        reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
-        return self._register(
-            state_descriptor.name, StateKind.REDUCING, RocksDBReducingState, reduce
-        )
-
-    @ttl_aware
-    def get_aggregating_state(
-        self, state_descriptor: AggregatingStateDescriptor
-    ) -> RocksDBAggregatingState:
-        return self._register(
-            state_descriptor.name,
-            StateKind.AGGREGATING,
-            RocksDBAggregatingState,
-            state_descriptor.agg_function,
-        )
-
-    def _register(self, name: str, kind: StateKind, cls: type[Any], *args: Any) -> Any:
-        """The state object for `name`, created on first use; one kind per name."""
-        known = self._kinds.get(name, kind)
-        if known is not kind:
-            how = "registered" if name in self._states else "restored"
-            raise ValueError(
-                f"state {name!r} is {how} as {known} state and cannot also be {kind} state; "
-                "state names are unique per operator (use another name for the new state)"
-            )
-        state = self._states.get(name)
-        if state is None:
-            self._kinds[name] = kind
-            state = self._states[name] = cls(self, name, self._column_family(name), *args)
-        return state
+    def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
+        return cls(self, name, self._column_family(name), *args)
 
     def _column_family(self, name: str) -> rocksdict.Rdict:
         cf = self._column_families.get(name)
@@ -232,37 +182,12 @@ class RocksDBKeyedStateBackend:
 
         The same contract and checks as `HeapKeyedStateBackend.restore`.
         """
-        max_parallelism = self.max_parallelism
         self.buffer.flush()  # restored entries are written directly, after anything buffered
         for kg, data in key_groups:
-            # Step 1: the key group is ours and new
-            if kg not in self.key_group_range:
-                raise ValueError(
-                    f"key group {kg} is outside this subtask's key groups "
-                    f"{describe_key_groups(self.key_group_range)}; pass only the key groups it owns"
-                )
-            if kg in self._restored_key_groups:
-                raise ValueError(f"key group {kg} was restored twice (from two state files?)")
-            self._restored_key_groups.add(kg)
+            self._claim_restored_key_group(kg)
             batch = rocksdict.WriteBatch(raw_mode=True)
             for name, (kind, entries) in data.items():
-                # Step 2: each key really is in this key group
-                for key in entries:
-                    if stable_hash(key) % max_parallelism != kg:
-                        raise CorruptStateError(
-                            f"key group {kg} of state {name!r}",
-                            f"key {key!r} belongs to key group "
-                            f"{stable_hash(key) % max_parallelism} at max parallelism "
-                            f"{max_parallelism}",
-                            "restore with the max parallelism the checkpoint was taken with",
-                        )
-                # Step 3: one kind per name, then write the entries
-                known = self._kinds.setdefault(name, StateKind(kind))
-                if known != kind:
-                    raise CorruptStateError(
-                        f"key group {kg} of state {name!r}",
-                        f"stored as {kind} state, but known here as {known} state",
-                    )
+                known = self._check_restored_entries(kg, name, kind, entries)
                 self._column_family(name)
                 self._put_entries(batch, self.instance.handle(name), known, entries)
             self.instance.write(batch)

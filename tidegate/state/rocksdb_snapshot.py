@@ -25,7 +25,7 @@ from tidegate.state.rocksdb_instance import (
 from tidegate.state.snapshot_format import (
     KeyGroupData,
     StateFileIndex,
-    describe_key_groups,
+    check_owned_key_group,
     transform_entries,
     write_state_file,
 )
@@ -135,13 +135,7 @@ class RocksDBKeyedStateSnapshot:
                     heads[name] = following
             if not data:  # every entry of this key group expired
                 continue
-            if kg not in self.key_group_range:
-                name, (_, entries) = next(iter(data.items()))
-                raise RuntimeError(
-                    f"key {next(iter(entries))!r} of state {name!r} is in key group {kg}, "
-                    f"outside this subtask's key groups {describe_key_groups(self.key_group_range)}"
-                    f" (max parallelism {self.max_parallelism}): it was routed to the wrong subtask"
-                )
+            check_owned_key_group(kg, data, self.key_group_range, self.max_parallelism)
             yield kg, data
 
     def write(self, out: BinaryIO) -> StateFileIndex:

@@ -172,18 +172,26 @@ class KeyedStateSnapshot:
         for kg, data in enumerate(groups):
             if not data:
                 continue
-            if kg not in self.key_group_range:
-                name, (_, entries) = next(iter(data.items()))
-                raise RuntimeError(
-                    f"key {next(iter(entries))!r} of state {name!r} is in key group {kg}, "
-                    f"outside this subtask's key groups {describe_key_groups(self.key_group_range)}"
-                    f" (max parallelism {m}): it was routed to the wrong subtask"
-                )
+            check_owned_key_group(kg, data, self.key_group_range, m)
             yield kg, data
 
     def write(self, out: BinaryIO) -> StateFileIndex:
         """Write this snapshot as a complete state file (keyed state only)."""
         return write_state_file(out, self, None)
+
+
+def check_owned_key_group(
+    kg: int, data: KeyGroupData, key_group_range: range, max_parallelism: int
+) -> None:
+    """Refuse to write key group `kg` of a snapshot if this subtask does not own it (a key
+    routed to the wrong subtask): the checkpoint would restore it nowhere."""
+    if kg not in key_group_range:
+        name, (_, entries) = next(iter(data.items()))
+        raise RuntimeError(
+            f"key {next(iter(entries))!r} of state {name!r} is in key group {kg}, "
+            f"outside this subtask's key groups {describe_key_groups(key_group_range)}"
+            f" (max parallelism {max_parallelism}): it was routed to the wrong subtask"
+        )
 
 
 def transform_entries(
