@@ -27,7 +27,7 @@ from tests.e2e.jobs import committed_lines
 from tests.e2e.timer_jobs import FailurePlan
 from tidegate.common import Configuration, Duration, Encoder, RestartStrategies, WatermarkStrategy
 from tidegate.common.time import Time
-from tidegate.datastream import StreamExecutionEnvironment
+from tidegate.datastream import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.functions import (
@@ -180,10 +180,15 @@ def order_job(
     plan: FailurePlan | None = None,
     parallelism: int = 2,
     restore_path: str | None = None,
+    rocksdb_dir: Path | None = None,
+    unaligned: bool = False,
 ) -> StreamExecutionEnvironment:
     """orders (2) and payments (2, half the rate) -> key_by id each -> connect -> Match
-    (uid `match`, `parallelism`) -> FileSink."""
+    (uid `match`, `parallelism`) -> FileSink; on rocksdb if `rocksdb_dir` is given."""
     env = _env(checkpoints, restore_path)
+    env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
+    if rocksdb_dir is not None:
+        env.set_state_backend(EmbeddedRocksDBStateBackend(local_dir=str(rocksdb_dir)))
     orders = _event_source(env, Gen(order, n), n, rate, "orders")
     payments = _event_source(env, Gen(payment, n), n, rate / 2, "payments")
     keyed = orders.key_by(lambda r: r[0]).connect(payments.key_by(lambda r: r[0]))

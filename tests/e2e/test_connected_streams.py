@@ -2,7 +2,8 @@
 plain-Python reference (tests/e2e/connected_jobs.py): a KeyedCoProcessFunction joining two
 keyed sources with keyed state and event-time timeouts and an interval join, each exactly once
 across an injected exception and a kill -9; CoMap and CoFlatMap on two unkeyed sources across
-an exception; the keyed co-process job rescaled 2 -> 3 from a savepoint mid-stream."""
+an exception; the keyed co-process join on rocksdb with unaligned checkpoints across two
+kills; the keyed co-process job rescaled 2 -> 3 from a savepoint mid-stream."""
 
 from __future__ import annotations
 
@@ -31,6 +32,26 @@ def test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_excepti
     got = lines(tmp_path / "out")
     assert got == order_reference(n)
     assert sum(line.startswith("T,") for line in got) == n // 4
+
+
+def test_the_keyed_co_process_join_on_rocksdb_with_unaligned_checkpoints_survives_kills(
+    spark, tmp_path
+):
+    n = 4_000
+    plan = FailurePlan({0: ("kill", "record", 1_503), 1: ("kill", "timer", 3_600)})
+    env = order_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        n=n,
+        rate=2_000,
+        plan=plan,
+        rocksdb_dir=tmp_path / "rocksdb",
+        unaligned=True,
+    )
+    client = env.execute_async("keyed co-process join, rocksdb, unaligned")
+    client.get_job_execution_result().result()
+    assert client.jobmaster.stats.restarts == 2
+    assert lines(tmp_path / "out") == order_reference(n)
 
 
 def test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill(spark, tmp_path):
