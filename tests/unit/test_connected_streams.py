@@ -129,6 +129,7 @@ def test_a_two_input_operator_rejects_a_batch_without_its_input():
 
 class Mark(CoProcessFunction):
     def process_element1(self, value, ctx):
+        assert isinstance(ctx, CoProcessFunction.Context)
         ctx.output(LATE, ("side", value, ctx.timestamp()))
         yield ("first", value, ctx.timer_service().current_watermark())
 
@@ -182,6 +183,7 @@ class Match(KeyedCoProcessFunction):
             self.paid.update(value[1])
 
     def on_timer(self, timestamp, ctx):
+        assert isinstance(ctx, KeyedCoProcessFunction.OnTimerContext)
         if self.order.value() is not None:
             ctx.output(LATE, (ctx.get_current_key(), self.order.value()))
             yield ("timeout", ctx.get_current_key(), timestamp, ctx.time_domain().name)
@@ -232,6 +234,7 @@ def test_keyed_co_process_state_and_timers_restore_into_the_subtasks_of_a_new_pa
 # interval join ---------------------------------------------------------------------------
 class Pair(ProcessJoinFunction):
     def process_element(self, left, right, ctx):
+        assert isinstance(ctx, ProcessJoinFunction.Context)
         assert ctx.get_timestamp() == max(ctx.get_left_timestamp(), ctx.get_right_timestamp())
         yield (left, right, ctx.get_left_timestamp(), ctx.get_right_timestamp())
 

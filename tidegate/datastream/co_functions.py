@@ -99,3 +99,19 @@ class ProcessJoinFunction(Function):
 
     @abc.abstractmethod
     def process_element(self, left: Any, right: Any, ctx: ProcessJoinFunction.Context) -> Any: ...
+
+
+def _register_runtime_contexts() -> None:
+    """The runtime's contexts implement these interfaces by shape; registering them makes
+    `isinstance(ctx, KeyedCoProcessFunction.Context)` true, as in PyFlink."""
+    from tidegate.runtime.context import ProcessContext
+    from tidegate.runtime.interval_join import JoinContext
+    from tidegate.runtime.timer_service import OnTimerContext
+
+    CoProcessFunction.Context.register(ProcessContext)
+    KeyedCoProcessFunction.Context.register(ProcessContext)
+    KeyedCoProcessFunction.OnTimerContext.register(OnTimerContext)
+    ProcessJoinFunction.Context.register(JoinContext)
+
+
+_register_runtime_contexts()
