@@ -9,6 +9,7 @@ from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
+from tidegate.datastream.connected_streams import ConnectedStreams
 from tidegate.datastream.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -218,8 +219,6 @@ class DataStream:
         with one two-input operator (CoMap/CoFlatMap/Co(Keyed)ProcessFunction)."""
         if isinstance(ds, BroadcastStream):
             return BroadcastConnectedStream(self, ds)
-        from tidegate.datastream.connected_streams import ConnectedStreams
-
         if not isinstance(ds, DataStream):
             raise TypeError(
                 "connect() takes a DataStream, a KeyedStream or a BroadcastStream (from "
