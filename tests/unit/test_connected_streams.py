@@ -405,3 +405,25 @@ def test_interval_join_builds_a_keyed_two_input_operator_with_inclusive_bounds()
     assert t.keyed and t.input_indices == (0, 1) and t.kind == "interval_join"
     op = t.make_operator()
     assert (op.lower_bound, op.upper_bound) == (-2, 999)
+
+
+class Ping(KeyedCoProcessFunction):
+    """Input 2 sets a processing-time timer that is due at once; it reports its key."""
+
+    def process_element1(self, value, ctx):
+        return None
+
+    def process_element2(self, value, ctx):
+        now = ctx.timer_service().current_processing_time()
+        ctx.timer_service().register_processing_time_timer(now)
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.get_current_key(), ctx.time_domain().name)
+
+
+def test_keyed_co_process_processing_time_timers_fire_with_their_key_current(backend):
+    op = co_operator(Ping(), keyed=True)
+    out, _ = run(op, backend)
+    op.process_batch2([("a", 1), ("b", 2)])
+    op.timers.fire_processing_timers()  # what the task's loop does between batches
+    assert sorted(out.values()) == [("a", "PROCESSING_TIME"), ("b", "PROCESSING_TIME")]
