@@ -239,9 +239,9 @@ class Pair(ProcessJoinFunction):
         yield (left, right, ctx.get_left_timestamp(), ctx.get_right_timestamp())
 
 
-def join_operator(lower, upper):
+def join_operator(lower, upper, late_tags=(None, None)):
     sel = lambda v: v[0]  # noqa: E731
-    return IntervalJoinOperator(Pair(), sel, sel, lower, upper, uid="ij", name="ij")
+    return IntervalJoinOperator(Pair(), sel, sel, lower, upper, *late_tags, uid="ij", name="ij")
 
 
 def reference(lefts, rights, lower, upper):
@@ -302,6 +302,16 @@ def test_interval_join_cleans_buffers_when_the_watermark_passes_and_drops_late_r
     op.process_batch2(batch((("a", "late"), 15)))  # behind the watermark: dropped
     op.process_batch1(batch((("a", "L2"), 16)))
     assert [r[0][:2] for r in out.records] == [(("a", "L"), ("a", "R"))]
+
+
+def test_interval_join_sends_late_records_of_a_side_to_its_late_data_side_output(backend):
+    op = join_operator(0, 5, late_tags=(None, LATE))
+    out, side = run(op, backend)
+    op.process_watermark(20)
+    op.process_batch1(batch((("a", "late-left"), 19)))  # no tag for the left side: dropped
+    op.process_batch2(batch((("a", "late-right"), 18), (("a", "R"), 21)))
+    assert side.records == [(("a", "late-right"), 18)]
+    assert out.records == []
 
 
 def test_interval_join_state_restores_and_keeps_joining(backend, tmp_path):
@@ -405,6 +415,22 @@ def test_interval_join_builds_a_keyed_two_input_operator_with_inclusive_bounds()
     assert t.keyed and t.input_indices == (0, 1) and t.kind == "interval_join"
     op = t.make_operator()
     assert (op.lower_bound, op.upper_bound) == (-2, 999)
+    assert op.late_tags == (None, None)
+
+
+def test_interval_join_late_data_side_outputs_reach_the_operator():
+    _env, s1, s2 = sources()
+    joined = (
+        s1.key_by(len)
+        .interval_join(s2.key_by(len))
+        .between(0, 1)
+        .side_output_left_late_data(LATE)
+        .process(Pair())
+    )
+    assert joined._transformation.make_operator().late_tags == (LATE, None)
+    assert joined.get_side_output(LATE) is not None
+    with pytest.raises(TypeError, match="OutputTag"):
+        s1.key_by(len).interval_join(s2.key_by(len)).between(0, 1).side_output_right_late_data(1)
 
 
 class Ping(KeyedCoProcessFunction):

@@ -141,6 +141,12 @@ def _millis(bound: Any, what: str) -> int:
     return int(to_ms())
 
 
+def _check_tag(output_tag: Any) -> Any:
+    if not hasattr(output_tag, "tag_id"):
+        raise TypeError(f"expected an OutputTag for the late data, got {output_tag!r}")
+    return output_tag
+
+
 class IntervalJoin:
     """`keyed.interval_join(other_keyed)`: give the bounds with `between(lower, upper)`."""
 
@@ -174,6 +180,7 @@ class IntervalJoined:
         self.left, self.right = left, right
         self.lower_bound, self.upper_bound = lower, upper
         self._lower_exclusive = self._upper_exclusive = False
+        self._late_tags: list[Any] = [None, None]
 
     def lower_bound_exclusive(self) -> IntervalJoined:
         self._lower_exclusive = True
@@ -181,6 +188,17 @@ class IntervalJoined:
 
     def upper_bound_exclusive(self) -> IntervalJoined:
         self._upper_exclusive = True
+        return self
+
+    def side_output_left_late_data(self, output_tag: Any) -> IntervalJoined:
+        """Send left records that arrive behind the watermark to the side output
+        `output_tag` (`joined.get_side_output(output_tag)`) instead of dropping them."""
+        self._late_tags[0] = _check_tag(output_tag)
+        return self
+
+    def side_output_right_late_data(self, output_tag: Any) -> IntervalJoined:
+        """The same for late right records."""
+        self._late_tags[1] = _check_tag(output_tag)
         return self
 
     def process(self, process_join_function: Any, output_type: Any = None) -> DataStream:
@@ -195,5 +213,5 @@ class IntervalJoined:
                 f"({self.lower_bound}, {self.upper_bound}) ms"
             )
         s1, s2 = self.left._key_selector(), self.right._key_selector()
-        op = partial(IntervalJoinOperator, func, s1, s2, lower, upper)
+        op = partial(IntervalJoinOperator, func, s1, s2, lower, upper, *self._late_tags)
         return _two_input(self.left, self.right, "interval_join", "Interval Join", op, True)

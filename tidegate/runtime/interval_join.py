@@ -5,7 +5,8 @@ A left record with timestamp `t` joins every right record of its key whose times
 `[t + lower, t + upper]` (bounds in ms; exclusive bounds were turned into inclusive ones by the
 datastream layer). Each side is buffered in keyed MapState, timestamp -> list of records, so
 it is checkpointed, restored and rescaled by key group on either state backend. A record
-arriving behind the watermark is late and dropped (as in Flink). A record's bucket is
+arriving behind the watermark is late: dropped, or sent to the side output given for its side
+(as in Flink). A record's bucket is
 removed when the watermark passes the last time a record of the other side could still join
 it: one event-time timer per key and cleanup time, whose firing removes every bucket of that
 key (both sides) that is due. Each joined pair's output gets the larger of the two timestamps.
@@ -70,6 +71,8 @@ class IntervalJoinOperator(TwoInputStreamOperator):
         key_selector2: Any,
         lower_bound: int,
         upper_bound: int,
+        left_late_tag: Any = None,
+        right_late_tag: Any = None,
         **kw: Any,
     ) -> None:
         super().__init__(function, **kw)
@@ -80,6 +83,8 @@ class IntervalJoinOperator(TwoInputStreamOperator):
             )
         self.key_selector1, self.key_selector2 = key_selector1, key_selector2
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
+        #: OutputTags late records of each side go to (None: dropped)
+        self.late_tags = (left_late_tag, right_late_tag)
         self.timers: OperatorTimers | None = None
 
     def open(self) -> None:
@@ -128,10 +133,12 @@ class IntervalJoinOperator(TwoInputStreamOperator):
                 "timestamps: call assign_timestamps_and_watermarks(...) on both inputs"
             )
         backend, internal, out = self.keyed_backend, self.timers.internal, TimestampedBatch()
-        watermark = self.current_watermark
+        watermark, late_tag = self.current_watermark, self.late_tags[0 if is_left else 1]
         for value, ts in zip(records, timestamps or (), strict=True):
             if watermark != MIN_WATERMARK and ts < watermark:
-                continue  # late: its partners' buckets may be gone already
+                if late_tag is not None:  # late: its partners' buckets may be gone already
+                    self.side_outputs.collect(late_tag, value, ts)
+                continue
             backend.current_key = select(value)
             bucket = ours.get(ts)
             ours.put(ts, [value] if bucket is None else [*bucket, value])  # never in place
