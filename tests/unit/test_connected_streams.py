@@ -29,7 +29,7 @@ from tidegate.runtime.co_process import CoProcessOperator
 from tidegate.runtime.interval_join import IntervalJoinOperator
 from tidegate.runtime.operators import OperatorRuntime, SideOutputOperator
 from tidegate.runtime.records import TimestampedBatch
-from tidegate.state.keygroups import key_group_range
+from tidegate.state.keygroups import assign_to_key_group, key_group_range
 from tidegate.state.snapshot_format import read_key_groups
 
 M = 128
@@ -220,13 +220,15 @@ def test_keyed_co_process_state_and_timers_restore_into_the_subtasks_of_a_new_pa
         new = co_operator(Match(), keyed=True)
         out, side = run(new, backend, subtask=subtask, parallelism=3, restored=restored)
         assert new.keyed_backend.key_group_range == key_group_range(subtask, 3, M)
-        new.process_batch2(batch(*[((k, 100), 50) for k in keys[:20]]))
+        groups = new.keyed_backend.key_group_range
+        mine = [k for k in keys[:20] if assign_to_key_group(k, M) in groups]  # as partitioned
+        new.process_batch2(batch(*[((k, 100), 50) for k in mine]))
         new.process_watermark(1000)
         outputs.append((out.values(), side.values()))
         new.close()
     joined = sorted(r for o, _ in outputs for r in o if r[0] != "timeout")
     timed_out = sorted(r for _, s in outputs for r in s)
-    # keys of other subtasks are stored as pending payments there, not joined
+    # every order's state is in exactly one subtask: paid ones join once, the others time out
     assert joined == sorted((k, i, 100) for i, k in enumerate(keys[:20]))
     assert timed_out == sorted((k, i) for i, k in enumerate(keys) if i >= 20)
 
@@ -327,6 +329,28 @@ def test_interval_join_state_restores_and_keeps_joining(backend, tmp_path):
     new.process_watermark(20)
     assert out.values() == [(("a", "L"), ("a", "R"), 10, 13)]
     assert list(new.keyed_backend.entries("interval-join-left")) == []
+
+
+def test_interval_join_buffers_rescale_by_key_group_into_three_subtasks(backend, tmp_path):
+    keys = [f"k{i}" for i in range(30)]
+    op = join_operator(0, 10)
+    run(op, backend)
+    op.process_batch1(batch(*[((k, "L"), 100) for k in keys]))
+    restored = snapshot(op, tmp_path / "snap")
+    op.close()
+    joined = []
+    for subtask in range(3):
+        new = join_operator(0, 10)
+        out, _ = run(new, backend, subtask=subtask, parallelism=3, restored=restored)
+        groups = new.keyed_backend.key_group_range
+        mine = [k for k in keys if assign_to_key_group(k, M) in groups]  # as partitioned
+        new.process_batch2(batch(*[((k, "R"), 105) for k in mine]))
+        new.process_watermark(200)
+        joined += out.values()
+        assert list(new.keyed_backend.entries("interval-join-left")) == []
+        new.close()
+    # each key's buffered left record is in exactly one subtask: every key joins once
+    assert sorted(joined) == sorted(((k, "L"), (k, "R"), 100, 105) for k in keys)
 
 
 def test_interval_join_rejects_records_without_timestamps():
