@@ -9,7 +9,7 @@ from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
-from tidegate.datastream.connected_streams import ConnectedStreams
+from tidegate.datastream.connected_streams import ConnectedStreams, IntervalJoin
 from tidegate.datastream.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -275,8 +275,6 @@ class KeyedStream(DataStream):
 
     def interval_join(self, other_keyed_stream: KeyedStream) -> Any:
         """Flink's interval join (event time): `.between(lower, upper).process(f)`."""
-        from tidegate.datastream.connected_streams import IntervalJoin
-
         return IntervalJoin(self, other_keyed_stream)
 
     def _plain_inputs(self):
