@@ -302,8 +302,10 @@ def test_the_api_refuses_mismatched_functions_and_descriptors_with_the_fix():
         rules.broadcast(ListStateDescriptor("rules"))
     with pytest.raises(ValueError, match="given twice"):
         rules.broadcast(RULES, MapStateDescriptor("rules"))
-    with pytest.raises(TypeError, match="takes a BroadcastStream"):
-        events.connect(rules)
+    with pytest.raises(TypeError, match="a BroadcastStream"):
+        events.connect(42)
+    # connecting two DataStreams gives ConnectedStreams (tests/unit/test_connected_streams.py)
+    assert type(events.connect(rules)).__name__ == "ConnectedStreams"
 
 
 # restore planning ---------------------------------------------------------------------------

@@ -22,6 +22,10 @@ FUNCTION_NAMES = [
     "RuntimeContext",
     "BroadcastProcessFunction",
     "KeyedBroadcastProcessFunction",
+    "CoMapFunction",
+    "CoFlatMapFunction",
+    "CoProcessFunction",
+    "KeyedCoProcessFunction",
 ]
 
 PYFLINK_PATHS = {
@@ -31,12 +35,14 @@ PYFLINK_PATHS = {
         *FUNCTION_NAMES,
         "BroadcastStream",
         "BroadcastConnectedStream",
+        "ConnectedStreams",
     ],
     "tidegate.datastream.data_stream": [
         "DataStream",
         "KeyedStream",
         "BroadcastStream",
         "BroadcastConnectedStream",
+        "ConnectedStreams",
     ],
     "tidegate.datastream.stream_execution_environment": ["StreamExecutionEnvironment"],
     "tidegate.datastream.functions": [

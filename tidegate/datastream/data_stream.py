@@ -9,6 +9,7 @@ from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
+from tidegate.datastream.connected_streams import ConnectedStreams, IntervalJoin
 from tidegate.datastream.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -212,14 +213,18 @@ class DataStream:
         descriptors = (broadcast_state_descriptor, *other_broadcast_state_descriptors)
         return BroadcastStream(self._env, stream._inputs, descriptors)
 
-    def connect(self, ds: BroadcastStream) -> BroadcastConnectedStream:
-        """Connect a BroadcastStream (from `broadcast(descriptor)`), to `process` both."""
-        if not isinstance(ds, BroadcastStream):
+    def connect(self, ds: Any) -> Any:
+        """Connect a BroadcastStream (from `broadcast(descriptor)`): a
+        BroadcastConnectedStream; or another DataStream: ConnectedStreams, to process both
+        with one two-input operator (CoMap/CoFlatMap/Co(Keyed)ProcessFunction)."""
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
+        if not isinstance(ds, DataStream):
             raise TypeError(
-                "connect() takes a BroadcastStream (from DataStream.broadcast(descriptor)); "
-                "connecting two DataStreams (ConnectedStreams) is not supported yet"
+                "connect() takes a DataStream, a KeyedStream or a BroadcastStream (from "
+                f"DataStream.broadcast(descriptor)), got {type(ds).__name__}"
             )
-        return BroadcastConnectedStream(self, ds)
+        return ConnectedStreams(self, ds)
 
     def forward(self) -> DataStream:
         return self._repartition(ForwardPartitioner())
@@ -267,6 +272,10 @@ class KeyedStream(DataStream):
         from tidegate.datastream.windowed_stream import count_window
 
         return count_window(self, size, slide)
+
+    def interval_join(self, other_keyed_stream: KeyedStream) -> Any:
+        """Flink's interval join (event time): `.between(lower, upper).process(f)`."""
+        return IntervalJoin(self, other_keyed_stream)
 
     def _plain_inputs(self):
         return [(t, None) for t, _ in self._inputs]

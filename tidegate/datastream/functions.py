@@ -275,7 +275,14 @@ def _register_runtime_contexts() -> None:
 
 _register_runtime_contexts()
 
-# Window functions live in their own module; PyFlink imports them from here.
+# Co-, join and window functions live in their own modules; PyFlink imports them from here.
+from tidegate.datastream.co_functions import (  # noqa: E402, F401
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedCoProcessFunction,
+    ProcessJoinFunction,
+)
 from tidegate.datastream.join import CoGroupFunction, JoinFunction  # noqa: E402, F401
 from tidegate.datastream.window_functions import (  # noqa: E402, F401
     AllWindowFunction,

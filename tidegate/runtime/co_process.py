@@ -1,0 +1,92 @@
+"""The operator of `ConnectedStreams.map/flat_map/process`: a two-input operator calling
+`call1(value, ctx)` for records of input 1 and `call2(value, ctx)` for input 2 (the
+datastream layer adapts CoMap/CoFlatMap/Co(Keyed)ProcessFunction to this shape); each returns
+an iterable of outputs or None.
+
+On two connected KeyedStreams the record's key (`key_selector1` resp. `key_selector2`) is
+current while it is processed, so keyed state and timers are the key's; timers, their restore
+and the event-time clock work as in the one-input ProcessOperator (the task feeds the
+minimum watermark of both inputs to `process_watermark`). Outputs inherit their record's
+timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tidegate.runtime.context import ProcessContext
+from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.timer_service import OperatorTimers
+from tidegate.runtime.two_input import TwoInputStreamOperator
+
+__all__ = ["CoProcessOperator"]
+
+Call = Callable[[Any, Any], Any]
+
+
+class CoProcessOperator(TwoInputStreamOperator):
+    """See the module docstring."""
+
+    stores_watermark = True
+
+    def __init__(
+        self,
+        function: Any,
+        call1: Call,
+        call2: Call,
+        key_selector1: Any = None,
+        key_selector2: Any = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(function, **kw)
+        if (key_selector1 is None) != (key_selector2 is None):
+            raise ValueError("a keyed two-input operator needs the key selectors of both inputs")
+        self.call1, self.call2 = call1, call2
+        self.key_selector1, self.key_selector2 = key_selector1, key_selector2
+        self.keyed = key_selector1 is not None
+        self.timers: OperatorTimers | None = None
+
+    def open(self) -> None:
+        if self.keyed_backend is not None:
+            self.timers = OperatorTimers(self)
+            self.timers.internal.current_watermark = self.current_watermark
+        super().open()  # splits the side outputs off the regular ones first
+        self.process_context = ProcessContext(self.keyed_backend, self.timers, self)
+
+    def on_watermark(self, watermark: int) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark)
+
+    def finish(self) -> None:
+        if self.timers is not None:  # the watermark reaches its maximum: event-time timers fire
+            self.timers.end_of_input()
+        super().finish()
+
+    def process_batch1(self, records: list) -> None:
+        self._run(self.call1, self.key_selector1, records)
+
+    def process_batch2(self, records: list) -> None:
+        self._run(self.call2, self.key_selector2, records)
+
+    def _run(self, call: Call, select: Any, records: list) -> None:
+        ctx, backend = self.process_context, self.keyed_backend
+        timestamps = timestamps_of(records) if type(records) is not list else None
+        out: list[Any] = TimestampedBatch() if timestamps is not None else []
+        out_ts = out.timestamps if timestamps is not None else None
+        ctx._timestamp = None
+        for n, r in enumerate(records):
+            if backend is not None:
+                backend.current_key = select(r)
+            if out_ts is not None:
+                ctx._timestamp = timestamps[n]
+            produced = call(r, ctx)
+            if produced is not None:
+                before = len(out)
+                out.extend(produced)
+                if out_ts is not None:
+                    out_ts.extend([timestamps[n]] * (len(out) - before))
+        ctx._timestamp = None
+        if out:
+            self.emit(out)
+        self.side_outputs.flush()
