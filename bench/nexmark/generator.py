@@ -30,6 +30,7 @@ events.
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass
 
 from bench.nexmark.model import Auction, Bid, Person
@@ -94,8 +95,11 @@ def mix128(x: int) -> int:
     return x ^ (x >> 64)
 
 
-#: a 24-bit uniform integer times this is 6 * u: prices are 10 ** (6u) * 100
-_PRICE_SCALE = 6.0 / (1 << 24)
+#: a 32-bit uniform integer times this is 6 * u: prices are 10 ** (6u) * 100
+_PRICE_SCALE = 6.0 / (1 << 32)
+#: a 128-bit hash as eight 16-bit draws; two as sixteen
+_EIGHT_DRAWS = struct.Struct("<8H")
+_SIXTEEN_DRAWS = struct.Struct("<16H")
 
 
 def java_round(x: float) -> int:
@@ -139,17 +143,26 @@ class NexmarkConfig:
 
 
 class _Draws:
-    """Uniform integers drawn from a 256-bit hash of one event (persons and auctions)."""
+    """Uniform integers for one person or auction: 16 draws of 16 bits from two 128-bit
+    hashes, taken in order (`draw(n)` uses one for n <= 65536, two above). An auction takes
+    at most 16 (seller 2, category 1, prices 2 + 2, length 2, strings 2 + 2, extra 2)."""
 
-    __slots__ = ("bits",)
+    __slots__ = ("_next", "_values")
 
     def __init__(self, x: int) -> None:
         h = mix128(x)
-        self.bits = h | (mix128(h) << 128)
+        self._values = _SIXTEEN_DRAWS.unpack(
+            h.to_bytes(16, "little") + mix128(h).to_bytes(16, "little")
+        )
+        self._next = 0
 
     def draw(self, n: int) -> int:
-        self.bits, v = divmod(self.bits, n)
-        return v
+        i = self._next
+        if n <= 65536:
+            self._next = i + 1
+            return self._values[i] * n >> 16
+        self._next = i + 2
+        return (self._values[i] << 16 | self._values[i + 1]) * n >> 32
 
     def string(self, max_length: int) -> str:
         size = MIN_STRING_LENGTH + self.draw(max_length - MIN_STRING_LENGTH)
@@ -157,7 +170,7 @@ class _Draws:
         return POOL[offset : offset + size]
 
     def price(self) -> int:
-        return java_round(10.0 ** (self.draw(1 << 24) / (1 << 24) * 6.0) * 100.0)
+        return java_round(10.0 ** (self.draw(1 << 32) * _PRICE_SCALE) * 100.0)
 
     def extra(self, current_size: int, average_size: int) -> str:
         size = extra_size(self, current_size, average_size)
@@ -276,8 +289,9 @@ class NexmarkGenerator:
     def events(self, first: int, count: int, stride: int = 1) -> list[Person | Auction | Bid]:
         """Events `first, first + stride, ...` (`count` of them): the batch path of a source.
 
-        Bids (46 in 50) are built inline from one 128-bit hash with multiply-shift draws;
-        this loop is the generator's hot path, hence locals instead of attributes.
+        Bids (46 in 50) are built inline: one 128-bit hash split into eight 16-bit draws (small
+        ints are cheap), and the ids that depend only on the epoch computed once per epoch.
+        This loop is the generator's hot path, hence locals instead of attributes.
         """
         c = self.config
         total, persons, auctions_end = self._total, self._persons, self._auctions_end
@@ -287,10 +301,12 @@ class NexmarkGenerator:
         base_time, rate, salt = c.base_time, c.first_event_rate, self._salt
         bid_min, bid_delta2 = self._bid_min_extra, 2 * self._bid_delta
         hot_channels, hot_urls, pool, channel_of = HOT_CHANNELS, HOT_URLS, POOL, self._channel
-        m128, k1, k2, k3 = _M128, _K1, _K2, _K3
+        m128, k1, k2, k3, unpack = _M128, _K1, _K2, _K3, _EIGHT_DRAWS.unpack
         new, bid_type = tuple.__new__, Bid
         out: list[Person | Auction | Bid] = []
         append = out.append
+        cached_epoch = -1
+        hot_auction_id = auction_low = auction_span = hot_bidder_id = bidder_low = bidders = 0
         n = first
         for _ in range(count):
             epoch, offset = divmod(n, total)
@@ -298,34 +314,34 @@ class NexmarkGenerator:
                 append(self.person(n) if offset < persons else self.auction(n))
                 n += stride
                 continue
+            if epoch != cached_epoch:  # ids every bid of this epoch draws from
+                cached_epoch = epoch
+                last_auction = epoch * auctions + auctions - 1
+                hot_auction_id = last_auction // HOT_AUCTION_BATCH * HOT_AUCTION_BATCH
+                auction_low = last_auction - in_flight if last_auction > in_flight else 0
+                auction_span = last_auction - auction_low + 1 + AUCTION_ID_LEAD
+                last_person = epoch * person_prop + person_prop - 1
+                hot_bidder_id = last_person // HOT_BIDDER_BATCH * HOT_BIDDER_BATCH + 1
+                active = last_person + 1 if last_person < active_people else active_people
+                bidder_low, bidders = last_person + 1 - active, active + PERSON_ID_LEAD
             r = ((salt + n + 1) * k1) & m128  # mix128, inlined
             r ^= r >> 67
             r = (r * k2) & m128
             r ^= r >> 59
             r = (r * k3) & m128
-            r ^= r >> 64
-            last_auction = epoch * auctions + auctions - 1
-            if (r & 0xFFFF) * hot_auction >> 16:
-                auction = last_auction // HOT_AUCTION_BATCH * HOT_AUCTION_BATCH
+            d0, d1, d2, d3, d4, d5, d6, d7 = unpack((r ^ (r >> 64)).to_bytes(16, "little"))
+            if d0 * hot_auction >> 16:
+                auction = hot_auction_id
             else:
-                low = last_auction - in_flight if last_auction > in_flight else 0
-                span = last_auction - low + 1 + AUCTION_ID_LEAD
-                auction = low + (((r >> 16) & 0xFFFFFF) * span >> 24)
-            last_person = epoch * person_prop + person_prop - 1
-            if ((r >> 40) & 0xFFFF) * hot_bidders >> 16:
-                bidder = last_person // HOT_BIDDER_BATCH * HOT_BIDDER_BATCH + 1
+                auction = auction_low + (d1 * auction_span >> 16)
+            hot = d2 * hot_bidders >> 16
+            bidder = hot_bidder_id if hot else bidder_low + (d3 * bidders >> 16)
+            price = int(10.0 ** ((d4 * 65536 + d5) * _PRICE_SCALE) * 100.0 + 0.5)
+            if d6 * HOT_CHANNELS_RATIO >> 16:
+                channel, url = hot_channels[d6 & 3], hot_urls[d6 & 3]
             else:
-                active = last_person + 1 if last_person < active_people else active_people
-                bidder = last_person + 1 - active
-                bidder += ((r >> 56) & 0xFFFFFF) * (active + PERSON_ID_LEAD) >> 24
-            price = int(10.0 ** (((r >> 80) & 0xFFFFFF) * _PRICE_SCALE) * 100.0 + 0.5)
-            pick = (r >> 104) & 0xFFFF
-            if pick * HOT_CHANNELS_RATIO >> 16:
-                channel, url = hot_channels[pick & 3], hot_urls[pick & 3]
-            else:
-                channel, url = channel_of((pick * 0x9E37 + n) % CHANNELS_NUMBER)
-            start = (r >> 64) & 0xFFFF
-            extra = pool[start : start + bid_min + ((r >> 120) * bid_delta2 >> 8)]
+                channel, url = channel_of((d6 * 0x9E37 + n) % CHANNELS_NUMBER)
+            extra = pool[d7 : d7 + bid_min + ((d5 >> 8) * bid_delta2 >> 8)]
             append(new(bid_type, (
                 auction + FIRST_AUCTION_ID, bidder + FIRST_PERSON_ID, price, channel, url,
                 base_time + n * 1000 // rate, extra,
