@@ -48,8 +48,8 @@ FLINK_PER_CORE = {
     "q7": (12_000, 12_000),
 }
 #: rough events/s per slot on the 2-core dev box: sizes runs to about --seconds; a hint only
-EST_RATE = {"q0": 150_000, "q1": 130_000, "q2": 250_000, "q3": 250_000}
-EST_RATE_DEFAULT = 60_000
+EST_RATE = {"q0": 200_000, "q1": 250_000, "q2": 350_000, "q3": 300_000, "q4": 170_000}
+EST_RATE_DEFAULT = 150_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
