@@ -27,7 +27,7 @@ from typing import Any
 
 import cloudpickle
 
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.common import Configuration, Encoder, RestartStrategies, WatermarkStrategy
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
@@ -243,7 +243,7 @@ def slow(x: Any, seconds: float) -> Any:
 # jobs -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobParams:
-    pipeline: str  # "stateless" | "keyed"
+    pipeline: str  # "stateless" | "keyed" | "keyed-ts" (keyed, records with timestamps)
     parallelism: int
     checkpoint_ms: int | None  # None: checkpointing off
     sink: str  # "file" | "count"
@@ -268,7 +268,7 @@ class JobParams:
         """Records the sink must have committed when the job finished (exactly once)."""
         if self.records is None:
             return None
-        if self.pipeline == "keyed":
+        if self.pipeline.startswith("keyed"):
             return self.records
         return (self.records + 1) // 2  # x*3 is even iff x is: the evens of 0..n-1
 
@@ -306,10 +306,10 @@ def build_env(
         source = DataGeneratorSource(identity, count=params.records, records_per_second=params.rate)
     else:
         source = NumberSequenceSource(0, params.records - 1)
-    ds = env.from_source(source, None, "numbers").uid("numbers")
+    ds = env.from_source(source, watermarks(params), "numbers").uid("numbers")
     if params.pipeline == "stateless":
         ds = ds.map(scale).uid("scale").filter(is_even).uid("even")
-    elif params.pipeline == "keyed":
+    elif params.pipeline in ("keyed", "keyed-ts"):
         ds = ds.map(functools.partial(to_pair, keys=params.keys)).uid("pair")
         ds = ds.key_by(first).reduce(add_counts).uid("count")
     else:
@@ -330,6 +330,18 @@ def build_env(
         raise ValueError(f"unknown sink {params.sink!r}")
     ds.sink_to(TimedSink(inner, os.path.join(work_dir, "markers"))).uid("sink")
     return env
+
+
+def value_as_timestamp(value: int, _record_timestamp: int) -> int:
+    return value
+
+
+def watermarks(params: JobParams) -> WatermarkStrategy | None:
+    """keyed-ts: every record gets a timestamp (its value, ms) and the source emits
+    watermarks (what event time costs the keyed count)."""
+    if params.pipeline != "keyed-ts":
+        return None
+    return WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(value_as_timestamp)
 
 
 def committed_records(params: JobParams, work_dir: str) -> int:

@@ -7,7 +7,13 @@ from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.common.serialization import Encoder, SimpleStringSchema
 from tidegate.common.time import Duration, Time
 from tidegate.common.typeinfo import Types
-from tidegate.common.watermark_strategy import WatermarkStrategy
+from tidegate.common.watermark_strategy import (
+    TimestampAssigner,
+    Watermark,
+    WatermarkGenerator,
+    WatermarkOutput,
+    WatermarkStrategy,
+)
 
 __all__ = [
     "Configuration",
@@ -20,6 +26,10 @@ __all__ = [
     "RestartStrategies",
     "SimpleStringSchema",
     "Time",
+    "TimestampAssigner",
     "Types",
+    "Watermark",
+    "WatermarkGenerator",
+    "WatermarkOutput",
     "WatermarkStrategy",
 ]

@@ -45,6 +45,13 @@ STATE_SAVEPOINTS_DIR = "state.savepoints.dir"
 #: restore from it when intact ("true"/"false", default false), and where (Flink's keys)
 LOCAL_RECOVERY = "state.backend.local-recovery"
 LOCAL_RECOVERY_DIRS = "taskmanager.state.local.root-dirs"
+#: how often sources (and assign_timestamps_and_watermarks) ask their watermark generator for a
+#: periodic watermark: milliseconds ("200") or a duration ("200 ms", "1 s"); 0 disables
+#: periodic watermarks. Default 200 ms (Flink's key and default)
+AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
+DEFAULT_AUTO_WATERMARK_INTERVAL_MS = 200
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "min": 60_000}
 
 
 class Configuration:
@@ -93,6 +100,28 @@ class Configuration:
         for k, v in items.items():
             self.set_string(k, v)
         return self
+
+    def set_auto_watermark_interval(self, interval: int) -> Configuration:
+        """Milliseconds between periodic watermarks (PyFlink's ExecutionConfig method; 0
+        disables them). The same as the key `pipeline.auto-watermark-interval`."""
+        if int(interval) < 0:
+            raise ValueError(f"the auto-watermark interval must be >= 0 ms, got {interval}")
+        return self.set_string(AUTO_WATERMARK_INTERVAL, f"{int(interval)} ms")
+
+    def get_auto_watermark_interval(self) -> int:
+        """Milliseconds between periodic watermarks (default 200)."""
+        value = self._data.get(AUTO_WATERMARK_INTERVAL)
+        if value is None:
+            return DEFAULT_AUTO_WATERMARK_INTERVAL_MS
+        text = value.strip().lower()
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+        unit = text[len(number) :].strip() or "ms"
+        if unit not in _DURATION_UNITS or not number.isdigit():
+            raise ValueError(
+                f"configuration {AUTO_WATERMARK_INTERVAL!r} must be milliseconds or a duration "
+                f"such as '200 ms' or '1 s', got {value!r}"
+            )
+        return int(number) * _DURATION_UNITS[unit]
 
     def __repr__(self) -> str:
         return f"Configuration({self._data!r})"

@@ -29,13 +29,24 @@ from tidegate.datastream.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from tidegate.datastream.join import CoGroupedStreams, CoGroupFunction, JoinedStreams, JoinFunction
+from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.datastream.time_domain import TimeDomain
 from tidegate.datastream.timerservice import TimerService
+from tidegate.datastream.window_functions import (
+    AllWindowFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
+)
+from tidegate.datastream.windowed_stream import AllWindowedStream, WindowedStream
 
 __all__ = [
     "AggregateFunction",
+    "AllWindowFunction",
+    "AllWindowedStream",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
@@ -43,6 +54,8 @@ __all__ = [
     "CheckpointListener",
     "CheckpointedFunction",
     "CheckpointingMode",
+    "CoGroupFunction",
+    "CoGroupedStreams",
     "DataStream",
     "DataStreamSink",
     "ExternalizedCheckpointCleanup",
@@ -51,15 +64,22 @@ __all__ = [
     "FilterFunction",
     "FlatMapFunction",
     "HashMapStateBackend",
+    "JoinFunction",
+    "JoinedStreams",
     "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "OutputTag",
+    "ProcessAllWindowFunction",
     "ProcessFunction",
+    "ProcessWindowFunction",
     "ReduceFunction",
     "RuntimeContext",
     "StreamExecutionEnvironment",
     "TimeDomain",
     "TimerService",
+    "WindowFunction",
+    "WindowedStream",
 ]

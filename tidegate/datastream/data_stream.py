@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
+from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.functions import (
     FilterFunction,
@@ -25,6 +26,7 @@ from tidegate.runtime.operators import (
     KeyedReduceOperator,
     MapOperator,
     ProcessOperator,
+    SideOutputOperator,
 )
 from tidegate.runtime.partitioners import (
     BroadcastPartitioner,
@@ -150,6 +152,33 @@ class DataStream:
         op = partial(ProcessOperator, func, func.process_element, sel)
         return self._add("process", "Process", op, keyed=sel is not None)
 
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
+        """Give each record an event-time timestamp and generate watermarks from here on
+        (upstream watermarks are dropped); see tidegate.common.WatermarkStrategy."""
+        return event_time.assign_timestamps_and_watermarks(self, watermark_strategy)
+
+    def get_side_output(self, output_tag: Any) -> DataStream:
+        """The side output `output_tag` of this operator (`ctx.output(tag, value)`)."""
+        return event_time.get_side_output(self, output_tag, SideOutputOperator)
+
+    def window_all(self, window_assigner: Any) -> Any:
+        """Windows over the whole stream (one subtask): an AllWindowedStream."""
+        from tidegate.datastream.windowed_stream import AllWindowedStream
+
+        return AllWindowedStream(self, window_assigner)
+
+    def join(self, other: DataStream) -> Any:
+        """A window join with `other`: `.where(k1).equal_to(k2).window(a).apply(f)`."""
+        from tidegate.datastream.join import JoinedStreams
+
+        return JoinedStreams(self, other)
+
+    def co_group(self, other: DataStream) -> Any:
+        """A window coGroup with `other`: `.where(k1).equal_to(k2).window(a).apply(f)`."""
+        from tidegate.datastream.join import CoGroupedStreams
+
+        return CoGroupedStreams(self, other)
+
     def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
         _fn, select = _callable(key_selector, KeySelector, "get_key", "key_by")
         return KeyedStream(self._env, self._plain_inputs(), select)
@@ -226,6 +255,18 @@ class KeyedStream(DataStream):
         fn, call = _callable(func, ReduceFunction, "reduce", "reduce")
         op = partial(KeyedReduceOperator, fn, call, self._selector)
         return self._add("reduce", "Keyed Reduce", op, keyed=True)
+
+    def window(self, window_assigner: Any) -> Any:
+        """Windows per key (e.g. TumblingEventTimeWindows.of(...)): a WindowedStream."""
+        from tidegate.datastream.windowed_stream import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int = 0) -> Any:
+        """Windows of `size` elements per key, every `slide` elements (0: tumbling)."""
+        from tidegate.datastream.windowed_stream import count_window
+
+        return count_window(self, size, slide)
 
     def _plain_inputs(self):
         return [(t, None) for t, _ in self._inputs]

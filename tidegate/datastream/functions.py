@@ -106,6 +106,10 @@ class ProcessFunction(Function):
         @abc.abstractmethod
         def timer_service(self): ...
 
+        @abc.abstractmethod
+        def output(self, output_tag: Any, value: Any) -> None:
+            """Emit `value` to the side output `output_tag` (an OutputTag)."""
+
     @abc.abstractmethod
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
         """Yield (or return an iterable of) output records; returning None emits nothing."""
@@ -270,3 +274,12 @@ def _register_runtime_contexts() -> None:
 
 
 _register_runtime_contexts()
+
+# Window functions live in their own module; PyFlink imports them from here.
+from tidegate.datastream.join import CoGroupFunction, JoinFunction  # noqa: E402, F401
+from tidegate.datastream.window_functions import (  # noqa: E402, F401
+    AllWindowFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
+)

@@ -40,6 +40,7 @@ from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.datastream.data_stream import DataStream
+from tidegate.datastream.event_time import check_strategy
 from tidegate.datastream.state_backend import HashMapStateBackend
 from tidegate.deploy.job_spec import JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
@@ -161,10 +162,15 @@ class StreamExecutionEnvironment:
                 f"from_source expects a Source (NumberSequenceSource, FileSource, "
                 f"DataGeneratorSource, ...), got {type(source).__name__}"
             )
+        strategy = check_strategy(watermark_strategy, at_source=True)
+        make_operator = partial(SourceOperator, source)
+        if strategy is not None:
+            interval = self._config.get_auto_watermark_interval  # read at submission
+            make_operator = partial(SourceOperator, source, strategy, interval)
         t = self._stream_graph.add(
             kind="source",
             name=f"Source: {source_name}",
-            make_operator=partial(SourceOperator, source),
+            make_operator=make_operator,
             is_source=True,
         )
         return DataStream(self, [(t, None)])

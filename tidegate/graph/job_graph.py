@@ -2,7 +2,8 @@
 
 An operator is chained to its input (runs in the same subtask, no serialization) when it has
 exactly one input, the edge is forward (explicitly, or by default with equal parallelism),
-and neither side disabled chaining. A chain is a tree: an operator may feed several chained
+and neither side disabled chaining. A side output's selector is always chained to the
+operator producing it, with its parallelism. A chain is a tree: an operator may feed several chained
 operators and several network edges.
 """
 
@@ -32,6 +33,9 @@ def build_job_graph(
             "the job has no sink, so it would produce nothing: add print() or sink_to(...)"
         )
     parallelism = {t.id: t.parallelism or default_parallelism for t in ts}
+    for t in ts:  # a side output runs chained to the operator producing it
+        if t.kind == "side_output":
+            parallelism[t.id] = parallelism[t.inputs[0][0].id]
     for t in ts:
         if parallelism[t.id] < 1:
             raise InvalidJobGraphError(f"{t.describe()}: parallelism must be >= 1")
@@ -144,6 +148,8 @@ def _resolve(
 
 
 def _chainable(t: Transformation, resolved, parallelism) -> bool:
+    if t.kind == "side_output":
+        return True  # its operator receives the side output inside the producer's chain
     if t.is_source or len(resolved) != 1 or not t.chaining or t.start_new_chain or t.input_indices:
         return False
     upstream, part = resolved[0]

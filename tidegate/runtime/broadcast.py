@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidegate.runtime.operators import OperatorRuntime
+from tidegate.runtime.records import timestamps_of, with_timestamps
 from tidegate.runtime.two_input import TwoInputStreamOperator
 from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from tidegate.state.descriptors import (
@@ -48,6 +49,7 @@ class _BaseContext:
     def __init__(self, operator: BroadcastProcessOperator, states: dict[str, Any]) -> None:
         self._op = operator
         self._states = states
+        self._timestamp: int | None = None
 
     def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> Any:
         if not isinstance(state_descriptor, MapStateDescriptor):
@@ -67,13 +69,18 @@ class _BaseContext:
         return state
 
     def timestamp(self) -> int | None:
-        return None
+        """The current record's event-time timestamp, None if it has none."""
+        return self._timestamp
 
     def current_processing_time(self) -> int:
         return int(time.time() * 1000)
 
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit `value` to the side output `output_tag`, with the record's timestamp."""
+        self._op.side_outputs.collect(output_tag, value, self._timestamp)
+
     def current_watermark(self) -> int:
-        return -(2**63)
+        return self._op.current_watermark
 
 
 class ReadOnlyBroadcastContext(_BaseContext):
@@ -139,6 +146,8 @@ def _keys_with_state(backend: Any, name: str) -> list[Any]:
 class BroadcastProcessOperator(TwoInputStreamOperator):
     """Runs a (Keyed)BroadcastProcessFunction; see the module docstring."""
 
+    stores_watermark = True
+
     def __init__(
         self,
         function: Any,
@@ -167,24 +176,31 @@ class BroadcastProcessOperator(TwoInputStreamOperator):
         super().open()
 
     def process_batch1(self, records: list) -> None:
-        call, ctx = self.function.process_element, self._element_ctx
-        backend, select, out = self.keyed_backend, self.key_selector, []
-        for r in records:
-            if backend is not None:
-                backend.current_key = select(r)
-            produced = call(r, ctx)
-            if produced is not None:
-                out.extend(produced)
-        if out:
-            self.emit(out)
+        self._run(self.function.process_element, self._element_ctx, records, keyed=True)
 
     def process_batch2(self, records: list) -> None:
-        call, ctx, out = self.function.process_broadcast_element, self._broadcast_ctx, []
         if self.keyed_backend is not None:
             self.keyed_backend.current_key = None  # no key is current on the broadcast side
-        for r in records:
+        self._run(self.function.process_broadcast_element, self._broadcast_ctx, records)
+
+    def _run(self, call: Callable, ctx: _BaseContext, records: list, keyed: bool = False) -> None:
+        """Call `call(record, ctx)` per record; outputs inherit their record's timestamp."""
+        backend = self.keyed_backend if keyed else None
+        select, out = self.key_selector, []
+        timestamps = timestamps_of(records)
+        out_ts: list[int] | None = None if timestamps is None else []
+        for n, r in enumerate(records):
+            if backend is not None:
+                backend.current_key = select(r)
+            if out_ts is not None:
+                ctx._timestamp = timestamps[n]
             produced = call(r, ctx)
             if produced is not None:
+                before = len(out)
                 out.extend(produced)
+                if out_ts is not None:
+                    out_ts.extend([timestamps[n]] * (len(out) - before))
+        ctx._timestamp = None
         if out:
-            self.emit(out)
+            self.emit(with_timestamps(out, out_ts))
+        self.side_outputs.flush()

@@ -7,19 +7,33 @@ from typing import Any
 
 from tidegate.connectors.base import writer_subtask
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
+from tidegate.runtime.timestamps import WatermarkGeneration
 from tidegate.state.descriptors import ListStateDescriptor
 
 
 class SourceOperator(StreamOperator):
     """Reads splits; its position is the list of splits it holds, kept in operator list state
-    (so restore resumes exactly and a rescale redistributes splits)."""
+    (so restore resumes exactly and a rescale redistributes splits).
+
+    With a WatermarkStrategy, records get their timestamps here and the source subtask emits
+    watermarks (runtime/timestamps.py); its last watermark is checkpointed with its state."""
 
     SPLITS = "__splits__"
+    stores_watermark = True  # its last emitted watermark (nothing without a strategy)
 
-    def __init__(self, source: Any, **kw) -> None:
+    def __init__(
+        self,
+        source: Any,
+        watermark_strategy: Any = None,
+        watermark_interval_ms: Any = 200,
+        **kw,
+    ) -> None:
         super().__init__(None, **kw)
         self.source = source
         self.reader = None
+        self.watermark_strategy = watermark_strategy
+        self.watermark_interval_ms = watermark_interval_ms
+        self.watermarks: WatermarkGeneration | None = None
 
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
         super().initialize_state(runtime, restored)
@@ -31,11 +45,25 @@ class SourceOperator(StreamOperator):
             splits = all_splits[runtime.subtask_index :: runtime.parallelism]
         self.reader = self.source.create_reader(splits, runtime.subtask_index, runtime.parallelism)
 
+    def open(self) -> None:
+        super().open()
+        strategy = self.watermark_strategy
+        if strategy is not None and (
+            strategy.generates_watermarks or strategy.timestamp_assigner is not None
+        ):
+            self.watermarks = WatermarkGeneration(strategy, self, self.watermark_interval_ms)
+
     def poll(self, max_records: int) -> list | None:
         """Emit the next batch; returns it (None when the reader is finished)."""
         batch = self.reader.poll_batch(max_records)
         if batch:
-            self.emit(batch)
+            wg = self.watermarks
+            if wg is None:
+                self.emit(batch)
+            else:
+                wg.before_records()
+                self.emit(wg.assign(batch))
+                wg.flush()
         return batch
 
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):

@@ -59,18 +59,26 @@ class StreamingRuntimeContext:
 
 
 class ProcessContext:
-    """One object reused for every record (cheap): holds the current key."""
+    """One object reused for every record (cheap): holds the current key and the current
+    record's timestamp (set by the operator; None for records without one)."""
 
-    def __init__(self, backend: Any, timers: Any = None) -> None:
+    def __init__(self, backend: Any, timers: Any = None, operator: Any = None) -> None:
         self._backend = backend
         self._timers = timers  # OperatorTimers on a keyed stream
+        self._op = operator
+        self._timestamp: int | None = None
 
     def timestamp(self) -> int | None:
-        return None
+        """The current record's event-time timestamp (ms), None if it has none."""
+        return self._timestamp
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit `value` to the side output `output_tag` (with the record's timestamp)."""
+        self._op.side_outputs.collect(output_tag, value, self._timestamp)
 
     def timer_service(self):
         if self._timers is None:
-            return NonKeyedTimerService()
+            return NonKeyedTimerService(self._op)
         return self._timers.service
 
     def get_current_key(self) -> Any:

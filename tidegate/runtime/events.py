@@ -54,4 +54,27 @@ class EndOfPartition:
     """The upstream subtask will send nothing more on this channel, not even barriers."""
 
 
-Event = CheckpointBarrier | CancelCheckpointMarker | EndOfData | EndOfPartition
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Event time on this channel has reached `timestamp` (ms): no record with a timestamp at
+    or below it should follow (later ones are late). Never goes back on a channel."""
+
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkStatus:
+    """The upstream subtask became idle (`idle`: it sends no records or watermarks for a
+    while, so its channel must not hold back the downstream watermark) or active again."""
+
+    idle: bool
+
+
+Event = (
+    CheckpointBarrier
+    | CancelCheckpointMarker
+    | EndOfData
+    | EndOfPartition
+    | Watermark
+    | WatermarkStatus
+)

@@ -127,7 +127,7 @@ class InputGate:
 
     def _offer(self, recorder: InFlightRecorder, item: tuple[int, Any], raw: bytes | None) -> None:
         channel, payload = item
-        if type(payload) is list and raw is None:
+        if isinstance(payload, list) and raw is None:
             # Pickle now: the task may process (and a user function mutate) the records later.
             raw, self._plain_pickle = encode_frame(item, self._plain_pickle)
         recorder.offer(channel, payload, raw)

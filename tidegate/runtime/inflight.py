@@ -49,7 +49,7 @@ class InFlightRecorder:
         e.g. its pickled form, when given)."""
         if channel not in self.recording:
             return False
-        if type(payload) is list:
+        if isinstance(payload, list):
             self.frames.append((channel, payload if stored is None else stored))
             return True
         if ends_in_flight_data(payload, self.checkpoint_id):

@@ -29,8 +29,10 @@ from tidegate.runtime.auth import (
     authenticate_client,
     authenticate_server,
 )
+from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import encode_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
+from tidegate.runtime.records import TimestampedBatch, timestamps_of
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +71,28 @@ class RemoteTransport:
 
 class RecordWriter:
     """Output of a chain onto one edge: partitions batches into per-channel buffers and sends a
-    buffer when it is full, on `flush`, and always before an event (events never overtake)."""
+    buffer when it is full, on `flush`, and always before an event (events never overtake).
+
+    Timestamped batches (runtime/records.py) are routed by `route_timestamped` into
+    TimestampedBatch buffers; the buffers hold one kind at a time, so when the kind of the
+    incoming batches changes, what is buffered is sent first. Watermarks and watermark status
+    changes from the operator go downstream as events on every channel."""
 
     def __init__(
         self,
         channels: list[tuple[Any, int]],
         route: Callable[[list, list[list]], None],
         batch_size: int,
+        route_timestamped: Callable[[list, list[int], list[list], list[list[int]]], None]
+        | None = None,
     ) -> None:
         self.channels = channels  # (transport, channel index at the receiver)
         self.route = route
+        self.route_timestamped = route_timestamped
         self.batch_size = batch_size
         self.buffers: list[list] = [[] for _ in channels]
+        #: the buffers are TimestampedBatch (timestamped records are buffered)
+        self._timestamped = False
         self.records_out = 0
         #: (seconds blocked in completed sends, perf_counter() when the send in progress
         #: started, else None): one tuple, so the metrics thread reads a consistent pair
@@ -88,6 +100,11 @@ class RecordWriter:
         self._reported_blocked_s = 0.0
 
     def process_batch(self, records: list) -> None:
+        if type(records) is not list and timestamps_of(records) is not None:
+            self._process_timestamped(records)
+            return
+        if self._timestamped:
+            self._switch_kind(False)
         self.route(records, self.buffers)
         self.records_out += len(records)
         size = self.batch_size
@@ -95,9 +112,37 @@ class RecordWriter:
             if len(buf) >= size:
                 self._send(i)
 
+    def _process_timestamped(self, records: Any) -> None:
+        if not self._timestamped:
+            self._switch_kind(True)
+        if self.route_timestamped is None:
+            raise RuntimeError("this record writer was created without a timestamped route")
+        buffers = self.buffers
+        ts_buffers = [b.timestamps for b in buffers]
+        self.route_timestamped(records, records.timestamps, buffers, ts_buffers)
+        self.records_out += len(records)
+        size = self.batch_size
+        for i, buf in enumerate(buffers):
+            if len(buf) >= size:
+                self._send(i)
+
+    def _switch_kind(self, timestamped: bool) -> None:
+        self.flush()
+        self._timestamped = timestamped
+        self.buffers = [self._new_buffer() for _ in self.channels]
+
+    def _new_buffer(self) -> list:
+        return TimestampedBatch() if self._timestamped else []
+
+    def process_watermark(self, watermark: int) -> None:
+        self.broadcast_event(Watermark(watermark))
+
+    def process_watermark_status(self, idle: bool) -> None:
+        self.broadcast_event(WatermarkStatus(idle))
+
     def _send(self, i: int) -> None:
         buf = self.buffers[i]
-        self.buffers[i] = []
+        self.buffers[i] = self._new_buffer()
         transport, channel = self.channels[i]
         self._transmit(transport, channel, buf)
 

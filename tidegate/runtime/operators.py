@@ -1,6 +1,7 @@
 """Runtime operators. Each processes a whole batch (a list) and hands its output batch to its
 outputs: chained operators or record writers. Batches are never mutated after emission, since
-one batch may go to several outputs."""
+one batch may go to several outputs. A batch may carry event-time timestamps
+(runtime/records.py); watermarks reach operators through `process_watermark`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
+from tidegate.runtime.side_outputs import SideOutputCollector, split_outputs
 from tidegate.runtime.timer_service import OperatorTimers
+from tidegate.runtime.timers import MIN_WATERMARK
+from tidegate.runtime.watermarks import restore_watermark, snapshot_watermark
 from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
@@ -47,6 +52,8 @@ class StreamOperator:
     CheckpointListener). Subclasses implement `process_batch`."""
 
     keyed = False
+    #: checkpoint `current_watermark` (operators that decide on it: timers, windows, sources)
+    stores_watermark = False
 
     def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
         self.function = function
@@ -58,6 +65,10 @@ class StreamOperator:
         self.ctx: OperatorRuntime
         #: keyed-state files read on restore: (from task-local copies, from checkpoint storage)
         self.restored_files = (0, 0)
+        #: the operator's event-time clock: the last watermark it received (process_watermark)
+        self.current_watermark = MIN_WATERMARK
+        #: side outputs (runtime/side_outputs.py), set up in `open`
+        self.side_outputs = SideOutputCollector({})
 
     # lifecycle -------------------------------------------------------------------------------
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
@@ -74,6 +85,9 @@ class StreamOperator:
                     self.keyed_backend, runtime.local_state
                 )
             self.operator_state.restore(restored.operator_state)
+            self.current_watermark = restore_watermark(
+                restored.operator_state, runtime.subtask_index, runtime.parallelism
+            )
         fn = self.function
         if hasattr(fn, "initialize_state") and hasattr(fn, "snapshot_state"):
             fn.initialize_state(
@@ -85,11 +99,44 @@ class StreamOperator:
             )
 
     def open(self) -> None:
+        self.outputs, selectors = split_outputs(self.outputs)
+        self.side_outputs = SideOutputCollector(selectors)
         if hasattr(self.function, "open"):
             self.function.open(StreamingRuntimeContext(self))
 
     def process_batch(self, records: list) -> None:
         raise NotImplementedError
+
+    # event time ------------------------------------------------------------------------------
+    def process_watermark(self, watermark: int) -> None:
+        """The operator's input watermark advanced to `watermark` (an older one is ignored):
+        `on_watermark` runs (timers fire, their output is emitted), then the watermark goes to
+        every output, regular and side, after that output."""
+        if watermark <= self.current_watermark:
+            return
+        self.current_watermark = watermark
+        self.on_watermark(watermark)
+        self.emit_watermark(watermark)
+
+    def on_watermark(self, watermark: int) -> None:
+        """Hook: the event-time clock moved to `watermark` (fire timers, close windows...)."""
+
+    def emit_watermark(self, watermark: int) -> None:
+        for out in self.outputs:
+            out.process_watermark(watermark)
+        for out in self.side_outputs.outputs():
+            out.process_watermark(watermark)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        """The subtask's input became idle or active again: pass it on (record writers send
+        it downstream; operators in between only forward it)."""
+        self.emit_watermark_status(idle)
+
+    def emit_watermark_status(self, idle: bool) -> None:
+        for out in self.outputs:
+            out.process_watermark_status(idle)
+        for out in self.side_outputs.outputs():
+            out.process_watermark_status(idle)
 
     def finish(self) -> None:
         """End of input: flush whatever is buffered (nothing for most operators)."""
@@ -100,6 +147,8 @@ class StreamOperator:
 
     # checkpoints ----------------------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:
+        if self.stores_watermark:
+            snapshot_watermark(self.operator_state, self.ctx.subtask_index, self.current_watermark)
         fn = self.function
         if hasattr(fn, "snapshot_state") and hasattr(fn, "initialize_state"):
             fn.snapshot_state(SnapshotContext(checkpoint_id, timestamp_ms))
@@ -138,11 +187,16 @@ class MapOperator(StreamOperator):
             for r in records:
                 backend.current_key = select(r)
                 out.append(call(r))
+        if type(records) is not list:  # same timestamps, one per output
+            out = with_timestamps(out, timestamps_of(records))
         self.emit(out)
 
 
 class FilterOperator(MapOperator):
     def process_batch(self, records: list) -> None:
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._process_timestamped(records, timestamps)
+            return
         call = self.call
         if self.keyed_backend is None:
             out = [r for r in records if call(r)]
@@ -155,9 +209,25 @@ class FilterOperator(MapOperator):
         if out:
             self.emit(out)
 
+    def _process_timestamped(self, records: list, timestamps: list[int]) -> None:
+        call, backend, select = self.call, self.keyed_backend, self.key_selector
+        out = TimestampedBatch()
+        kept = out.timestamps
+        for r, t in zip(records, timestamps, strict=True):
+            if backend is not None:
+                backend.current_key = select(r)
+            if call(r):
+                out.append(r)
+                kept.append(t)
+        if out:
+            self.emit(out)
+
 
 class FlatMapOperator(MapOperator):
     def process_batch(self, records: list) -> None:
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._flat_map_timestamped(records, timestamps)
+            return
         call, backend, select, out = self.call, self.keyed_backend, self.key_selector, []
         for r in records:
             if backend is not None:
@@ -168,15 +238,39 @@ class FlatMapOperator(MapOperator):
         if out:
             self.emit(out)
 
+    def _flat_map_timestamped(self, records: list, timestamps: list[int]) -> None:
+        """Every output inherits the timestamp of the input it came from."""
+        call, backend, select = self.call, self.keyed_backend, self.key_selector
+        out = TimestampedBatch()
+        out_ts = out.timestamps
+        for r, t in zip(records, timestamps, strict=True):
+            if backend is not None:
+                backend.current_key = select(r)
+            produced = call(r)
+            if produced is not None:
+                before = len(out)
+                out.extend(produced)
+                out_ts.extend([t] * (len(out) - before))
+        if out:
+            self.emit(out)
+
 
 class ProcessOperator(MapOperator):
     """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
 
+    stores_watermark = True
+
     def open(self) -> None:
         #: timers (runtime/timer_service.py) exist on keyed streams only
         self.timers = OperatorTimers(self) if self.keyed_backend is not None else None
-        self.process_context = ProcessContext(self.keyed_backend, self.timers)
-        super().open()
+        if self.timers is not None:  # a restored watermark: timers at or below it have fired
+            self.timers.internal.current_watermark = self.current_watermark
+        super().open()  # splits the side outputs off the regular ones first
+        self.process_context = ProcessContext(self.keyed_backend, self.timers, self)
+
+    def on_watermark(self, watermark: int) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark)
 
     def finish(self) -> None:
         if self.timers is not None:  # the watermark reaches its maximum: event-time timers fire
@@ -184,7 +278,11 @@ class ProcessOperator(MapOperator):
         super().finish()
 
     def process_batch(self, records: list) -> None:
+        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
+            self._process_timestamped(records, timestamps)
+            return
         call, ctx = self.call, self.process_context
+        ctx._timestamp = None
         backend, select, out = self.keyed_backend, self.key_selector, []
         for r in records:
             if backend is not None:
@@ -194,6 +292,26 @@ class ProcessOperator(MapOperator):
                 out.extend(produced)
         if out:
             self.emit(out)
+        self.side_outputs.flush()
+
+    def _process_timestamped(self, records: list, timestamps: list[int]) -> None:
+        """`ctx.timestamp()` is each record's; its outputs (regular and side) inherit it."""
+        call, ctx = self.call, self.process_context
+        backend, select = self.keyed_backend, self.key_selector
+        out = TimestampedBatch()
+        out_ts = out.timestamps
+        for r, t in zip(records, timestamps, strict=True):
+            if backend is not None:
+                backend.current_key = select(r)
+            ctx._timestamp = t
+            produced = call(r, ctx)
+            if produced is not None:
+                before = len(out)
+                out.extend(produced)
+                out_ts.extend([t] * (len(out) - before))
+        if out:
+            self.emit(out)
+        self.side_outputs.flush()
 
 
 class KeyedReduceOperator(MapOperator):
@@ -210,4 +328,19 @@ class KeyedReduceOperator(MapOperator):
 
     def process_batch(self, records: list) -> None:
         add, select = self._add, self.key_selector
-        self.emit([add(select(r), r) for r in records])
+        out = [add(select(r), r) for r in records]
+        if type(records) is not list:  # each aggregate has its input's timestamp
+            out = with_timestamps(out, timestamps_of(records))
+        self.emit(out)
+
+
+class SideOutputOperator(StreamOperator):
+    """The head of a side-output stream (runtime/side_outputs.py): the operator it is chained
+    to sends it the side output of tag `side_output_tag`, which it passes on."""
+
+    def __init__(self, side_output_tag: str, **kw: Any) -> None:
+        super().__init__(None, **kw)
+        self.side_output_tag = side_output_tag
+
+    def process_batch(self, records: list) -> None:
+        self.emit(records)

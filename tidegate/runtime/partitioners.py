@@ -1,4 +1,7 @@
-"""Partitioners decide which downstream channel each record goes to, a whole batch at a time."""
+"""Partitioners decide which downstream channel each record goes to, a whole batch at a time.
+
+`bind` routes batches without timestamps; `bind_timestamped` routes timestamped batches
+(runtime/records.py), sending each record's timestamp to the same channel as the record."""
 
 from __future__ import annotations
 
@@ -20,6 +23,13 @@ class Partitioner:
         """Return `route(records, buffers)` that appends each record to its channel's buffer."""
         raise NotImplementedError
 
+    def bind_timestamped(
+        self, num_channels: int, max_parallelism: int
+    ) -> Callable[[list, list[int], list[list], list[list[int]]], None]:
+        """Return `route(records, timestamps, buffers, ts_buffers)`: as `bind`'s, and each
+        record's timestamp goes to the timestamp buffer of the record's channel."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class ForwardPartitioner(Partitioner):
@@ -28,6 +38,13 @@ class ForwardPartitioner(Partitioner):
     def bind(self, num_channels, max_parallelism):
         def route(records, buffers):
             buffers[0].extend(records)
+
+        return route
+
+    def bind_timestamped(self, num_channels, max_parallelism):
+        def route(records, timestamps, buffers, ts_buffers):
+            buffers[0].extend(records)
+            ts_buffers[0].extend(timestamps)
 
         return route
 
@@ -45,6 +62,19 @@ class RebalancePartitioner(Partitioner):
 
         return route
 
+    def bind_timestamped(self, num_channels, max_parallelism):
+        state = {"next": random.randrange(num_channels)}
+
+        def route(records, timestamps, buffers, ts_buffers):
+            start = state["next"]
+            for j in range(min(num_channels, len(records))):
+                c = (start + j) % num_channels
+                buffers[c].extend(records[j::num_channels])
+                ts_buffers[c].extend(timestamps[j::num_channels])
+            state["next"] = (start + len(records)) % num_channels
+
+        return route
+
 
 @dataclass(frozen=True)
 class ShufflePartitioner(Partitioner):
@@ -58,6 +88,17 @@ class ShufflePartitioner(Partitioner):
 
         return route
 
+    def bind_timestamped(self, num_channels, max_parallelism):
+        rnd = random.Random()
+
+        def route(records, timestamps, buffers, ts_buffers):
+            picks = rnd.choices(range(num_channels), k=len(records))
+            for r, t, c in zip(records, timestamps, picks, strict=True):
+                buffers[c].append(r)
+                ts_buffers[c].append(t)
+
+        return route
+
 
 @dataclass(frozen=True)
 class BroadcastPartitioner(Partitioner):
@@ -65,6 +106,14 @@ class BroadcastPartitioner(Partitioner):
         def route(records, buffers):
             for b in buffers:
                 b.extend(records)
+
+        return route
+
+    def bind_timestamped(self, num_channels, max_parallelism):
+        def route(records, timestamps, buffers, ts_buffers):
+            for b, tb in zip(buffers, ts_buffers, strict=True):
+                b.extend(records)
+                tb.extend(timestamps)
 
         return route
 
@@ -82,5 +131,17 @@ class KeyGroupStreamPartitioner(Partitioner):
         def route(records, buffers):
             for r in records:
                 buffers[subtask_of(select(r))].append(r)
+
+        return route
+
+    def bind_timestamped(self, num_channels, max_parallelism):
+        subtask_of = KeyGroupAssigner(max_parallelism, num_channels).subtask
+        select = self.key_selector
+
+        def route(records, timestamps, buffers, ts_buffers):
+            for r, t in zip(records, timestamps, strict=True):
+                c = subtask_of(select(r))
+                buffers[c].append(r)
+                ts_buffers[c].append(t)
 
         return route

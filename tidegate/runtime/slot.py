@@ -202,7 +202,8 @@ def _record_writer(deployment, network, addresses, edge_id: int, index: int) -> 
         transport = network.transport(target, edge.target_vertex, addresses)
         channels.append((transport, channel))
     route = edge.partitioner.bind(len(targets), graph.max_parallelism)
-    return RecordWriter(channels, route, deployment.batch_size)
+    route_ts = edge.partitioner.bind_timestamped(len(targets), graph.max_parallelism)
+    return RecordWriter(channels, route, deployment.batch_size, route_ts)
 
 
 def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:

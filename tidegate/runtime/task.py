@@ -10,6 +10,12 @@ barrier) arrives, and the input gate records each channel's frames up to its bar
 (runtime/inflight.py). The state files are written once every such channel delivered its
 barrier; the recorded frames go into a channel-state file, replayed before new input on restore.
 
+Event time: Watermark / WatermarkStatus events go to the subtask's StatusWatermarkValve
+(runtime/watermarks.py); when the input watermark advances, the chain head's
+`process_watermark` runs (timers fire, the watermark is forwarded along the chain and
+downstream). Watermark generators in the chain emit periodically (runtime/timestamps.py). The
+end of the input advances the chain to MAX_WATERMARK before operators finish.
+
 A task ends only after the *final* checkpoint (taken once every source finished) completed,
 so that two-phase-commit sinks have committed everything (FLIP-147).
 """
@@ -37,6 +43,8 @@ from tidegate.runtime.events import (
     CheckpointOptions,
     EndOfData,
     EndOfPartition,
+    Watermark,
+    WatermarkStatus,
 )
 from tidegate.runtime.gate import ChannelStateCaptured, InputGate, TaskCancelledError
 from tidegate.runtime.messages import (
@@ -56,6 +64,9 @@ from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
 from tidegate.runtime.timer_service import ChainTimers
+from tidegate.runtime.timers import MAX_WATERMARK
+from tidegate.runtime.timestamps import PeriodicWatermarks
+from tidegate.runtime.watermarks import StatusWatermarkValve, ValveOutput
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.snapshot_format import write_state_file
@@ -102,6 +113,7 @@ class StreamTask:
         handler_cls = SingleCheckpointBarrierHandler if exactly_once else TrackingBarrierHandler
         self.handler = handler_cls(num_channels) if num_channels else None
         self.open_channels = num_channels
+        self.valve = StatusWatermarkValve(num_channels)
         self.stash: list[deque] = [deque() for _ in range(num_channels)]
         self.replay: deque = deque()
         self.end_of_data: set[int] = set()
@@ -197,6 +209,7 @@ class StreamTask:
         source: SourceOperator = self.ops[0]
         finished = False
         get = self.gate.get
+        periodic = PeriodicWatermarks(self.ops) or None
         while not self.final_notified:
             msg = get(0)
             if msg is not None:
@@ -208,6 +221,8 @@ class StreamTask:
                 if msg is not None:
                     self._on_control(msg[1])
                 continue
+            if periodic is not None:
+                periodic.maybe_emit()
             batch = None if self.draining else source.poll(self.batch_size)
             if batch:
                 self.records_in += len(batch)  # a source's input: records read from its splits
@@ -225,7 +240,10 @@ class StreamTask:
     def _input_loop(self) -> None:
         get, head, handler, stash = self.gate.get, self.ops[0], self.handler, self.stash
         timers = ChainTimers(self.ops)  # keyed processing-time timers fire between batches
+        periodic = PeriodicWatermarks(self.ops) or None  # assign_timestamps_and_watermarks
         while not (self.final_notified and self.open_channels == 0):
+            if periodic is not None:
+                periodic.maybe_emit()
             # none after a final checkpoint's barrier (stop-with-savepoint): they stay in it
             timer_wait = timers.fire_due() if timers and self.final_checkpoint_id is None else None
             deadline = handler.alignment_deadline
@@ -253,7 +271,7 @@ class StreamTask:
             if handler.is_blocked(channel):
                 stash[channel].append(payload)
                 continue
-            if type(payload) is list:
+            if isinstance(payload, list):  # a batch (TimestampedBatch is a list too)
                 self.records_in += len(payload)
                 if self._two_input is None:
                     head.process_batch(payload)
@@ -288,11 +306,24 @@ class StreamTask:
                 self.end_of_data.add(channel)
                 if len(self.end_of_data) == len(self.stash):
                     self._finish_input()
+            case Watermark(timestamp=timestamp):
+                self._on_valve(self.valve.on_watermark(channel, timestamp))
+            case WatermarkStatus(idle=idle):
+                self._on_valve(self.valve.on_status(channel, idle))
             case EndOfPartition():
                 self.open_channels -= 1
                 self._apply(self.handler.on_end_of_partition(channel))
             case _:
                 raise TypeError(f"unexpected event on channel {channel}: {event!r}")
+
+    def _on_valve(self, out: ValveOutput) -> None:
+        head = self.ops[0]
+        if out.idle is False:  # active again: before the watermark it brings
+            head.process_watermark_status(False)
+        if out.watermark is not None:
+            head.process_watermark(out.watermark)
+        if out.idle:
+            head.process_watermark_status(True)
 
     def _apply(self, actions: list) -> None:
         for action in actions:
@@ -349,7 +380,9 @@ class StreamTask:
                 raise TaskCancelledError("cancelled by the JobMaster")
 
     def _finish_input(self) -> None:
-        """End of input (FLIP-147's endInput): operators flush, then EndOfData goes downstream."""
+        """End of input (FLIP-147's endInput): event time jumps to its end (every event-time
+        timer fires), operators flush, then EndOfData goes downstream."""
+        self.ops[0].process_watermark(MAX_WATERMARK)
         for op in self.ops:
             op.finish()
         for w in self.writers:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tidegate.runtime.records import TimestampedBatch
 from tidegate.runtime.timers import (
     MIN_WATERMARK,
     InternalTimerService,
@@ -56,13 +57,16 @@ class TimerService:
 class NonKeyedTimerService:
     """`ctx.timer_service()` of a ProcessFunction on a non-keyed stream."""
 
-    __slots__ = ()
+    __slots__ = ("_operator",)
+
+    def __init__(self, operator: Any = None) -> None:
+        self._operator = operator
 
     def current_processing_time(self) -> int:
         return processing_time_ms()
 
     def current_watermark(self) -> int:
-        return MIN_WATERMARK
+        return getattr(self._operator, "current_watermark", MIN_WATERMARK)
 
     def _no_timers(self, *_args: Any) -> None:
         raise RuntimeError(
@@ -80,11 +84,12 @@ class NonKeyedTimerService:
 class OnTimerContext:
     """The `ctx` of `on_timer(timestamp, ctx)`; one object, reused for every firing."""
 
-    __slots__ = ("_backend", "_domain", "_service", "_timestamp")
+    __slots__ = ("_backend", "_domain", "_service", "_side", "_timestamp")
 
-    def __init__(self, backend: Any, service: TimerService) -> None:
+    def __init__(self, backend: Any, service: TimerService, side: Any = None) -> None:
         self._backend = backend
         self._service = service
+        self._side = side  # the operator's SideOutputCollector
         self._timestamp = 0
         self._domain = TimeDomain.PROCESSING_TIME
 
@@ -101,6 +106,12 @@ class OnTimerContext:
     def timer_service(self) -> TimerService:
         return self._service
 
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit `value` to the side output `output_tag`; an event-time timer's outputs carry
+        its timestamp, a processing-time timer's none (as in Flink)."""
+        timestamp = self._timestamp if self._domain is TimeDomain.EVENT_TIME else None
+        self._side.collect(output_tag, value, timestamp)
+
 
 class OperatorTimers:
     """The timers of one keyed process operator subtask (`operator.keyed_backend` stores them).
@@ -113,9 +124,11 @@ class OperatorTimers:
         self._operator = operator
         self._on_timer = getattr(operator.function, "on_timer", None)
         self._out: list[Any] = []
+        #: timestamps of `_out` (event-time firings: each output has its timer's timestamp)
+        self._out_ts: list[int] = []
         self.internal = InternalTimerService(operator.keyed_backend, self._trigger)
         self.service = TimerService(self.internal)
-        self._context = OnTimerContext(operator.keyed_backend, self.service)
+        self._context = OnTimerContext(operator.keyed_backend, self.service, _SideOf(operator))
         self.internal.restore()
 
     def _trigger(self, timestamp: int, domain: TimeDomain) -> None:
@@ -125,12 +138,19 @@ class OperatorTimers:
         ctx._timestamp, ctx._domain = timestamp, domain
         produced = self._on_timer(timestamp, ctx)
         if produced is not None:
+            before = len(self._out)
             self._out.extend(produced)
+            if domain is TimeDomain.EVENT_TIME:
+                self._out_ts.extend([timestamp] * (len(self._out) - before))
 
     def _emit(self) -> None:
+        """Send one firing round's outputs (one time domain per round, so the batch is either
+        all timestamped or not at all), then its side outputs."""
         if self._out:
             out, self._out = self._out, []
-            self._operator.emit(out)
+            out_ts, self._out_ts = self._out_ts, []
+            self._operator.emit(TimestampedBatch(out, out_ts) if out_ts else out)
+        self._operator.side_outputs.flush()
 
     def fire_processing_timers(self) -> None:
         if self.internal.fire_processing_timers():
@@ -147,6 +167,19 @@ class OperatorTimers:
 
     def next_processing_time(self) -> int | None:
         return self.internal.next_processing_time()
+
+
+class _SideOf:
+    """The side-output collector of an operator, looked up when used (the operator sets it up
+    in `open`, after its timers exist)."""
+
+    __slots__ = ("_operator",)
+
+    def __init__(self, operator: Any) -> None:
+        self._operator = operator
+
+    def collect(self, tag: Any, value: Any, timestamp: int | None) -> None:
+        self._operator.side_outputs.collect(tag, value, timestamp)
 
 
 class ChainTimers:

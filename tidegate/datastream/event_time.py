@@ -1,0 +1,65 @@
+"""The DataStream API's event-time pieces, kept out of data_stream.py: timestamp assignment
+with a WatermarkStrategy (at a source or mid-stream) and side outputs."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from tidegate.common.watermark_strategy import WatermarkStrategy
+from tidegate.datastream.output_tag import OutputTag
+from tidegate.runtime.timestamps import TimestampsAndWatermarksOperator
+
+if TYPE_CHECKING:
+    from tidegate.datastream.data_stream import DataStream
+
+
+def check_strategy(strategy: Any, at_source: bool) -> WatermarkStrategy | None:
+    """`strategy` if usable (None stays None); a clear error otherwise."""
+    if strategy is None:
+        return None
+    if not isinstance(strategy, WatermarkStrategy):
+        raise TypeError(
+            "expected a WatermarkStrategy (e.g. WatermarkStrategy.for_bounded_out_of_orderness("
+            f"Duration.of_seconds(5)).with_timestamp_assigner(...)), got {type(strategy).__name__}"
+        )
+    if at_source and strategy.generates_watermarks and strategy.timestamp_assigner is None:
+        raise ValueError(
+            "tidegate's sources do not attach timestamps to records, so a WatermarkStrategy at "
+            "a source needs a timestamp assigner: add .with_timestamp_assigner(MyAssigner()) "
+            "(a TimestampAssigner whose extract_timestamp(value, record_timestamp) returns int "
+            "milliseconds)"
+        )
+    return strategy
+
+
+def assign_timestamps_and_watermarks(stream: DataStream, strategy: Any) -> DataStream:
+    checked = check_strategy(strategy, at_source=False)
+    if checked is None:
+        raise TypeError("assign_timestamps_and_watermarks needs a WatermarkStrategy, got None")
+    interval = stream._env.get_config().get_auto_watermark_interval
+    op = partial(TimestampsAndWatermarksOperator, checked, interval)
+    return stream._add("timestamps_watermarks", "Timestamps/Watermarks", op)
+
+
+def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataStream:
+    if not isinstance(tag, OutputTag):
+        raise TypeError(
+            f"get_side_output expects an OutputTag, got {type(tag).__name__}; create one with "
+            "OutputTag('name', type_info)"
+        )
+    upstream = stream._transformation  # the operator producing the side output
+    if upstream.kind in ("source", "sink", "side_output"):
+        raise TypeError(
+            f"{upstream.name} has no side outputs: get_side_output applies to the stream a "
+            "process function (or window operator) returns"
+        )
+    t = stream._env._stream_graph.add(
+        kind="side_output",
+        name=f"SideOutput: {tag.tag_id}",
+        make_operator=partial(operator_class, tag.tag_id),
+        inputs=[(upstream, None)],
+    )
+    from tidegate.datastream.data_stream import DataStream
+
+    return DataStream(stream._env, [(t, None)])

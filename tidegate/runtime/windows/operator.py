@@ -1,0 +1,256 @@
+"""The window operator (Flink's `WindowOperator` and `EvictingWindowOperator` in one).
+
+For each element, on the element's key:
+1. the assigner gives its windows (for merging assigners, each is added to the key's
+   MergingWindowSet, which may merge it with windows in flight: trigger state and contents
+   merge, the merged windows' timers are deleted);
+2. a window whose cleanup time (`max_timestamp + allowed_lateness`, event time) is at or below
+   the watermark is skipped; an element all of whose windows were skipped is late: it goes to
+   the late-data side output if one is set, else it is dropped (`num_late_records_dropped`);
+3. the element is added to the window's contents, the trigger's `on_element` decides whether
+   the window fires (the window function runs on the contents) and/or purges;
+4. a cleanup timer is registered at the cleanup time.
+Timers fire the trigger's `on_event_time` / `on_processing_time`; at a window's cleanup time
+its contents, trigger state and merging-set entry are dropped.
+
+Everything is keyed state of the operator's backend (contents, trigger state, window state,
+merging sets, timers), so windows checkpoint, restore and rescale with their keys. Outputs
+carry the window's `max_timestamp()` as their timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidegate.runtime.operators import StreamOperator
+from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.timers import MAX_WATERMARK, TimeDomain, processing_time_ms
+from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
+from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
+from tidegate.runtime.windows.merging import MergingWindowSet
+from tidegate.runtime.windows.window_state import WindowScope
+from tidegate.runtime.windows.window_timers import WindowTimers
+
+
+@dataclass
+class WindowSpec:
+    """Everything `WindowedStream` collects before its function is given."""
+
+    assigner: Any
+    trigger: Any = None  # None: the assigner's default trigger
+    evictor: Any = None
+    allowed_lateness: int = 0
+    late_data_tag: Any = None
+    aggregation: Aggregation | None = None
+    function: InternalWindowFunction = field(default_factory=lambda: InternalWindowFunction("pass"))
+
+
+class WindowOperator(StreamOperator):
+    """Windows on a keyed stream (window_all: one constant key, parallelism 1)."""
+
+    keyed = True
+
+    def __init__(
+        self,
+        spec: WindowSpec,
+        key_selector: Callable[[Any], Any],
+        *,
+        clock: Callable[[], int] = processing_time_ms,
+        **kw: Any,
+    ) -> None:
+        user_function = spec.function.function
+        if user_function is None and spec.aggregation is not None:
+            user_function = spec.aggregation.aggregate
+        super().__init__(user_function, **kw)
+        self.spec = spec
+        self.key_selector = key_selector
+        self.assigner = spec.assigner
+        self.trigger = spec.trigger or spec.assigner.get_default_trigger()
+        self.lateness = spec.allowed_lateness
+        self.clock = clock
+        self.merging: MergingWindowSet | None = None
+        self.num_late_records_dropped = 0
+        self._out: list[Any] = []
+        self._out_ts: list[int] = []
+        if hasattr(self.assigner, "merge_windows") and not self.trigger.can_merge():
+            raise ValueError(
+                f"{type(self.assigner).__name__} merges windows, but the trigger "
+                f"{type(self.trigger).__name__} cannot merge: give it can_merge() and on_merge()"
+            )
+
+    def open(self) -> None:
+        backend = self.keyed_backend
+        self.timers = WindowTimers(backend, self._on_timer, self._flush, self.clock)
+        self.timers.internal.current_watermark = self.current_watermark  # a restored one
+        spec = self.spec
+        self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
+        if hasattr(self.assigner, "merge_windows"):
+            self.merging = MergingWindowSet(self.assigner, backend)
+        self.trigger_scope = WindowScope(backend, "__trigger__")
+        self.window_state_scope = WindowScope(backend, "__window_state__")
+        self.trigger_ctx = TriggerContext(self)
+        self.window_ctx = WindowContext(self)
+        self.clock_ctx = ClockContext(self)
+        super().open()
+
+    # elements ----------------------------------------------------------------------------------
+    def process_batch(self, records: list) -> None:
+        backend, select = self.keyed_backend, self.key_selector
+        timestamps = timestamps_of(records)
+        if timestamps is None:
+            for r in records:
+                backend.current_key = select(r)
+                self._process_element(r, None)
+        else:
+            for r, t in zip(records, timestamps, strict=True):
+                backend.current_key = select(r)
+                self._process_element(r, t)
+        self._flush()
+
+    def _process_element(self, value: Any, timestamp: int | None) -> None:
+        windows = self.assigner.assign_windows(value, timestamp, self.clock_ctx)
+        skipped = True
+        for window in windows:
+            if self.merging is not None:
+                window = self.merging.add_window(window, self._merge)
+                if self._is_window_late(window):
+                    self.merging.retire_window(window)
+                    continue
+                state_window = self.merging.get_state_window(window)
+            elif self._is_window_late(window):
+                continue
+            else:
+                state_window = window
+            skipped = False
+            self.contents.add(state_window, value, timestamp)
+            ctx = self.trigger_ctx
+            ctx.window = window
+            result = self.trigger.on_element(value, timestamp, window, ctx)
+            self._act(result, window, state_window)
+            self._register_cleanup_timer(window)
+        if skipped and self._is_element_late(timestamp):
+            if self.spec.late_data_tag is not None:
+                self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
+            else:
+                self.num_late_records_dropped += 1
+
+    def _act(self, result: Any, window: Any, state_window: Any) -> None:
+        if result.is_fire():
+            self._fire(window, state_window)
+        if result.is_purge():
+            self.contents.clear(state_window)
+
+    def _merge(self, result: Any, merged: set[Any], state_window: Any, merged_states: list) -> None:
+        """MergingWindowSet's merge function: trigger and contents follow the merge."""
+        if self.assigner.is_event_time() and self._cleanup_time(result) <= self.current_watermark:
+            raise RuntimeError(
+                f"merging windows {sorted(merged)} into {result} would put its end at or below "
+                f"the watermark {self.current_watermark}; a merging assigner must not shrink "
+                "windows"
+            )
+        ctx = self.trigger_ctx
+        ctx.window, ctx.merged_windows = result, sorted(merged)
+        self.trigger.on_merge(result, ctx)
+        ctx.merged_windows = []
+        for window in sorted(merged):
+            ctx.window = window
+            self.trigger.clear(window, ctx)
+            self._delete_cleanup_timer(window)
+        self.contents.merge(state_window, merged_states)
+
+    # firing ------------------------------------------------------------------------------------
+    def _fire(self, window: Any, state_window: Any) -> None:
+        evictor = self.spec.evictor
+        inputs = self.contents.inputs(state_window, evictor, self.clock_ctx)
+        if inputs is None:
+            return  # an empty window does not fire (as in Flink)
+        ctx = self.window_ctx
+        ctx._set_window(window)
+        produced = self.spec.function(self.keyed_backend.current_key, window, ctx, inputs)
+        self.contents.after_fire(state_window, evictor, self.clock_ctx)
+        if produced is not None:
+            before = len(self._out)
+            self._out.extend(produced)
+            self._out_ts.extend([window.max_timestamp()] * (len(self._out) - before))
+
+    def _on_timer(self, window: Any, timestamp: int, domain: TimeDomain) -> None:
+        """A timer of `window` fired, with the timer's key current."""
+        if self.merging is not None:
+            state_window = self.merging.get_state_window(window)
+            if state_window is None:
+                return  # the window merged into another or is gone: a stale timer
+        else:
+            state_window = window
+        ctx = self.trigger_ctx
+        ctx.window = window
+        event_time = domain is TimeDomain.EVENT_TIME
+        if event_time:
+            result = self.trigger.on_event_time(timestamp, window, ctx)
+        else:
+            result = self.trigger.on_processing_time(timestamp, window, ctx)
+        self._act(result, window, state_window)
+        if event_time == self.assigner.is_event_time() and timestamp == self._cleanup_time(window):
+            self._clear_all(window, state_window)
+
+    def _clear_all(self, window: Any, state_window: Any) -> None:
+        self.contents.clear(state_window)
+        ctx = self.trigger_ctx
+        ctx.window = window
+        self.trigger.clear(window, ctx)
+        self.window_ctx._set_window(window)
+        self.spec.function.clear(self.window_ctx)
+        if self.merging is not None:
+            self.merging.retire_window(window)
+
+    def _flush(self) -> None:
+        if self._out:
+            out, out_ts = self._out, self._out_ts
+            self._out, self._out_ts = [], []
+            self.emit(TimestampedBatch(out, out_ts))
+        self.side_outputs.flush()
+
+    # time --------------------------------------------------------------------------------------
+    def _cleanup_time(self, window: Any) -> int:
+        end = window.max_timestamp()
+        if not self.assigner.is_event_time():
+            return end
+        return min(end + self.lateness, MAX_WATERMARK)
+
+    def _is_window_late(self, window: Any) -> bool:
+        return (
+            self.assigner.is_event_time() and self._cleanup_time(window) <= self.current_watermark
+        )
+
+    def _is_element_late(self, timestamp: int | None) -> bool:
+        return (
+            self.assigner.is_event_time()
+            and timestamp is not None
+            and timestamp + self.lateness <= self.current_watermark
+        )
+
+    def _cleanup_timer(self, window: Any) -> tuple[TimeDomain, int] | None:
+        """(domain, time) of `window`'s cleanup timer; None for global/count windows."""
+        time = self._cleanup_time(window)
+        if time == MAX_WATERMARK:
+            return None
+        event_time = self.assigner.is_event_time()
+        return (TimeDomain.EVENT_TIME if event_time else TimeDomain.PROCESSING_TIME), time
+
+    def _register_cleanup_timer(self, window: Any) -> None:
+        timer = self._cleanup_timer(window)
+        if timer is not None:
+            self.timers.register(*timer, window)
+
+    def _delete_cleanup_timer(self, window: Any) -> None:
+        timer = self._cleanup_timer(window)
+        if timer is not None:
+            self.timers.delete(*timer, window)
+
+    def on_watermark(self, watermark: int) -> None:
+        self.timers.advance_watermark(watermark)
+
+    def finish(self) -> None:
+        self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
+        super().finish()

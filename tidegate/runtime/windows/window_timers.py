@@ -1,0 +1,81 @@
+"""The window operator's timers: the keyed InternalTimerService (runtime/timers.py) plus which
+windows each timer belongs to.
+
+The timer service deduplicates timers per (key, domain, timestamp) and has no namespace, so the
+keyed map state `__window_timers__` maps `(domain, timestamp)` to the tuple of the key's windows
+that registered it (several windows can end at the same time, e.g. a trigger timer and a
+cleanup timer, or the windows of different sizes of a custom assigner). A firing timer is
+looked up there and `on_timer(window, timestamp, domain)` runs for each of its windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tidegate.runtime.timers import InternalTimerService, TimeDomain, processing_time_ms
+from tidegate.state.descriptors import MapStateDescriptor
+
+WINDOW_TIMERS_STATE = "__window_timers__"
+
+OnTimer = Callable[[Any, int, TimeDomain], None]
+
+
+class WindowTimers:
+    """Timers of one window operator subtask; `flush` sends a firing round's output."""
+
+    def __init__(
+        self,
+        backend: Any,
+        on_timer: OnTimer,
+        flush: Callable[[], None],
+        clock: Callable[[], int] = processing_time_ms,
+    ) -> None:
+        self._on_timer = on_timer
+        self._flush = flush
+        self._windows = backend.get_map_state(MapStateDescriptor(WINDOW_TIMERS_STATE))
+        self.internal = InternalTimerService(backend, self._fire, clock)
+        self.internal.restore()
+
+    def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
+        key = (domain.value, timestamp)
+        windows = self._windows.get(key) or ()
+        if window in windows:
+            return
+        self._windows.put(key, (*windows, window))
+        self.internal.register(domain, timestamp)
+
+    def delete(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
+        key = (domain.value, timestamp)
+        windows = self._windows.get(key) or ()
+        if window not in windows:
+            return
+        rest = tuple(w for w in windows if w != window)
+        if rest:
+            self._windows.put(key, rest)
+        else:
+            self._windows.remove(key)
+            self.internal.delete(domain, timestamp)
+
+    def _fire(self, timestamp: int, domain: TimeDomain) -> None:
+        key = (domain.value, timestamp)
+        windows = self._windows.get(key) or ()
+        self._windows.remove(key)  # same step as the timer service's removal: fires once
+        for window in windows:
+            self._on_timer(window, timestamp, domain)
+
+    # the task's hooks (ChainTimers) and the operator's -----------------------------------------
+    def fire_processing_timers(self) -> None:
+        if self.internal.fire_processing_timers():
+            self._flush()
+
+    def next_processing_time(self) -> int | None:
+        return self.internal.next_processing_time()
+
+    def advance_watermark(self, watermark: int) -> None:
+        if self.internal.advance_watermark(watermark):
+            self._flush()
+
+    def end_of_input(self) -> None:
+        if self.internal.end_of_input():
+            self._flush()
