@@ -4,12 +4,11 @@ Each `qN(events)` takes the stream of Nexmark events (`events_stream`) and retur
 stream. Semantics follow the nexmark project's Flink SQL queries (the published reference);
 bench/nexmark/reference.py computes the same results in plain Python.
 
-Windows and joins are hand-written KeyedProcessFunctions with keyed state and event-time
-timers (the way Flink jobs were written before the window API): a window's result is emitted
-by a timer at its last millisecond (Flink's `window.max_timestamp()`), so the results are those
-of event-time windows. On a branch without watermarks, event-time timers fire at the end of a
-bounded input (the maximum watermark), so on bounded runs every result is complete and exact;
-once sources emit watermarks the same code emits each window when the watermark passes it.
+Event time: the source's records carry `date_time` as timestamp, with monotonous watermarks
+(each source subtask generates its events in order). q5, q7 and q8 use event-time windows
+(`window`, `window_all`, a window `join`); q3 and q4 are regular joins (no window), written as
+KeyedProcessFunctions with keyed state, q4 closing each auction with an event-time timer at
+its `expires`.
 """
 
 from __future__ import annotations
@@ -19,12 +18,17 @@ from typing import Any
 
 from bench.nexmark.model import Auction, Bid, Person
 from tidegate.common import WatermarkStrategy
-from tidegate.datastream import DataStream, KeyedProcessFunction, StreamExecutionEnvironment
-from tidegate.datastream.state import (
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ValueStateDescriptor,
+from tidegate.datastream import (
+    AggregateFunction,
+    AllWindowFunction,
+    DataStream,
+    JoinFunction,
+    KeyedProcessFunction,
+    StreamExecutionEnvironment,
+    WindowFunction,
 )
+from tidegate.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from tidegate.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
 
 WINDOW_MS = 10_000  # q5's window size, q7's and q8's tumbling windows (Nexmark: 10 s)
 SLIDE_MS = 2_000  # q5's slide (Nexmark: 2 s)
@@ -210,70 +214,61 @@ def q4(events: DataStream) -> DataStream:
     return closed.key_by(category_of).process(RunningAverage()).uid("q4-average")
 
 
-# windows by hand: q5, q7, q8 -------------------------------------------------------------------
-def sliding_starts(timestamp: int, size: int, slide: int) -> range:
-    """Start times of the sliding windows [start, start + size) that contain `timestamp`."""
-    last = timestamp - timestamp % slide
-    return range(last, timestamp - size, -slide)
+# windows: q5, q7, q8 ----------------------------------------------------------------------------
+class CountBids(AggregateFunction):
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: Bid, accumulator: int) -> int:
+        return accumulator + 1
+
+    def get_result(self, accumulator: int) -> int:
+        return accumulator
+
+    def merge(self, acc_a: int, acc_b: int) -> int:
+        return acc_a + acc_b
 
 
-class BidsPerWindow(KeyedProcessFunction):
-    """Keyed by auction: counts its bids per sliding window; emits (start, auction, count)
-    at the end of each window."""
+class WithWindowStart(WindowFunction):
+    """(window start, key, count) for the one count of a key's window."""
 
-    def __init__(self, size: int = WINDOW_MS, slide: int = SLIDE_MS) -> None:
-        self.size, self.slide = size, slide
-
-    def open(self, runtime_context) -> None:
-        self.counts = runtime_context.get_map_state(MapStateDescriptor("bids-per-window"))
-
-    def process_element(self, value, ctx) -> None:
-        counts, timers, size = self.counts, ctx.timer_service(), self.size
-        for start in sliding_starts(value.date_time, size, self.slide):
-            count = counts.get(start)
-            if count is None:
-                timers.register_event_time_timer(start + size - 1)
-                count = 0
-            counts.put(start, count + 1)
-
-    def on_timer(self, timestamp, ctx) -> Iterator[tuple]:
-        start = timestamp + 1 - self.size
-        count = self.counts.get(start)
-        if count is not None:
-            self.counts.remove(start)
-            yield (start, ctx.get_current_key(), count)
+    def apply(self, key, window, inputs) -> Iterator[tuple]:
+        for count in inputs:
+            yield (window.start, key, count)
 
 
 def window_start_of(row: tuple) -> int:
     return row[0]
 
 
-class HottestAuctions(KeyedProcessFunction):
-    """Keyed by window start: the auctions with the most bids in that window."""
+class TopCounts(AggregateFunction):
+    """The highest count among (start, auction, count) rows, and the auctions that have it."""
 
-    def __init__(self, size: int = WINDOW_MS) -> None:
-        self.size = size
+    def create_accumulator(self) -> tuple[int, list[int]]:
+        return (0, [])
 
-    def open(self, runtime_context) -> None:
-        self.top = runtime_context.get_state(ValueStateDescriptor("top-count-auctions"))
+    def add(self, value: tuple, accumulator: tuple[int, list[int]]) -> tuple[int, list[int]]:
+        _, auction, count = value
+        if count > accumulator[0]:
+            return (count, [auction])
+        if count == accumulator[0]:
+            return (count, [*accumulator[1], auction])
+        return accumulator
 
-    def process_element(self, value, ctx) -> None:
-        start, auction, count = value
-        top = self.top.value()
-        if top is None:
-            ctx.timer_service().register_event_time_timer(start + self.size - 1)
-            self.top.update((count, [auction]))
-        elif count > top[0]:
-            self.top.update((count, [auction]))
-        elif count == top[0]:
-            self.top.update((count, [*top[1], auction]))
+    def get_result(self, accumulator: tuple[int, list[int]]) -> tuple[int, list[int]]:
+        return accumulator
 
-    def on_timer(self, timestamp, ctx) -> Iterator[tuple]:
-        count, auctions = self.top.value()
-        self.top.clear()
-        start = ctx.get_current_key()
-        for auction in auctions:
-            yield (start, auction, count)
+    def merge(self, acc_a, acc_b):
+        if acc_a[0] != acc_b[0]:
+            return max(acc_a, acc_b, key=lambda acc: acc[0])
+        return (acc_a[0], acc_a[1] + acc_b[1])
+
+
+class HottestRows(WindowFunction):
+    def apply(self, key, window, inputs) -> Iterator[tuple]:
+        for count, auctions in inputs:
+            for auction in auctions:
+                yield (key, auction, count)
 
 
 def bid_auction(b: Bid) -> int:
@@ -282,94 +277,106 @@ def bid_auction(b: Bid) -> int:
 
 def q5(events: DataStream, size: int = WINDOW_MS, slide: int = SLIDE_MS) -> DataStream:
     """Hot items: per sliding window (10 s every 2 s), the auctions with the most bids, as
-    (window start, auction, bids)."""
+    (window start, auction, bids). A window's counts carry its last millisecond as timestamp,
+    so the tumbling `slide` window that holds it gathers exactly that window's counts."""
     counts = (
         events.filter(is_bid)
         .uid("q5-bids")
         .key_by(bid_auction)
-        .process(BidsPerWindow(size, slide))
+        .window(SlidingEventTimeWindows.of(size, slide))
+        .aggregate(CountBids(), WithWindowStart())
         .uid("q5-count")
     )
-    return counts.key_by(window_start_of).process(HottestAuctions(size)).uid("q5-hottest")
+    return (
+        counts.key_by(window_start_of)
+        .window(TumblingEventTimeWindows.of(slide))
+        .aggregate(TopCounts(), HottestRows())
+        .uid("q5-hottest")
+    )
 
 
-def tumbling_start(size: int) -> Callable[[Any], int]:
-    def start(e: Any) -> int:
-        return e.date_time - e.date_time % size
+class TopBids(AggregateFunction):
+    """The highest price and the bids at it, as (auction, price, bidder, date_time, extra)."""
 
-    return start
+    def create_accumulator(self) -> tuple[int, list[tuple]]:
+        return (-1, [])
 
-
-class HighestBid(KeyedProcessFunction):
-    """Keyed by tumbling window start: the bids with the window's highest price."""
-
-    def __init__(self, size: int = WINDOW_MS) -> None:
-        self.size = size
-
-    def open(self, runtime_context) -> None:
-        self.top = runtime_context.get_state(ValueStateDescriptor("top-price-bids"))
-
-    def process_element(self, value, ctx) -> None:
-        top = self.top.value()
+    def add(self, value: Bid, accumulator: tuple[int, list[tuple]]) -> tuple[int, list[tuple]]:
+        if value.price < accumulator[0]:
+            return accumulator
         row = (value.auction, value.price, value.bidder, value.date_time, value.extra)
-        if top is None:
-            ctx.timer_service().register_event_time_timer(ctx.get_current_key() + self.size - 1)
-            self.top.update((value.price, [row]))
-        elif value.price > top[0]:
-            self.top.update((value.price, [row]))
-        elif value.price == top[0]:
-            self.top.update((value.price, [*top[1], row]))
+        if value.price > accumulator[0]:
+            return (value.price, [row])
+        return (value.price, [*accumulator[1], row])
 
-    def on_timer(self, timestamp, ctx) -> Iterator[tuple]:
-        _, rows = self.top.value()
-        self.top.clear()
-        yield from rows
+    def get_result(self, accumulator: tuple[int, list[tuple]]) -> list[tuple]:
+        return accumulator[1]
+
+    def merge(self, acc_a, acc_b):
+        if acc_a[0] != acc_b[0]:
+            return max(acc_a, acc_b, key=lambda acc: acc[0])
+        return (acc_a[0], acc_a[1] + acc_b[1])
+
+
+class EachRow(AllWindowFunction):
+    def apply(self, window, inputs) -> Iterator[tuple]:
+        for rows in inputs:
+            yield from rows
 
 
 def q7(events: DataStream, size: int = WINDOW_MS) -> DataStream:
     """Highest bid: per tumbling window (10 s), the bids at its highest price, as
-    (auction, price, bidder, date_time, extra)."""
-    bids = events.filter(is_bid).uid("q7-bids")
-    return bids.key_by(tumbling_start(size)).process(HighestBid(size)).uid("q7-highest")
+    (auction, price, bidder, date_time, extra). `window_all`: one subtask, as in Flink."""
+    return (
+        events.filter(is_bid)
+        .uid("q7-bids")
+        .window_all(TumblingEventTimeWindows.of(size))
+        .aggregate(TopBids(), EachRow())
+        .uid("q7-highest")
+    )
 
 
-class NewSellers(KeyedProcessFunction):
-    """Keyed by person id: per tumbling window, was the person created in it and did they
-    open an auction in it? Emits (id, name, window start) for those who did both."""
+def seller_of(a: Auction) -> int:
+    return a.seller
 
-    def __init__(self, size: int = WINDOW_MS) -> None:
+
+def person_id(p: Person) -> int:
+    return p.id
+
+
+def first_of(a: Any, b: Any) -> Any:
+    return a
+
+
+class NewSeller(JoinFunction):
+    def __init__(self, size: int) -> None:
         self.size = size
 
-    def open(self, runtime_context) -> None:
-        # window start -> [name or None, sold something]
-        self.windows = runtime_context.get_map_state(MapStateDescriptor("windows"))
-
-    def process_element(self, value, ctx) -> None:
-        start = value.date_time - value.date_time % self.size
-        seen = self.windows.get(start)
-        if seen is None:
-            ctx.timer_service().register_event_time_timer(start + self.size - 1)
-            seen = (None, False)
-        if type(value) is Person:
-            self.windows.put(start, (value.name, seen[1]))
-        elif not seen[1]:
-            self.windows.put(start, (seen[0], True))
-
-    def on_timer(self, timestamp, ctx) -> Iterator[tuple]:
-        start = timestamp + 1 - self.size
-        name, sold = self.windows.get(start)
-        self.windows.remove(start)
-        if name is not None and sold:
-            yield (ctx.get_current_key(), name, start)
+    def join(self, first: Person, second: Auction) -> tuple:
+        return (first.id, first.name, first.date_time - first.date_time % self.size)
 
 
 def q8(events: DataStream, size: int = WINDOW_MS) -> DataStream:
     """Monitor new users: people who opened an auction in the tumbling window (10 s) in which
-    they registered, as (id, name, window start)."""
+    they registered, as (id, name, window start): a window join of persons with each window's
+    distinct sellers (an auction per seller and window, stamped with the window's end)."""
     persons = events.filter(is_person).uid("q8-persons")
-    auctions = events.filter(is_auction).uid("q8-auctions")
-    joined = persons.union(auctions).key_by(person_or_seller)
-    return joined.process(NewSellers(size)).uid("q8-join")
+    sellers = (
+        events.filter(is_auction)
+        .uid("q8-auctions")
+        .key_by(seller_of)
+        .window(TumblingEventTimeWindows.of(size))
+        .reduce(first_of)
+        .uid("q8-sellers")
+    )
+    return (
+        persons.join(sellers)
+        .where(person_id)
+        .equal_to(seller_of)
+        .window(TumblingEventTimeWindows.of(size))
+        .apply(NewSeller(size))
+        .uid("q8-join")
+    )
 
 
 QUERIES: dict[str, Callable[[DataStream], DataStream]] = {
