@@ -29,12 +29,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CODE, os.environ.get("PYT
 
 from bench.nexmark.generator import NexmarkConfig  # noqa: E402
 from bench.nexmark.measure import (  # noqa: E402
+    ALL_QUERIES,
     bare_rate,
     generator_rate,
     run_query_job,
     state_backend,
 )
-from bench.nexmark.queries import QUERIES  # noqa: E402
 from bench.run import freeze_code, git_info, log, machine_info, start_spark, tree_sha256  # noqa: E402
 
 #: the nexmark project's Flink 1.13 results (8 cores per node), events/s per core
@@ -49,13 +49,19 @@ FLINK_PER_CORE = {
 }
 #: rough events/s per slot on the 2-core dev box: sizes runs to about --seconds; a hint only
 EST_RATE = {"q0": 200_000, "q1": 250_000, "q2": 350_000, "q3": 300_000, "q4": 170_000}
+EST_RATE |= {"q5": 20_000, "q5-timers": 60_000}
 EST_RATE_DEFAULT = 150_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smoke run: ~3 s per job, small loops")
-    p.add_argument("--queries", default=",".join(QUERIES), help="comma-separated (default: all)")
+    p.add_argument(
+        "--queries",
+        default=",".join(ALL_QUERIES),
+        help="comma-separated (default: all, and q5/q7/q8 also without the window API: "
+        "q5-timers, q7-timers, q8-timers)",
+    )
     p.add_argument("--backends", default="hashmap,rocksdb", help="skipped when not available")
     p.add_argument("--parallelism", type=int, default=1, help="slots per job (1 = one core)")
     p.add_argument("--checkpoint-ms", type=int, default=10_000)
@@ -73,9 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--live-code", action="store_true", help="do not run on a frozen copy")
     args = p.parse_args(argv)
     args.queries = [q for q in args.queries.split(",") if q]
-    unknown = sorted(set(args.queries) - set(QUERIES))
+    unknown = sorted(set(args.queries) - set(ALL_QUERIES))
     if unknown:
-        p.error(f"unknown queries {unknown}; choose from {sorted(QUERIES)}")
+        p.error(f"unknown queries {unknown}; choose from {sorted(ALL_QUERIES)}")
     args.backends = [b for b in args.backends.split(",") if b]
     if args.seconds is None:
         args.seconds = 3.0 if args.quick else 20.0
@@ -148,7 +154,7 @@ def print_table(results: dict[str, Any], parallelism: int) -> None:
     print(head)
     print("-" * len(head))
     for query, entry in results["queries"].items():
-        low, high = FLINK_PER_CORE.get(query, (None, None))
+        low, high = FLINK_PER_CORE.get(query.split("-")[0], (None, None))
         flink = "-" if low is None else _k(low) + (f"-{_k(high)}" if high != low else "")
         bare = entry["bare_rate"]
         for r in entry["runs"]:

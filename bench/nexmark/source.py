@@ -3,14 +3,14 @@
 Splits are `DataGeneratorSplit`s (tidegate/connectors/datagen.py) over event numbers: split
 `i` of `p` generates events `i, i + p, i + 2p, ...` (below `count`, or forever), so every
 subtask's events advance through event time together, as the reference generator's parallel
-instances do. A split's position is the next event number; it lives in operator state, so a
-restore resumes at exactly the next event, and the events are a pure function of their number
-(and the config), so a replay regenerates them identically.
+instances do, and each subtask's events are in timestamp order. A split's position is the next
+event number; it lives in operator state, so a restore resumes at exactly the next event, and
+the events are a pure function of their number (and the config), so a replay regenerates them
+identically.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 
 from bench.nexmark.generator import NexmarkConfig, NexmarkGenerator
@@ -64,7 +64,10 @@ class NexmarkSource:
 
 
 class NexmarkReader:
-    """Generates its splits in turns, one batch each (they all advance through event time)."""
+    """Generates its splits in event-number order, so its output is in timestamp order (the
+    monotonous watermarks hold) even when a restore with a lower parallelism gave it several
+    splits at different positions: it always continues the split that is furthest behind, and
+    only up to the next split's position."""
 
     def __init__(
         self,
@@ -73,22 +76,30 @@ class NexmarkReader:
         rate_limiter: RateLimiter | None = None,
     ) -> None:
         self._generator = generator
-        self._splits = deque(s for s in splits if not s.exhausted)
+        self._splits = [s for s in splits if not s.exhausted]
         self.rate_limiter = rate_limiter
 
     def poll_batch(self, max_records: int) -> list[Person | Auction | Bid] | None:
-        if not self._splits:
+        splits = self._splits
+        if not splits:
             return None
-        split = self._splits.popleft()
+        k = min(range(len(splits)), key=lambda i: splits[i].next_index)
+        split = splits[k]
+        first, stride = split.next_index, split.stride
         wanted = max(max_records, 0)
         if split.stop is not None:
-            wanted = min(wanted, len(range(split.next_index, split.stop, split.stride)))
+            wanted = min(wanted, len(range(first, split.stop, stride)))
+        if len(splits) > 1:  # not past the next split's position (at least one event)
+            following = min(s.next_index for s in splits if s is not split)
+            wanted = min(wanted, len(range(first, following, stride)))
         if self.rate_limiter is not None:
             wanted = self.rate_limiter.acquire_up_to(wanted)
-        batch = self._generator.events(split.next_index, wanted, split.stride)
-        split = replace(split, next_index=split.next_index + wanted * split.stride)
-        if not split.exhausted:
-            self._splits.append(split)
+        batch = self._generator.events(first, wanted, stride)
+        split = replace(split, next_index=first + wanted * stride)
+        if split.exhausted:
+            del splits[k]
+        else:
+            splits[k] = split
         return batch
 
     def snapshot_splits(self) -> list[DataGeneratorSplit]:

@@ -116,9 +116,12 @@ def test_splits_of_two_subtasks_restored_into_one_generate_every_event_once():
     readers = [source.create_reader([s], i, 2) for i, s in enumerate(source.create_splits(2))]
     seen = readers[0].poll_batch(100) + readers[1].poll_batch(250)
     snapshot = readers[0].snapshot_splits() + readers[1].snapshot_splits()
-    seen += _drain(source.create_reader(snapshot, 0, 1))
+    resumed = _drain(source.create_reader(snapshot, 0, 1))
     everything = NexmarkGenerator().events(0, 5_000)
-    assert sorted(seen, key=everything.index) == everything
+    assert sorted(seen + resumed, key=everything.index) == everything
+    # one reader, two splits at different positions: still in timestamp order
+    assert resumed == sorted(resumed, key=everything.index)
+    assert [e.date_time for e in resumed] == sorted(e.date_time for e in resumed)
 
 
 def test_an_unbounded_source_keeps_generating():
