@@ -242,31 +242,33 @@ def window_start_of(row: tuple) -> int:
 
 
 class TopCounts(AggregateFunction):
-    """The highest count among (start, auction, count) rows, and the auctions that have it."""
+    """The highest count among (start, auction, count) rows and the auctions that have it, as
+    one flat tuple `(count, auction, auction, ...)`: window state keeps a flat tuple of
+    immutable values as it is, while it deep-copies any other accumulator on every update."""
 
-    def create_accumulator(self) -> tuple[int, list[int]]:
-        return (0, [])
+    def create_accumulator(self) -> tuple[int, ...]:
+        return (0,)
 
-    def add(self, value: tuple, accumulator: tuple[int, list[int]]) -> tuple[int, list[int]]:
+    def add(self, value: tuple, accumulator: tuple[int, ...]) -> tuple[int, ...]:
         _, auction, count = value
         if count > accumulator[0]:
-            return (count, [auction])
+            return (count, auction)
         if count == accumulator[0]:
-            return (count, [*accumulator[1], auction])
+            return (*accumulator, auction)
         return accumulator
 
-    def get_result(self, accumulator: tuple[int, list[int]]) -> tuple[int, list[int]]:
+    def get_result(self, accumulator: tuple[int, ...]) -> tuple[int, ...]:
         return accumulator
 
     def merge(self, acc_a, acc_b):
         if acc_a[0] != acc_b[0]:
             return max(acc_a, acc_b, key=lambda acc: acc[0])
-        return (acc_a[0], acc_a[1] + acc_b[1])
+        return acc_a + acc_b[1:]
 
 
 class HottestRows(WindowFunction):
     def apply(self, key, window, inputs) -> Iterator[tuple]:
-        for count, auctions in inputs:
+        for count, *auctions in inputs:
             for auction in auctions:
                 yield (key, auction, count)
 
@@ -296,26 +298,26 @@ def q5(events: DataStream, size: int = WINDOW_MS, slide: int = SLIDE_MS) -> Data
 
 
 class TopBids(AggregateFunction):
-    """The highest price and the bids at it, as (auction, price, bidder, date_time, extra)."""
+    """The highest price and the bids at it, as (auction, price, bidder, date_time, extra)
+    rows; the accumulator is one flat tuple `(price, *row, *row, ...)` (see TopCounts)."""
 
-    def create_accumulator(self) -> tuple[int, list[tuple]]:
-        return (-1, [])
+    def create_accumulator(self) -> tuple:
+        return (-1,)
 
-    def add(self, value: Bid, accumulator: tuple[int, list[tuple]]) -> tuple[int, list[tuple]]:
-        if value.price < accumulator[0]:
+    def add(self, value: Bid, accumulator: tuple) -> tuple:
+        price = value.price
+        if price < accumulator[0]:
             return accumulator
-        row = (value.auction, value.price, value.bidder, value.date_time, value.extra)
-        if value.price > accumulator[0]:
-            return (value.price, [row])
-        return (value.price, [*accumulator[1], row])
+        row = (value.auction, price, value.bidder, value.date_time, value.extra)
+        return (price, *row) if price > accumulator[0] else (*accumulator, *row)
 
-    def get_result(self, accumulator: tuple[int, list[tuple]]) -> list[tuple]:
-        return accumulator[1]
+    def get_result(self, accumulator: tuple) -> list[tuple]:
+        return [accumulator[i : i + 5] for i in range(1, len(accumulator), 5)]
 
     def merge(self, acc_a, acc_b):
         if acc_a[0] != acc_b[0]:
             return max(acc_a, acc_b, key=lambda acc: acc[0])
-        return (acc_a[0], acc_a[1] + acc_b[1])
+        return acc_a + acc_b[1:]
 
 
 class EachRow(AllWindowFunction):
