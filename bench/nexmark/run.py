@@ -148,7 +148,7 @@ def print_table(results: dict[str, Any], parallelism: int) -> None:
     gen = results["generator"]["rate"]
     print(f"\nNexmark on tidegate, p={parallelism}; generator alone {_k(gen)} events/cpu-s")
     head = (
-        f"{'query':<6}{'backend':<9}{'events':>9}{'ev/s/core':>10}{'ev/cpu-s':>9}"
+        f"{'query':<10}{'backend':<9}{'events':>9}{'ev/s/core':>10}{'ev/cpu-s':>9}"
         f"{'bare':>7}{'x bare':>7}{'Flink/core':>11}{'ckpts':>6}{'own':>5}{'others':>7}  exact"
     )
     print(head)
@@ -162,7 +162,7 @@ def print_table(results: dict[str, Any], parallelism: int) -> None:
             per_cpu = r["events_per_cpu_s"]
             ratio = f"{per_cpu / bare:.2f}" if per_cpu else "-"
             print(
-                f"{query:<6}{r['backend']:<9}{r['events']:>9}{_k(rate):>10}{_k(per_cpu):>9}"
+                f"{query:<10}{r['backend']:<9}{r['events']:>9}{_k(rate):>10}{_k(per_cpu):>9}"
                 f"{_k(bare):>7}{ratio:>7}{flink:>11}{r['completed_checkpoints']:>6}"
                 f"{r['own_cores'] or 0:>5.2f}{r['other_cores'] or 0:>7.2f}  {r['exactly_once_ok']}"
             )
