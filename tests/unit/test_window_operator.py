@@ -5,7 +5,7 @@ and window state kept in keyed state across a snapshot and restore (real heap ba
 from __future__ import annotations
 
 import pytest
-from window_harness import Harness
+from window_harness import Harness, SumProcess, add_values, sum_spec
 
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.timers import MAX_WATERMARK
@@ -19,29 +19,24 @@ from tidegate.runtime.windows.assigners import (
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowSpec
-from tidegate.runtime.windows.triggers import CountTrigger, PurgingTrigger
+from tidegate.runtime.windows.triggers import CountTrigger, EventTimeTrigger, PurgingTrigger
 from tidegate.runtime.windows.windows import GlobalWindow, TimeWindow
 
 
-def add_values(a, b):
-    return (a[0], a[1] + b[1])
+class GenericEventTimeTrigger(EventTimeTrigger):
+    """The default trigger, but through the operator's generic path (its inlined fast path is
+    taken for exactly EventTimeTrigger): both must behave the same."""
 
 
-def sum_spec(assigner, **kw) -> WindowSpec:
-    return WindowSpec(assigner, aggregation=Aggregation(add_values), **kw)
+#: the default trigger (the operator's fast path) and the same trigger the generic way
+EVENT_TIME_TRIGGERS = pytest.mark.parametrize(
+    "trigger", [None, GenericEventTimeTrigger()], ids=["inlined", "generic"]
+)
 
 
-class SumProcess:
-    """A ProcessWindowFunction: (key, window start, window end, sum, count)."""
-
-    def process(self, key, context, elements):
-        w = context.window()
-        values = [v for _, v in elements]
-        yield (key, w.start, w.end, sum(values), len(values))
-
-
-def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_end():
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10)))
+@EVENT_TIME_TRIGGERS
+def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_end(trigger):
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), trigger=trigger))
     h.add(("a", 1, 1), ("a", 2, 9), ("b", 5, 3), ("a", 4, 10))
     h.watermark(8)
     assert h.out.records == []
@@ -51,8 +46,9 @@ def test_a_tumbling_event_time_window_fires_once_when_the_watermark_passes_its_e
     assert h.out.records[2:] == [(("a", 4), 19)]
 
 
-def test_sliding_windows_each_get_every_element_in_their_range():
-    h = Harness(sum_spec(SlidingEventTimeWindows.of(10, 5)))
+@EVENT_TIME_TRIGGERS
+def test_sliding_windows_each_get_every_element_in_their_range(trigger):
+    h = Harness(sum_spec(SlidingEventTimeWindows.of(10, 5), trigger=trigger))
     h.add(("k", 1, 3), ("k", 10, 7), ("k", 100, 12))
     h.watermark(MAX_WATERMARK)
     # windows [-5,5) [0,10) [5,15) [10,20): sums 1, 11, 110, 100
@@ -106,8 +102,9 @@ def test_incremental_aggregation_hands_the_window_function_only_the_aggregate():
     assert h.out.values() == [("a", 10, 3.0)]
 
 
-def test_late_elements_within_the_allowed_lateness_fire_the_window_again():
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), allowed_lateness=5))
+@EVENT_TIME_TRIGGERS
+def test_late_elements_within_the_allowed_lateness_fire_the_window_again(trigger):
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), allowed_lateness=5, trigger=trigger))
     h.add(("a", 1, 1))
     h.watermark(9)
     h.add(("a", 2, 4))  # late but within lateness: a late firing with the updated sum
@@ -118,9 +115,10 @@ def test_late_elements_within_the_allowed_lateness_fire_the_window_again():
     assert h.op.num_late_records_dropped == 1
 
 
-def test_late_elements_go_to_the_late_data_side_output_with_their_timestamps():
+@EVENT_TIME_TRIGGERS
+def test_late_elements_go_to_the_late_data_side_output_with_their_timestamps(trigger):
     tag = OutputTag("late")
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), late_data_tag=tag))
+    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), late_data_tag=tag, trigger=trigger))
     h.add(("a", 1, 1))
     h.watermark(20)
     h.add(("a", 2, 5), ("a", 3, 25))
@@ -271,165 +269,3 @@ def test_the_end_of_input_fires_every_event_time_window():
     h.op.finish()
     assert h.out.values() == [("a", 1), ("a", 1)]
     assert TimeWindow(0, 10).max_timestamp() == 9
-
-
-class FiringsPerWindow:
-    """Counts its firings per window in window_state and per key in global_state; clear()
-    drops the window's count."""
-
-    def __init__(self):
-        from tidegate.state.descriptors import ValueStateDescriptor
-
-        self.desc = ValueStateDescriptor("firings")
-        self.total = ValueStateDescriptor("total")
-        self.cleared = []
-
-    def process(self, key, context, elements):
-        firings = context.window_state().get_state(self.desc)
-        firings.update((firings.value() or 0) + 1)
-        total = context.global_state().get_state(self.total)
-        total.update((total.value() or 0) + 1)
-        yield (key, context.window().start, firings.value(), total.value(), len(elements))
-        assert context.current_watermark() >= context.window().max_timestamp()
-
-    def clear(self, context):
-        self.cleared.append(context.window())
-        context.window_state().get_state(self.desc).clear()
-
-
-def test_a_process_window_function_keeps_per_window_and_per_key_state_and_clears_it():
-    function = FiringsPerWindow()
-    spec = WindowSpec(
-        TumblingEventTimeWindows.of(10),
-        allowed_lateness=100,
-        function=InternalWindowFunction("process", function),
-    )
-    h = Harness(spec)
-    h.add(("a", 1, 1))
-    h.watermark(9)
-    h.add(("a", 2, 2))  # a late firing of [0,10): its second
-    h.add(("a", 3, 12))
-    h.watermark(19)
-    assert h.out.values() == [("a", 0, 1, 1, 1), ("a", 0, 2, 2, 2), ("a", 10, 1, 3, 1)]
-    h.watermark(200)
-    assert function.cleared == [TimeWindow(0, 10), TimeWindow(10, 20)]
-    backend = h.op.keyed_backend
-    assert backend.entries("__window_state__:firings") == []
-    assert backend.entries("total") == [("a", 3)]
-
-
-class EveryOtherElement(CountTrigger):
-    """A custom trigger: fires on every second element and at the window end."""
-
-    def __init__(self):
-        super().__init__(2)
-
-    def on_element(self, element, timestamp, window, ctx):
-        ctx.register_event_time_timer(window.max_timestamp())
-        return super().on_element(element, timestamp, window, ctx)
-
-    def on_event_time(self, time, window, ctx):
-        from tidegate.runtime.windows.triggers import TriggerResult
-
-        return (
-            TriggerResult.FIRE_AND_PURGE
-            if time == window.max_timestamp()
-            else (TriggerResult.CONTINUE)
-        )
-
-    def clear(self, window, ctx):
-        ctx.delete_event_time_timer(window.max_timestamp())
-        super().clear(window, ctx)
-
-
-def test_a_custom_trigger_fires_early_and_at_the_end_of_the_window():
-    h = Harness(sum_spec(TumblingEventTimeWindows.of(10), trigger=EveryOtherElement()))
-    h.add(("a", 1, 1), ("a", 2, 2), ("a", 4, 3))
-    assert h.out.values() == [("a", 3)]
-    h.watermark(9)
-    assert h.out.values() == [("a", 3), ("a", 7)]
-    h.watermark(20)
-    assert h.out.values() == [("a", 3), ("a", 7)]
-
-
-def test_a_time_evictor_drops_old_elements_before_the_window_function():
-    from tidegate.runtime.windows.evictors import TimeEvictor
-
-    spec = WindowSpec(
-        TumblingEventTimeWindows.of(100),
-        evictor=TimeEvictor.of(10),
-        function=InternalWindowFunction("process", SumProcess()),
-    )
-    h = Harness(spec)
-    h.add(("a", 1, 5), ("a", 2, 50), ("a", 4, 55), ("a", 8, 60))
-    h.watermark(99)
-    assert h.out.values() == [("a", 0, 100, 12, 2)]  # only 55 and 60 are within 10 of 60
-
-
-def test_processing_time_sessions_with_a_dynamic_gap_merge_and_fire_on_the_clock():
-    from tidegate.runtime.windows.assigners import ProcessingTimeSessionWindows
-
-    spec = WindowSpec(
-        ProcessingTimeSessionWindows.with_dynamic_gap(lambda e: e[1] * 10),
-        function=InternalWindowFunction("process", SumProcess()),
-    )
-    h = Harness(spec)
-    h.clock.now = 100
-    h.add(("a", 2, None))  # [100, 120)
-    h.clock.now = 115
-    h.add(("a", 1, None))  # [115, 125): merges into [100, 125)
-    h.processing_time(123)
-    assert h.out.values() == []
-    h.processing_time(124)
-    assert h.out.values() == [("a", 100, 125, 3, 2)]
-
-
-def test_window_all_functions_get_no_key():
-    class AllSum:
-        def process(self, context, elements):
-            yield (context.window().start, sum(v for _, v in elements))
-
-    spec = WindowSpec(
-        TumblingEventTimeWindows.of(10), function=InternalWindowFunction("all_process", AllSum())
-    )
-    h = Harness(spec)
-    h.add(("a", 1, 1), ("b", 2, 2))
-    h.watermark(9)
-    assert sorted(h.out.values()) == [(0, 1), (0, 2)]  # the harness keys by r[0]
-
-
-def test_a_continuous_event_time_trigger_fires_every_interval_and_at_the_window_end():
-    from tidegate.runtime.windows.triggers import ContinuousEventTimeTrigger
-
-    spec = WindowSpec(
-        TumblingEventTimeWindows.of(10),
-        trigger=ContinuousEventTimeTrigger.of(3),
-        function=InternalWindowFunction("process", SumProcess()),
-    )
-    h = Harness(spec)
-    h.add(("a", 1, 1), ("a", 2, 2))  # next firing at 0 + 3
-    h.watermark(3)
-    h.add(("a", 4, 4))
-    h.watermark(6)
-    h.watermark(9)
-    assert h.out.values() == [
-        ("a", 0, 10, 3, 2),  # at 3
-        ("a", 0, 10, 7, 3),  # at 6
-        ("a", 0, 10, 7, 3),  # at 9: the interval timer and the window end are one timer
-    ]
-    assert [n for n in h.op.keyed_backend._tables if h.op.keyed_backend.entries(n)] == []
-
-
-def test_a_continuous_processing_time_trigger_fires_every_interval_of_the_clock():
-    from tidegate.runtime.windows.triggers import ContinuousProcessingTimeTrigger
-
-    spec = sum_spec(GlobalWindows.create(), trigger=ContinuousProcessingTimeTrigger.of(100))
-    h = Harness(spec)
-    h.clock.now = 1_050
-    h.add(("a", 1, None))
-    h.processing_time(1_099)
-    assert h.out.values() == []
-    h.processing_time(1_100)
-    h.add(("a", 2, None))
-    h.processing_time(1_200)
-    assert h.out.values() == [("a", 1), ("a", 3)]

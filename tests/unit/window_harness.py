@@ -7,6 +7,7 @@ from typing import Any
 
 from tidegate.runtime.operators import OperatorRuntime, SideOutputOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.windows.contents import Aggregation
 from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
 from tidegate.state.snapshot_format import read_key_groups
 
@@ -78,9 +79,10 @@ class Harness:
         self.op.timers.fire_processing_timers()
 
     def snapshot_to(self, path) -> Any:
-        """Write the keyed state; returns a `restored` callable for a new Harness."""
+        """Snapshot the operator as a checkpoint does and write its keyed state; returns a
+        `restored` callable for a new Harness."""
         with path.open("wb") as f:
-            index = self.op.keyed_backend.snapshot().write(f)
+            index = self.op.snapshot_state(1, 0).keyed.write(f)
         watermark = self.op.current_watermark
 
         def restored(key_groups):
@@ -88,3 +90,20 @@ class Harness:
 
         restored.watermark = watermark  # type: ignore[attr-defined]
         return restored
+
+
+def add_values(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def sum_spec(assigner, **kw) -> WindowSpec:
+    return WindowSpec(assigner, aggregation=Aggregation(add_values), **kw)
+
+
+class SumProcess:
+    """A ProcessWindowFunction: (key, window start, window end, sum, count)."""
+
+    def process(self, key, context, elements):
+        w = context.window()
+        values = [v for _, v in elements]
+        yield (key, w.start, w.end, sum(values), len(values))

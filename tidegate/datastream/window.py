@@ -2,6 +2,8 @@
 (`pyflink.datastream.window`); implemented in `tidegate.runtime.windows`."""
 
 from tidegate.runtime.windows.assigners import (
+    CountSlidingWindowAssigner,
+    CountTumblingWindowAssigner,
     DynamicEventTimeSessionWindows,
     DynamicProcessingTimeSessionWindows,
     EventTimeSessionWindows,
@@ -38,7 +40,9 @@ __all__ = [
     "ContinuousEventTimeTrigger",
     "ContinuousProcessingTimeTrigger",
     "CountEvictor",
+    "CountSlidingWindowAssigner",
     "CountTrigger",
+    "CountTumblingWindowAssigner",
     "CountWindow",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",

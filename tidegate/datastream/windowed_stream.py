@@ -9,11 +9,14 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tidegate.runtime.windows.assigners import GlobalWindows, WindowAssigner, to_millis
+from tidegate.runtime.windows.assigners import (
+    CountSlidingWindowAssigner,
+    CountTumblingWindowAssigner,
+    WindowAssigner,
+    to_millis,
+)
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
-from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
-from tidegate.runtime.windows.triggers import CountTrigger, PurgingTrigger
 
 if TYPE_CHECKING:
     from tidegate.datastream.data_stream import DataStream, KeyedStream
@@ -156,11 +159,10 @@ def _all_key(_value: Any) -> int:
 
 
 def count_window(keyed_stream: KeyedStream, size: int, slide: int = 0) -> WindowedStream:
-    """Windows of `size` elements per key, every `slide` elements (0: tumbling), as Flink
-    builds them: global windows with a count trigger (and a count evictor when sliding)."""
-    if not isinstance(size, int) or size <= 0 or not isinstance(slide, int) or slide < 0:
-        raise ValueError(f"count_window needs size > 0 and slide >= 0, got {size}, {slide}")
-    windowed = WindowedStream(keyed_stream, GlobalWindows.create())
+    """Windows of `size` elements per key, every `slide` elements (0: tumbling), as PyFlink
+    builds them: CountTumblingWindowAssigner / CountSlidingWindowAssigner (CountWindow ids)."""
+    if not isinstance(slide, int) or slide < 0:
+        raise ValueError(f"count_window needs slide >= 0, got {slide!r}")
     if slide == 0:
-        return windowed.trigger(PurgingTrigger.of(CountTrigger.of(size)))
-    return windowed.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
+        return WindowedStream(keyed_stream, CountTumblingWindowAssigner.of(size))
+    return WindowedStream(keyed_stream, CountSlidingWindowAssigner.of(size, slide))

@@ -5,7 +5,8 @@ WatermarkStrategy, or `assign_timestamps_and_watermarks` (TimestampsAndWatermark
 
 1. `assign(batch)`: extract every record's timestamp (a TimestampedBatch results) and tell the
    generator (`on_event` per record; built-in generators take the batch's maximum at once);
-2. the operator emits the batch;
+2. `before_records()` (an idle output becomes active again, a restored watermark is re-sent),
+   then the operator emits the batch;
 3. `flush()`: send what the generator emitted meanwhile, after the batch: a WatermarkStatus
    change and/or the newest watermark, if above the last one (watermarks only advance);
 4. `periodic()` (every auto-watermark interval, from the task loop): `on_periodic_emit`, then

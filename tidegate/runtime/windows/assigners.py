@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidegate.runtime.windows.triggers import EventTimeTrigger, NeverTrigger, ProcessingTimeTrigger
-from tidegate.runtime.windows.windows import GlobalWindow, TimeWindow
+from tidegate.runtime.windows.triggers import (
+    CountTrigger,
+    EventTimeTrigger,
+    NeverTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+)
+from tidegate.runtime.windows.windows import CountWindow, GlobalWindow, TimeWindow
+from tidegate.state.descriptors import ValueStateDescriptor
 
 
 def to_millis(value: Any, what: str) -> int:
@@ -218,6 +225,66 @@ class GlobalWindows(WindowAssigner):
 
     def get_default_trigger(self, env: Any = None) -> Any:
         return NeverTrigger()
+
+    def is_event_time(self) -> bool:
+        return False
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{what} must be an int > 0, got {value!r}")
+    return value
+
+
+class CountTumblingWindowAssigner(WindowAssigner):
+    """`count_window(size)`: the n-th element of a key goes to `CountWindow(n // size)`; the
+    window fires (and is purged) when it holds `size` elements. The per-key count is keyed
+    state (`context.get_runtime_context()` is the operator's keyed state)."""
+
+    def __init__(self, window_size: int) -> None:
+        self.window_size = _positive(window_size, "a count window's size")
+        self._count = ValueStateDescriptor("tumble-count-assigner")
+
+    @staticmethod
+    def of(window_size: int) -> CountTumblingWindowAssigner:
+        return CountTumblingWindowAssigner(window_size)
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Any]:
+        count = context.get_runtime_context().get_state(self._count)
+        n = count.value() or 0
+        count.update(n + 1)
+        return [CountWindow(n // self.window_size)]
+
+    def get_default_trigger(self, env: Any = None) -> Any:
+        return PurgingTrigger(CountTrigger(self.window_size))
+
+    def is_event_time(self) -> bool:
+        return False
+
+
+class CountSlidingWindowAssigner(WindowAssigner):
+    """`count_window(size, slide)`: `CountWindow(i)` holds a key's elements number
+    `i * slide` to `i * slide + size - 1`; each fires (and is purged) once it holds `size`."""
+
+    def __init__(self, window_size: int, window_slide: int) -> None:
+        self.window_size = _positive(window_size, "a count window's size")
+        self.window_slide = _positive(window_slide, "a count window's slide")
+        self._count = ValueStateDescriptor("slide-count-assigner")
+
+    @staticmethod
+    def of(window_size: int, window_slide: int) -> CountSlidingWindowAssigner:
+        return CountSlidingWindowAssigner(window_size, window_slide)
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: Any) -> list[Any]:
+        count = context.get_runtime_context().get_state(self._count)
+        n = count.value() or 0
+        count.update(n + 1)
+        size, slide = self.window_size, self.window_slide
+        last = n // slide
+        return [CountWindow(i) for i in range(last, -1, -1) if i * slide <= n < i * slide + size]
+
+    def get_default_trigger(self, env: Any = None) -> Any:
+        return PurgingTrigger(CountTrigger(self.window_size))
 
     def is_event_time(self) -> bool:
         return False

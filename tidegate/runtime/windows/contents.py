@@ -29,12 +29,20 @@ class Aggregation:
     def __init__(self, reduce_function: Any = None, aggregate_function: Any = None) -> None:
         self.reduce = getattr(reduce_function, "reduce", reduce_function)
         self.aggregate = aggregate_function
+        #: the user's function object (its open/close run with the operator's)
+        self.function = aggregate_function if aggregate_function is not None else reduce_function
 
-    def add(self, acc: Any, value: Any) -> Any:
-        """acc (None: none yet) with `value` added; never changes a stored `acc` in place."""
+    def add(self, acc: Any, value: Any, shared: bool = True) -> Any:
+        """acc (None: none yet) with `value` added. A `shared` acc (one a snapshot may hold) is
+        copied first, since reduce/add may change their first argument in place."""
         if self.aggregate is None:
-            return value if acc is None else self.reduce(private_copy(acc), value)
-        acc = self.aggregate.create_accumulator() if acc is None else private_copy(acc)
+            if acc is None:
+                return value
+            return self.reduce(private_copy(acc) if shared else acc, value)
+        if acc is None:
+            acc = self.aggregate.create_accumulator()
+        elif shared:
+            acc = private_copy(acc)
         return self.aggregate.add(value, acc)
 
     def merge(self, a: Any, b: Any) -> Any:
@@ -47,9 +55,11 @@ class Aggregation:
 
     def over(self, values: list[Any]) -> list[Any]:
         """The aggregate of `values` as the one-element input of the window function."""
-        acc = None
-        for v in values:
-            acc = self.add(acc, v)
+        acc, owned = None, False
+        for v in values:  # values are stored in state: an acc that is one of them is copied
+            new = self.add(acc, v, shared=not owned)
+            owned = new is not v and (acc is not None or self.aggregate is not None)
+            acc = new
         if acc is None:  # every element was evicted
             if self.aggregate is None:
                 return []
@@ -58,12 +68,31 @@ class Aggregation:
 
 
 class AccumulatingContents:
+    """One accumulator per window. An accumulator may be held by a checkpoint still being
+    written, so it is copied before its first change after each snapshot (copy on write, as
+    heap state does); `_private` holds the (key, window) accumulators made since the last one."""
+
     def __init__(self, backend: Any, aggregation: Aggregation) -> None:
+        self._backend = backend
         self._state = backend.get_map_state(MapStateDescriptor(CONTENTS_STATE))
         self._agg = aggregation
+        self._private: set[tuple[Any, Any]] = set()
+
+    def on_snapshot(self) -> None:
+        """A snapshot now holds every accumulator: the next change of each copies it."""
+        self._private.clear()
 
     def add(self, window: Any, value: Any, timestamp: int | None) -> None:
-        self._state.put(window, self._agg.add(self._state.get(window), value))
+        owner = (self._backend.current_key, window)
+        acc = self._state.get(window)
+        new = self._agg.add(acc, value, shared=owner not in self._private)
+        self._state.put(window, new)
+        # ours to change in place next time: a copy or a fresh accumulator, never the element
+        # itself (one element object is added to every window it is in, e.g. sliding ones)
+        if new is value:
+            self._private.discard(owner)
+        elif acc is not None or self._agg.aggregate is not None:
+            self._private.add(owner)
 
     def contains(self, window: Any) -> bool:
         return self._state.contains(window)
@@ -79,8 +108,10 @@ class AccumulatingContents:
 
     def clear(self, window: Any) -> None:
         self._state.remove(window)
+        self._private.discard((self._backend.current_key, window))
 
     def merge(self, target: Any, sources: list[Any]) -> None:
+        self._private.discard((self._backend.current_key, target))
         state, merged = self._state, self._state.get(target)
         for window in sources:
             acc = state.get(window)
@@ -92,6 +123,9 @@ class AccumulatingContents:
 
 
 class ListContents:
+    def on_snapshot(self) -> None:
+        pass  # its elements are never changed in place
+
     def __init__(self, backend: Any, aggregation: Aggregation | None) -> None:
         self._state = backend.get_list_state(ListStateDescriptor(ELEMENTS_STATE))
         self._agg = aggregation

@@ -9,6 +9,9 @@ from typing import Any
 
 from tidegate.runtime.timers import TimeDomain
 
+#: module constants (an Enum member lookup costs an attribute descriptor call)
+EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
+
 
 class TriggerContext:
     """What a trigger sees (PyFlink's `Trigger.TriggerContext` / `OnMergeContext`): timers and
@@ -40,16 +43,16 @@ class TriggerContext:
         return None
 
     def register_processing_time_timer(self, time: int) -> None:
-        self._op.timers.register(TimeDomain.PROCESSING_TIME, time, self._window)
+        self._op.timers.register(PROCESSING, time, self._window)
 
     def register_event_time_timer(self, time: int) -> None:
-        self._op.timers.register(TimeDomain.EVENT_TIME, time, self._window)
+        self._op.timers.register(EVENT, time, self._window)
 
     def delete_processing_time_timer(self, time: int) -> None:
-        self._op.timers.delete(TimeDomain.PROCESSING_TIME, time, self._window)
+        self._op.timers.delete(PROCESSING, time, self._window)
 
     def delete_event_time_timer(self, time: int) -> None:
-        self._op.timers.delete(TimeDomain.EVENT_TIME, time, self._window)
+        self._op.timers.delete(EVENT, time, self._window)
 
     def get_partitioned_state(self, state_descriptor: Any) -> Any:
         """State scoped to the current key and window."""
@@ -108,4 +111,5 @@ class ClockContext:
         return self._op.timers.internal.current_watermark
 
     def get_runtime_context(self) -> Any:
-        return None
+        """The operator's keyed state, for the current key (count assigners keep counts)."""
+        return self._op.keyed_backend

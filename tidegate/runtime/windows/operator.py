@@ -30,8 +30,12 @@ from tidegate.runtime.timers import MAX_WATERMARK, TimeDomain, processing_time_m
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.merging import MergingWindowSet
+from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
 from tidegate.runtime.windows.window_timers import WindowTimers
+
+#: module constants (an Enum member lookup costs an attribute descriptor call)
+EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
 
 
 @dataclass
@@ -62,13 +66,20 @@ class WindowOperator(StreamOperator):
     ) -> None:
         user_function = spec.function.function
         if user_function is None and spec.aggregation is not None:
-            user_function = spec.aggregation.aggregate
+            user_function = spec.aggregation.function
         super().__init__(user_function, **kw)
         self.spec = spec
         self.key_selector = key_selector
         self.assigner = spec.assigner
         self.trigger = spec.trigger or spec.assigner.get_default_trigger()
         self.lateness = spec.allowed_lateness
+        self._event_time = bool(self.assigner.is_event_time())
+        self._plain_event_time = (
+            self._event_time
+            and type(self.trigger) is EventTimeTrigger
+            and spec.evictor is None
+            and not hasattr(self.assigner, "merge_windows")
+        )
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -110,6 +121,9 @@ class WindowOperator(StreamOperator):
         self._flush()
 
     def _process_element(self, value: Any, timestamp: int | None) -> None:
+        if self._plain_event_time:
+            self._process_plain_event_time(value, timestamp)
+            return
         windows = self.assigner.assign_windows(value, timestamp, self.clock_ctx)
         skipped = True
         for window in windows:
@@ -136,6 +150,32 @@ class WindowOperator(StreamOperator):
             else:
                 self.num_late_records_dropped += 1
 
+    def _process_plain_event_time(self, value: Any, timestamp: int | None) -> None:
+        """`_process_element` for the most common windows, with the default EventTimeTrigger
+        inlined (same behaviour, a fraction of the calls): event-time assigner, no merging, no
+        evictor. Its trigger timer and the cleanup timer are one timer when there is no
+        allowed lateness."""
+        watermark, lateness = self.current_watermark, self.lateness
+        register, add = self.timers.register, self.contents.add
+        skipped = True
+        for window in self.assigner.assign_windows(value, timestamp, self.clock_ctx):
+            end = window.max_timestamp()
+            if end + lateness <= watermark:
+                continue  # late for this window
+            skipped = False
+            add(window, value, timestamp)
+            if end <= watermark:
+                self._fire(window, window)  # a late firing within the allowed lateness
+            else:
+                register(EVENT, end, window)
+            if lateness:
+                register(EVENT, min(end + lateness, MAX_WATERMARK), window)
+        if skipped and self._is_element_late(timestamp):
+            if self.spec.late_data_tag is not None:
+                self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
+            else:
+                self.num_late_records_dropped += 1
+
     def _act(self, result: Any, window: Any, state_window: Any) -> None:
         if result.is_fire():
             self._fire(window, state_window)
@@ -144,7 +184,7 @@ class WindowOperator(StreamOperator):
 
     def _merge(self, result: Any, merged: set[Any], state_window: Any, merged_states: list) -> None:
         """MergingWindowSet's merge function: trigger and contents follow the merge."""
-        if self.assigner.is_event_time() and self._cleanup_time(result) <= self.current_watermark:
+        if self._event_time and self._cleanup_time(result) <= self.current_watermark:
             raise RuntimeError(
                 f"merging windows {sorted(merged)} into {result} would put its end at or below "
                 f"the watermark {self.current_watermark}; a merging assigner must not shrink "
@@ -185,13 +225,13 @@ class WindowOperator(StreamOperator):
             state_window = window
         ctx = self.trigger_ctx
         ctx.window = window
-        event_time = domain is TimeDomain.EVENT_TIME
+        event_time = domain is EVENT
         if event_time:
             result = self.trigger.on_event_time(timestamp, window, ctx)
         else:
             result = self.trigger.on_processing_time(timestamp, window, ctx)
         self._act(result, window, state_window)
-        if event_time == self.assigner.is_event_time() and timestamp == self._cleanup_time(window):
+        if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all(window, state_window)
 
     def _clear_all(self, window: Any, state_window: Any) -> None:
@@ -214,18 +254,16 @@ class WindowOperator(StreamOperator):
     # time --------------------------------------------------------------------------------------
     def _cleanup_time(self, window: Any) -> int:
         end = window.max_timestamp()
-        if not self.assigner.is_event_time():
+        if not self._event_time:
             return end
         return min(end + self.lateness, MAX_WATERMARK)
 
     def _is_window_late(self, window: Any) -> bool:
-        return (
-            self.assigner.is_event_time() and self._cleanup_time(window) <= self.current_watermark
-        )
+        return self._event_time and self._cleanup_time(window) <= self.current_watermark
 
     def _is_element_late(self, timestamp: int | None) -> bool:
         return (
-            self.assigner.is_event_time()
+            self._event_time
             and timestamp is not None
             and timestamp + self.lateness <= self.current_watermark
         )
@@ -235,8 +273,7 @@ class WindowOperator(StreamOperator):
         time = self._cleanup_time(window)
         if time == MAX_WATERMARK:
             return None
-        event_time = self.assigner.is_event_time()
-        return (TimeDomain.EVENT_TIME if event_time else TimeDomain.PROCESSING_TIME), time
+        return (EVENT if self._event_time else PROCESSING), time
 
     def _register_cleanup_timer(self, window: Any) -> None:
         timer = self._cleanup_timer(window)
@@ -247,6 +284,10 @@ class WindowOperator(StreamOperator):
         timer = self._cleanup_timer(window)
         if timer is not None:
             self.timers.delete(*timer, window)
+
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> Any:
+        self.contents.on_snapshot()  # before the keyed snapshot shares the accumulators
+        return super().snapshot_state(checkpoint_id, timestamp_ms)
 
     def on_watermark(self, watermark: int) -> None:
         self.timers.advance_watermark(watermark)

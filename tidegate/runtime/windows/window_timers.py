@@ -6,6 +6,9 @@ keyed map state `__window_timers__` maps `(domain, timestamp)` to the tuple of t
 that registered it (several windows can end at the same time, e.g. a trigger timer and a
 cleanup timer, or the windows of different sizes of a custom assigner). A firing timer is
 looked up there and `on_timer(window, timestamp, domain)` runs for each of its windows.
+An in-memory set of the registered `(domain, timestamp, key, window)` (rebuilt from the state
+after a restore) answers "already registered?" without reading the state: most elements
+register the timers their window already has.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from tidegate.state.descriptors import MapStateDescriptor
 WINDOW_TIMERS_STATE = "__window_timers__"
 
 OnTimer = Callable[[Any, int, TimeDomain], None]
+_VALUES = {d: d.value for d in TimeDomain}
 
 
 class WindowTimers:
@@ -33,23 +37,33 @@ class WindowTimers:
     ) -> None:
         self._on_timer = on_timer
         self._flush = flush
+        self._backend = backend
         self._windows = backend.get_map_state(MapStateDescriptor(WINDOW_TIMERS_STATE))
+        self._registered: set[tuple[int, int, Any, Any]] = set()
+        for key, timers in backend.entries(WINDOW_TIMERS_STATE):
+            for (domain, timestamp), windows in timers.items():
+                self._registered.update((domain, timestamp, key, w) for w in windows)
         self.internal = InternalTimerService(backend, self._fire, clock)
         self.internal.restore()
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        key = (domain.value, timestamp)
-        windows = self._windows.get(key) or ()
-        if window in windows:
+        d = _VALUES[domain]
+        timer = (d, timestamp, self._backend.current_key, window)
+        if timer in self._registered:
             return
-        self._windows.put(key, (*windows, window))
+        self._registered.add(timer)
+        key = (d, timestamp)
+        self._windows.put(key, (*(self._windows.get(key) or ()), window))
         self.internal.register(domain, timestamp)
 
     def delete(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        key = (domain.value, timestamp)
-        windows = self._windows.get(key) or ()
-        if window not in windows:
+        d = _VALUES[domain]
+        timer = (d, timestamp, self._backend.current_key, window)
+        if timer not in self._registered:
             return
+        self._registered.discard(timer)
+        key = (d, timestamp)
+        windows = self._windows.get(key) or ()
         rest = tuple(w for w in windows if w != window)
         if rest:
             self._windows.put(key, rest)
@@ -58,9 +72,11 @@ class WindowTimers:
             self.internal.delete(domain, timestamp)
 
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
-        key = (domain.value, timestamp)
+        key = (_VALUES[domain], timestamp)
         windows = self._windows.get(key) or ()
         self._windows.remove(key)  # same step as the timer service's removal: fires once
+        current = self._backend.current_key
+        self._registered.difference_update((*key, current, w) for w in windows)
         for window in windows:
             self._on_timer(window, timestamp, domain)
 

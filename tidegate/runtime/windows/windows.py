@@ -1,22 +1,22 @@
 """The windows themselves (PyFlink's `TimeWindow`, `CountWindow`, `GlobalWindow`) and the
 `TimestampedValue` that evictors see.
 
-Windows are frozen, ordered dataclasses: they are keys of keyed map state (window contents,
-trigger state, timers), so they must hash, compare and pickle stably on every backend.
+Windows are named tuples: they are keys of keyed map state (window contents, trigger state,
+timers), so they must hash, compare and pickle stably on every backend (and a tuple's hash and
+equality run in C: the window operator hashes windows several times per element).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Flink's Long.MAX_VALUE (the maximum timestamp of global and count windows)
 MAX_TIMESTAMP = 2**63 - 1
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class TimeWindow:
+class TimeWindow(NamedTuple):
     """The interval `[start, end)` in milliseconds."""
 
     start: int
@@ -59,8 +59,7 @@ class TimeWindow:
             callback(group, current)
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class CountWindow:
+class CountWindow(NamedTuple):
     """A count window, identified by its id."""
 
     id: int
@@ -69,8 +68,7 @@ class CountWindow:
         return MAX_TIMESTAMP
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class GlobalWindow:
+class GlobalWindow(NamedTuple):
     """The one window of `GlobalWindows`: every element of a key is in it."""
 
     @staticmethod

@@ -1,0 +1,139 @@
+"""What a window costs per element: the window operator (runtime/windows) on one core, fed
+timestamped batches of `(key, value)` with a watermark after each batch, against a bare Python
+loop that computes the same results with a dict (the ratio is the figure to watch, DESIGN §8).
+
+    .venv/bin/python bench/windows.py [--records 200000] [--keys 100] [--json out.json]
+
+Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
+process (all elements kept), session windows (gap 50 ms) reduce. Timestamps are 1 ms apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tidegate.runtime.operators import OperatorRuntime
+from tidegate.runtime.records import TimestampedBatch
+from tidegate.runtime.timers import MAX_WATERMARK
+from tidegate.runtime.windows.assigners import (
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
+from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
+
+BATCH = 1_000
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def process_batch(self, records: list) -> None:
+        self.n += len(records)
+
+    def process_watermark(self, watermark: int) -> None:
+        pass
+
+
+class _Sizes:
+    def process(self, key, context, elements):
+        yield len(elements)
+
+
+def _add(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def _first(r):
+    return r[0]
+
+
+def _operator_rate(spec: WindowSpec, batches: list) -> tuple[float, int]:
+    op = WindowOperator(spec, _first, uid="bench")
+    op.initialize_state(OperatorRuntime(0, 1, 128, 0), None)
+    out = _Count()
+    op.outputs = [out]
+    op.open()
+    n = sum(len(b) for b in batches)
+    start = time.perf_counter()
+    for batch in batches:
+        op.process_batch(batch)
+        op.process_watermark(batch.timestamps[-1])
+    op.process_watermark(MAX_WATERMARK)
+    return n / (time.perf_counter() - start), out.n
+
+
+def _bare_rate(size: int, slide: int, batches: list) -> float:
+    """A dict of sums per (key, window start), emitted when the watermark passes the end."""
+    n = sum(len(b) for b in batches)
+    start = time.perf_counter()
+    sums: dict = collections.defaultdict(int)
+    emitted = 0
+    for batch in batches:
+        for (key, value), t in zip(batch, batch.timestamps, strict=True):
+            last = t - t % slide
+            for s in range(last, t - size, -slide):
+                sums[(key, s)] += value
+        watermark = batch.timestamps[-1]
+        for k in [k for k in sums if k[1] + size - 1 <= watermark]:
+            del sums[k]
+            emitted += 1
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=100)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    batches = [
+        TimestampedBatch(
+            [(v % args.keys, v) for v in range(s, s + BATCH)], list(range(s, s + BATCH))
+        )
+        for s in range(0, args.records, BATCH)
+    ]
+    cases = {
+        "tumbling 1s reduce": (
+            WindowSpec(TumblingEventTimeWindows.of(1_000), aggregation=Aggregation(_add)),
+            (1_000, 1_000),
+        ),
+        "sliding 10s/1s reduce": (
+            WindowSpec(SlidingEventTimeWindows.of(10_000, 1_000), aggregation=Aggregation(_add)),
+            (10_000, 1_000),
+        ),
+        "tumbling 1s process": (
+            WindowSpec(
+                TumblingEventTimeWindows.of(1_000),
+                function=InternalWindowFunction("process", _Sizes()),
+            ),
+            (1_000, 1_000),
+        ),
+        "session 50ms reduce": (
+            WindowSpec(EventTimeSessionWindows.with_gap(50), aggregation=Aggregation(_add)),
+            None,
+        ),
+    }
+    results = {}
+    for name, (spec, bare) in cases.items():
+        rate, fired = _operator_rate(spec, batches)
+        bare_rate = _bare_rate(*bare, batches) if bare else None
+        ratio = f"{rate / bare_rate:.2f}" if bare_rate else "-"
+        results[name] = {"elements_per_s": round(rate), "windows": fired, "bare_ratio": ratio}
+        print(f"{name:24} {rate:>12,.0f} elements/s  {fired:>7} windows  x bare loop {ratio}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
