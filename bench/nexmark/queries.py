@@ -243,8 +243,8 @@ def window_start_of(row: tuple) -> int:
 
 class TopCounts(AggregateFunction):
     """The highest count among (start, auction, count) rows and the auctions that have it, as
-    one flat tuple `(count, auction, auction, ...)`: window state keeps a flat tuple of
-    immutable values as it is, while it deep-copies any other accumulator on every update."""
+    one flat tuple `(count, auction, auction, ...)`: an immutable value, which window state
+    never has to copy (it copies mutable accumulators before a snapshot may see them change)."""
 
     def create_accumulator(self) -> tuple[int, ...]:
         return (0,)
