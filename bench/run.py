@@ -161,8 +161,8 @@ def tree_sha256(root: str) -> str:
     return h.hexdigest()
 
 
-def freeze_code(args: argparse.Namespace) -> None:
-    """Re-run this script on a copy of tidegate/ and bench/ taken now (unless --live-code).
+def freeze_code(args: argparse.Namespace, script: str = os.path.join("bench", "run.py")) -> None:
+    """Re-run `script` (default: this one) on a copy of tidegate/ and bench/ (unless --live-code).
 
     Others edit and commit tidegate/ while benchmarks run; a Spark Python worker started later
     would import newer code than the driver and the older workers (a run mixing versions).
@@ -190,7 +190,7 @@ def freeze_code(args: argparse.Namespace) -> None:
     )
     argv = [
         sys.executable,
-        os.path.join(code, "bench", "run.py"),
+        os.path.join(code, script),
         *sys.argv[1:],
         "--work-dir",
         root,
