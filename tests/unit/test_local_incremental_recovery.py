@@ -5,6 +5,7 @@ the newest completed checkpoint's copies."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 from tests.e2e.jobs import flip_a_byte
 from tests.unit.test_incremental_snapshots import Job, M, _owns, fill, read, restored
 from tidegate.runtime.restore import RestoredOperatorState
+from tidegate.state import local_incremental
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.local_incremental import local_copy_dir
@@ -120,14 +122,34 @@ def test_a_completed_checkpoint_prunes_the_local_copies_of_older_ones(job, tmp_p
     assert not job_dir.exists()
 
 
-def test_a_local_root_on_another_filesystem_gets_a_copy_of_the_files(job, tmp_path):
+class _CrossDeviceOs:
+    """`os` as seen across two filesystems: renames and hard links fail with EXDEV."""
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    @staticmethod
+    def rename(*_args, **_kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    link = rename
+
+
+def test_a_local_root_on_another_filesystem_gets_a_copy_of_the_files(job, tmp_path, monkeypatch):
     shm = "/dev/shm"
-    if not os.access(shm, os.W_OK) or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
-        pytest.skip("needs a writable /dev/shm on another filesystem than the temp dir")
-    with tempfile.TemporaryDirectory(dir=shm) as root:
+    other_fs = os.access(shm, os.W_OK) and os.stat(shm).st_dev != os.stat(tmp_path).st_dev
+    if not other_fs:
+        # No second filesystem on this machine: the local-copy module's moves and hard links
+        # fail as they would across filesystems (EXDEV), so the same copying path runs.
+        monkeypatch.setattr(local_incremental, "os", _CrossDeviceOs())
+    with tempfile.TemporaryDirectory(dir=shm if other_fs else tmp_path) as root:
         job.local = LocalStateStore(root, "job")
         second, expected = two_checkpoints(job)
-        assert os.stat(copy_dir(job, second)).st_dev != os.stat(tmp_path).st_dev
+        kept = copy_dir(job, second)
+        if other_fs:
+            assert os.stat(kept).st_dev != os.stat(tmp_path).st_dev
+        # copied, not linked: the local copy shares no file with the database
+        assert all(os.stat(os.path.join(kept, f)).st_nlink == 1 for f in os.listdir(kept))
         again = job.backend()
         assert restore(job, second, again) == (len(files_of(second)), 0)
         assert read(again, range(10_000)) == expected
