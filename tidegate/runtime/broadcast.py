@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidegate.runtime.operators import OperatorRuntime
-from tidegate.runtime.records import timestamps_of, with_timestamps
+from tidegate.runtime.operators import OperatorRuntime, process_each
 from tidegate.runtime.two_input import TwoInputStreamOperator
 from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from tidegate.state.descriptors import (
@@ -186,21 +185,7 @@ class BroadcastProcessOperator(TwoInputStreamOperator):
     def _run(self, call: Callable, ctx: _BaseContext, records: list, keyed: bool = False) -> None:
         """Call `call(record, ctx)` per record; outputs inherit their record's timestamp."""
         backend = self.keyed_backend if keyed else None
-        select, out = self.key_selector, []
-        timestamps = timestamps_of(records)
-        out_ts: list[int] | None = None if timestamps is None else []
-        for n, r in enumerate(records):
-            if backend is not None:
-                backend.current_key = select(r)
-            if out_ts is not None:
-                ctx._timestamp = timestamps[n]
-            produced = call(r, ctx)
-            if produced is not None:
-                before = len(out)
-                out.extend(produced)
-                if out_ts is not None:
-                    out_ts.extend([timestamps[n]] * (len(out) - before))
-        ctx._timestamp = None
+        out = process_each(call, ctx, records, backend, self.key_selector)
         if out:
-            self.emit(with_timestamps(out, out_ts))
+            self.emit(out)
         self.side_outputs.flush()

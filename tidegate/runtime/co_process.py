@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidegate.runtime.context import ProcessContext
-from tidegate.runtime.records import TimestampedBatch, timestamps_of
-from tidegate.runtime.timer_service import OperatorTimers
+from tidegate.runtime.operators import TimerServiceMixin, process_each
 from tidegate.runtime.two_input import TwoInputStreamOperator
 
 __all__ = ["CoProcessOperator"]
@@ -25,10 +23,8 @@ __all__ = ["CoProcessOperator"]
 Call = Callable[[Any, Any], Any]
 
 
-class CoProcessOperator(TwoInputStreamOperator):
+class CoProcessOperator(TimerServiceMixin, TwoInputStreamOperator):
     """See the module docstring."""
-
-    stores_watermark = True
 
     def __init__(
         self,
@@ -45,23 +41,6 @@ class CoProcessOperator(TwoInputStreamOperator):
         self.call1, self.call2 = call1, call2
         self.key_selector1, self.key_selector2 = key_selector1, key_selector2
         self.keyed = key_selector1 is not None
-        self.timers: OperatorTimers | None = None
-
-    def open(self) -> None:
-        if self.keyed_backend is not None:
-            self.timers = OperatorTimers(self)
-            self.timers.internal.current_watermark = self.current_watermark
-        super().open()  # splits the side outputs off the regular ones first
-        self.process_context = ProcessContext(self.keyed_backend, self.timers, self)
-
-    def on_watermark(self, watermark: int) -> None:
-        if self.timers is not None:
-            self.timers.advance_watermark(watermark)
-
-    def finish(self) -> None:
-        if self.timers is not None:  # the watermark reaches its maximum: event-time timers fire
-            self.timers.end_of_input()
-        super().finish()
 
     def process_batch1(self, records: list) -> None:
         self._run(self.call1, self.key_selector1, records)
@@ -70,23 +49,7 @@ class CoProcessOperator(TwoInputStreamOperator):
         self._run(self.call2, self.key_selector2, records)
 
     def _run(self, call: Call, select: Any, records: list) -> None:
-        ctx, backend = self.process_context, self.keyed_backend
-        timestamps = timestamps_of(records) if type(records) is not list else None
-        out: list[Any] = TimestampedBatch() if timestamps is not None else []
-        out_ts = out.timestamps if timestamps is not None else None
-        ctx._timestamp = None
-        for n, r in enumerate(records):
-            if backend is not None:
-                backend.current_key = select(r)
-            if out_ts is not None:
-                ctx._timestamp = timestamps[n]
-            produced = call(r, ctx)
-            if produced is not None:
-                before = len(out)
-                out.extend(produced)
-                if out_ts is not None:
-                    out_ts.extend([timestamps[n]] * (len(out) - before))
-        ctx._timestamp = None
+        out = process_each(call, self.process_context, records, self.keyed_backend, select)
         if out:
             self.emit(out)
         self.side_outputs.flush()

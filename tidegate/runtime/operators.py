@@ -294,8 +294,41 @@ class FlatMapOperator(MapOperator):
             self.emit(out)
 
 
-class ProcessOperator(MapOperator):
-    """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
+def process_each(call: Any, ctx: Any, records: list, backend: Any, select: Any) -> list:
+    """`call(record, ctx)` for every record, with the record's key current on a keyed `backend`
+    (`select` gives it); returns the outputs. For a timestamped batch `ctx.timestamp()` is the
+    record's and its outputs inherit it (the result is then a TimestampedBatch). The loop of
+    every process-function operator: one-input, connected and broadcast."""
+    timestamps = timestamps_of(records) if type(records) is not list else None
+    ctx._timestamp = None
+    if timestamps is None:
+        out: list = []
+        for r in records:
+            if backend is not None:
+                backend.current_key = select(r)
+            produced = call(r, ctx)
+            if produced is not None:
+                out.extend(produced)
+        return out
+    out = TimestampedBatch()
+    out_ts = out.timestamps
+    for r, t in zip(records, timestamps, strict=True):
+        if backend is not None:
+            backend.current_key = select(r)
+        ctx._timestamp = t
+        produced = call(r, ctx)
+        if produced is not None:
+            before = len(out)
+            out.extend(produced)
+            out_ts.extend([t] * (len(out) - before))
+    ctx._timestamp = None
+    return out
+
+
+class TimerServiceMixin:
+    """For operators of process functions (`ProcessOperator`, `CoProcessOperator`): a timer
+    service on keyed streams, whose event-time timers fire as the watermark advances and at the
+    end of input, and the `process_context` handed to the function."""
 
     stores_watermark = True
 
@@ -316,38 +349,13 @@ class ProcessOperator(MapOperator):
             self.timers.end_of_input()
         super().finish()
 
-    def process_batch(self, records: list) -> None:
-        if type(records) is not list and (timestamps := timestamps_of(records)) is not None:
-            self._process_timestamped(records, timestamps)
-            return
-        call, ctx = self.call, self.process_context
-        ctx._timestamp = None
-        backend, select, out = self.keyed_backend, self.key_selector, []
-        for r in records:
-            if backend is not None:
-                backend.current_key = select(r)
-            produced = call(r, ctx)
-            if produced is not None:
-                out.extend(produced)
-        if out:
-            self.emit(out)
-        self.side_outputs.flush()
 
-    def _process_timestamped(self, records: list, timestamps: list[int]) -> None:
-        """`ctx.timestamp()` is each record's; its outputs (regular and side) inherit it."""
-        call, ctx = self.call, self.process_context
-        backend, select = self.keyed_backend, self.key_selector
-        out = TimestampedBatch()
-        out_ts = out.timestamps
-        for r, t in zip(records, timestamps, strict=True):
-            if backend is not None:
-                backend.current_key = select(r)
-            ctx._timestamp = t
-            produced = call(r, ctx)
-            if produced is not None:
-                before = len(out)
-                out.extend(produced)
-                out_ts.extend([t] * (len(out) - before))
+class ProcessOperator(TimerServiceMixin, MapOperator):
+    """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
+
+    def process_batch(self, records: list) -> None:
+        ctx = self.process_context
+        out = process_each(self.call, ctx, records, self.keyed_backend, self.key_selector)
         if out:
             self.emit(out)
         self.side_outputs.flush()
