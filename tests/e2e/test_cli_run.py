@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from tests.e2e.jobs import committed_lines
 
@@ -56,12 +59,37 @@ JOB = textwrap.dedent(
 )
 
 
-def tidegate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def tidegate(*args: str, cwd: Path, path: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`python -m tidegate ARGS`; `path` goes before this interpreter's sys.path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, *sys.path])}
     return subprocess.run(
         [sys.executable, "-m", "tidegate", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def oldest_cloudpickle() -> str:
+    """A directory holding the oldest cloudpickle pyproject.toml allows (installed from PyPI
+    the first time), to put before sys.path: cloudpickle 3.1 renamed the file of code pickled
+    by value, so error locations are checked with versions on both sides of that change."""
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    (spec,) = [d for d in project["project"]["dependencies"] if d.startswith("cloudpickle")]
+    oldest = re.search(r">=\s*([\w.]+)", spec)[1]
+    target = Path(sys.prefix) / "tidegate-test-packages" / f"cloudpickle-{oldest}"
+    if not (target / "cloudpickle").is_dir():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
+             "--target", str(target), f"cloudpickle=={oldest}"],
+            check=True, timeout=300,
+        )  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-c", "import cloudpickle; print(cloudpickle.__version__)"],
+        env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, check=True,
+        timeout=60,
+    )  # fmt: skip
+    assert Version(shown.stdout.strip()) == Version(oldest), shown
+    return str(target)
 
 
 @pytest.fixture
@@ -71,11 +99,13 @@ def job(tmp_path: Path) -> Path:
     return path
 
 
-def run_job(job: Path, mode: str, *options: str) -> subprocess.CompletedProcess:
+def run_job(
+    job: Path, mode: str, *options: str, path: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     tmp = job.parent
     return tidegate(
         "run", str(job), "--runner", "local", "--status-interval", "0.2", *options,
-        "--", str(tmp / "out"), str(tmp / "chk"), mode, cwd=tmp,
+        "--", str(tmp / "out"), str(tmp / "chk"), mode, cwd=tmp, path=path,
     )  # fmt: skip
 
 
@@ -96,8 +126,7 @@ def test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output(jo
     assert failed.returncode == 1, failed.stderr
     errors = [line for line in failed.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and f"ArithmeticError: injected failure at {FAIL_AT}" in errors[0]
-    raise_line = next(i for i, line in enumerate(JOB.splitlines(), 1) if "raise " in line)
-    assert f"at {job}:{raise_line} in slow_double: raise ArithmeticError" in failed.stderr
+    assert_failure_located_at_the_raise(job, failed)
     assert any(line.startswith("FAILED: job 'cli e2e'") for line in failed.stderr.splitlines())
 
     listed = tidegate("checkpoints", str(tmp / "chk"), "--json", cwd=tmp)
@@ -110,6 +139,19 @@ def test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output(jo
     assert f"restoring from checkpoint {record['checkpoint_id']}" in resumed.stderr
     values = sorted(map(int, committed_lines(tmp / "out")))
     assert values == [2 * x for x in range(1, N + 1)], "lost or duplicated records"
+
+
+def assert_failure_located_at_the_raise(job: Path, failed: subprocess.CompletedProcess) -> None:
+    raise_line = next(i for i, line in enumerate(JOB.splitlines(), 1) if "raise " in line)
+    assert f"at {job}:{raise_line} in slow_double: raise ArithmeticError" in failed.stderr
+
+
+def test_a_failing_function_is_located_in_the_script_with_the_oldest_cloudpickle_allowed(
+    job, oldest_cloudpickle
+):
+    failed = run_job(job, "fail", path=(oldest_cloudpickle,))
+    assert failed.returncode == 1, failed.stderr
+    assert_failure_located_at_the_raise(job, failed)
 
 
 def test_a_failed_job_prints_no_internal_traceback(job):

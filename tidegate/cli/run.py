@@ -4,6 +4,7 @@ wrong (the script, its jobs, or the environment) to one error line and an exit c
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import re
 import runpy
@@ -33,10 +34,8 @@ from tidegate.cli.status import JobMonitor, StatusPrinter, cli_logging
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
-#: a frame of a formatted traceback: its file, line, function and source line
-_TRACEBACK_FRAME = re.compile(
-    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\n(?P<src>[^\n]*)'
-)
+#: a frame line of a formatted traceback (its source line, if any, follows on the next line)
+_TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')
 
 
 @click.command("run")
@@ -233,12 +232,14 @@ def _user_frame(exc: BaseException, script: str, shown: str) -> str | None:
 
 
 def _user_frame_in(detail: str, script: str, shown: str) -> str | None:
-    """Like `_user_frame`, for a traceback a slot reported as text."""
+    """Like `_user_frame`, for a traceback a slot reported as text. The source line is read
+    from the script here: a worker on another host may have no copy of it to quote."""
     mine = [m for m in _TRACEBACK_FRAME.finditer(detail) if m["file"] == script]
     if not mine:
         return None
     m = mine[-1]
-    return _frame_text(shown, m["line"], m["name"], m["src"].strip())
+    source = linecache.getline(script, int(m["line"])).strip()
+    return _frame_text(shown, m["line"], m["name"], source or None)
 
 
 def _frame_text(shown: str, line: object, name: str, source: str | None) -> str:

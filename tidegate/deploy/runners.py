@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import cloudpickle
 
+from tidegate.deploy import job_pickle
+
 
 class RunningSlots(Protocol):
     def cancel(self) -> None: ...
@@ -28,7 +30,7 @@ def pack_deployment(deployment: Any) -> bytes:
     """The driver address and attempt travel outside the cloudpickled job, so a worker that
     cannot load the job (a module missing on the executors) can still say why."""
     header = (tuple(deployment.driver_address), deployment.secret, deployment.attempt)
-    return pickle.dumps((header, cloudpickle.dumps(deployment)))
+    return pickle.dumps((header, job_pickle.dumps(deployment)))
 
 
 def _slot_entry(payload: bytes, slot: int) -> None:
