@@ -10,6 +10,7 @@
     tidegate check-restore JOB.py --from PATH [--parallelism N] [--allow-non-restored-state]
                            [--verify] [--json] [-- job args...]
     tidegate rewrite-savepoint SRC --max-parallelism M --output DST [--parallelism P]
+    tidegate --version
 
 The job commands talk to the drivers' REST API (`--address URL`, default: every driver
 running on this machine).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import click
 
+from tidegate import __version__
 from tidegate.cli.check_restore import check_restore_command
 from tidegate.cli.checkpoints import checkpoint_detail, checkpoints_command
 from tidegate.cli.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_USAGE, CliError
@@ -63,6 +65,9 @@ __all__ = [
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__, "--version", "-V", prog_name="tidegate", message="%(prog)s %(version)s"
+)
 def cli() -> None:
     """tidegate: stateful stream processing with Flink's checkpoints, on Spark."""
 

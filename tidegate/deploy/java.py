@@ -35,7 +35,11 @@ INSTALL_HINT = (
 
 
 class JavaUnavailableError(RuntimeError):
-    """No usable Java: the message says what was found and what to do."""
+    """No usable Java: `problem` says what was found; the message adds what to do."""
+
+    def __init__(self, problem: str, hint: str = INSTALL_HINT) -> None:
+        super().__init__(f"{problem}: {hint}")
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,8 @@ def find_java(*, bundled: bool = True) -> JavaRuntime:
         java = os.path.join(home, "bin", "java")
         if not os.access(java, os.X_OK):
             raise JavaUnavailableError(
-                f"JAVA_HOME is {home!r}, but {java} does not exist or is not executable: "
-                "point JAVA_HOME at a Java 17+ installation, or unset it to use `java` on the PATH"
+                f"JAVA_HOME is {home!r}, but {java} does not exist or is not executable",
+                "point JAVA_HOME at a Java 17+ installation, or unset it to use `java` on the PATH",
             )
         return _checked(JavaRuntime(java, _version_of(java), "JAVA_HOME", None), "JAVA_HOME")
     on_path = shutil.which("java")
@@ -77,9 +81,7 @@ def find_java(*, bundled: bool = True) -> JavaRuntime:
         found = bundled_java()
         if found is not None:
             return found
-    raise JavaUnavailableError(
-        f"Spark needs Java {MIN_VERSION} or newer, and none was found: " + INSTALL_HINT
-    )
+    raise JavaUnavailableError(f"Spark needs Java {MIN_VERSION} or newer, and none was found")
 
 
 def bundled_java() -> JavaRuntime | None:
@@ -96,7 +98,7 @@ def _checked(runtime: JavaRuntime, where: str) -> JavaRuntime:
     if runtime.version < MIN_VERSION:
         raise JavaUnavailableError(
             f"Spark needs Java {MIN_VERSION} or newer, but the java found through {where} "
-            f"({runtime.java}) is Java {runtime.version}: {INSTALL_HINT}"
+            f"({runtime.java}) is Java {runtime.version}"
         )
     return runtime
 
@@ -155,7 +157,7 @@ def main(argv: list[str]) -> int:
     try:
         runtime = find_java(bundled=bundled)
     except JavaUnavailableError as e:
-        print(e, file=sys.stderr)
+        print(e.problem if "--system" in argv else e, file=sys.stderr)
         return 1
     print(runtime.describe())
     return 0
