@@ -6,7 +6,8 @@
 #   bash scripts/setup.sh test [PYTEST ARGS]    # ... plus Chromium, then ruff check + pytest
 #                                               #     (CI runs this)
 #   bash scripts/setup.sh java                  # only: provide Java 17+ and say which one
-#   bash scripts/setup.sh lock                  # refresh requirements.lock from pyproject.toml
+#   bash scripts/setup.sh lock [--upgrade]      # update requirements.lock after a change of
+#                                               #   pyproject.toml (--upgrade: newest releases)
 #
 # What it installs, each step skipped when already there (re-running changes nothing):
 #   - .venv: the exact versions of requirements.lock (hash-checked; packages not in the lock
@@ -195,15 +196,25 @@ uses_local_runner() {
 }
 
 refresh_lock() {
+    local upgrade=()
+    case "${1:-}" in
+        "") ;;
+        --upgrade) upgrade=(--upgrade) ;;
+        *) die "lock takes no argument but --upgrade, got '$1'" ;;
+    esac
     local tools="$VENV/tools"
     if [[ ! -x "$tools/bin/uv" ]] || [[ "$("$tools/bin/uv" --version)" != "uv $UV_VERSION"* ]]; then
         say "installing uv $UV_VERSION into $tools"
         rm -rf "$tools"
         "$VENV/bin/python" -m pip install --quiet --target "$tools" "uv==$UV_VERSION"
     fi
-    say "writing requirements.lock (newest releases pyproject.toml allows, with hashes)"
+    if [[ ${#upgrade[@]} -gt 0 ]]; then
+        say "writing requirements.lock: the newest releases pyproject.toml allows, with hashes"
+    else
+        say "writing requirements.lock: the locked versions kept where pyproject.toml allows them"
+    fi
     (cd "$ROOT" && "$tools/bin/uv" pip compile pyproject.toml --extra test --extra java \
-        --universal --python-version 3.11 --generate-hashes --upgrade --quiet \
+        --universal --python-version 3.11 --generate-hashes "${upgrade[@]}" --quiet \
         -o requirements.lock)
     say "done: review 'git diff requirements.lock', run 'bash scripts/setup.sh test', commit"
 }
@@ -238,7 +249,7 @@ case "$command" in
     lock)
         [[ "$DEPS" == locked ]] || die "'lock' writes requirements.lock; unset TIDEGATE_DEPS"
         [[ -x "$VENV/bin/python" ]] || ensure_venv
-        refresh_lock
+        refresh_lock "$@"
         ;;
     -h|--help|help)
         sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'

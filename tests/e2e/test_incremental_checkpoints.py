@@ -18,7 +18,6 @@ from tests.e2e.jobs import (
     kill_when_scheduled,
 )
 from tests.e2e.savepoint_jobs import running_with_checkpoints
-from tidegate.checkpoint.incremental_handles import checkpoint_references, incremental_handles
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.common import Configuration, Encoder, JobStatus, RestartStrategies
@@ -29,6 +28,7 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+from tidegate.state.incremental_handles import checkpoint_references, incremental_handles
 
 
 def reused_files(metadata: dict) -> int:

@@ -12,9 +12,9 @@ from click.testing import CliRunner, Result
 
 from tests.e2e.restore_check_job import build_job
 from tests.e2e.savepoint_jobs import running_with_checkpoints
-from tidegate.checkpoint.checksums import checksum_of
 from tidegate.checkpoint.metadata import canonical_json
 from tidegate.cli import cli
+from tidegate.state.checksums import checksum_of
 
 JOB = str(Path(__file__).with_name("restore_check_job.py"))
 

@@ -216,7 +216,7 @@ def add_in_flight_records(path: Path) -> None:
     channel-state file, recorded in `_metadata` as the JobMaster records it)."""
     import pickle
 
-    from tidegate.checkpoint.checksums import ChecksummingWriter
+    from tidegate.state.checksums import ChecksummingWriter
 
     name = "channels-count-0-0123456789ab.inflight"
     with ChecksummingWriter(open(path / name, "wb"), name) as f:

@@ -21,9 +21,9 @@ from tests.e2e.state_processor_jobs import (
     run_until_savepoint,
 )
 from tidegate.checkpoint.errors import MissingCheckpointFileError
-from tidegate.checkpoint.incremental_handles import incremental_handles, resolve
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.common import JobStatus
+from tidegate.state.incremental_handles import incremental_handles, resolve
 from tidegate.state_processor import SavepointReader, SavepointWriter
 
 KEYED_STATES = {"count": "value", "seen": "list", "by_rest": "map", "__timers__": "map"}

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from tidegate.checkpoint.assignment import redistribute_broadcast_state
+from tidegate.checkpoint.assignment import redistribute_broadcast_state, redistribute_operator_state
 from tidegate.datastream import (
     BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
@@ -31,7 +31,7 @@ from tidegate.runtime.partitioners import BroadcastPartitioner, KeyGroupStreamPa
 from tidegate.runtime.restore import RestoredOperatorState
 from tidegate.runtime.two_input import input_dispatch
 from tidegate.state.broadcast_state import ReadOnlyBroadcastStateError
-from tidegate.state.operator_state import OperatorStateBackend, redistribute_operator_state
+from tidegate.state.operator_state import OperatorStateBackend
 from tidegate.state.snapshot_format import read_index, read_operator_state, write_state_file
 
 RULES = MapStateDescriptor("rules")

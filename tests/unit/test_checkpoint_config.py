@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.common.time import Duration
 from tidegate.datastream import (
     CheckpointConfig,
@@ -17,7 +18,6 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.checkpoint_config import ExternalizedCheckpointCleanup
 from tidegate.deploy.job_spec import CheckpointRetention, CheckpointSettings
-from tidegate.runtime.events import CheckpointOptions
 
 
 @pytest.fixture

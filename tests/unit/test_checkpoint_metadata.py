@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from tidegate.checkpoint.checksums import checksum_of
 from tidegate.checkpoint.errors import (
     CheckpointIntegrityError,
     CorruptCheckpointError,
@@ -18,6 +17,7 @@ from tidegate.checkpoint.metadata import (
     decode_metadata,
     encode_metadata,
 )
+from tidegate.state.checksums import checksum_of
 
 PATH = "/ckpt/job/chk-3/_metadata"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.metrics.checkpoint_stats import (
     CheckpointKind,
@@ -13,7 +14,6 @@ from tidegate.metrics.checkpoint_stats import (
     details_json,
     state_size_of,
 )
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
 from tidegate.runtime.messages import AcknowledgeCheckpoint
 from tidegate.runtime.restore import CHANNEL_STATE_KEY
 

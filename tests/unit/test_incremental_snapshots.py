@@ -12,9 +12,7 @@ import os
 import pytest
 
 from tidegate.checkpoint.errors import CheckpointError, ChecksumMismatchError
-from tidegate.checkpoint.incremental_handles import checkpoint_references, resolve
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
-from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.checkpoint.verification import verify_checkpoint
@@ -24,11 +22,13 @@ from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, resol
 from tidegate.deploy.restore import keyed_restore_handle
 from tidegate.deploy.shared_state import check_references, delete_shared_files
 from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.incremental_handles import checkpoint_references, resolve
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.rocksdb_restore import restore_keyed_incremental
+from tidegate.state.shared_registry import SharedStateRegistry
 from tidegate.state.snapshot_format import write_state_file
 
 M = 128

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.datastream.state import ListState, ListStateDescriptor
-from tidegate.state.operator_state import OperatorStateBackend, redistribute_operator_state
+from tidegate.state.operator_state import OperatorStateBackend
 from tidegate.state.snapshot_format import read_operator_state, write_state_file
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.pending import AbortReason, AckOutcome, PendingCheckpoint
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
 
 TASKS = frozenset({("src", 0), ("src", 1)})
 

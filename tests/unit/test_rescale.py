@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.common import Encoder
 from tidegate.connectors.base import writer_subtask
 from tidegate.connectors.collection import CollectionSource
@@ -23,7 +24,6 @@ from tidegate.connectors.number_seq import NumberSequenceSource
 from tidegate.runtime.connector_operators import SinkOperator, SourceOperator
 from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.restore import RestoredOperatorState
-from tidegate.state.operator_state import redistribute_operator_state
 
 TRANSITIONS = [(1, 2), (2, 3), (3, 7), (4, 8), (2, 1), (3, 2), (7, 3), (8, 4)]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tidegate.checkpoint.checksums import ChecksummingWriter
+from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.checkpoint.rewrite import rewrite_max_parallelism
 from tidegate.checkpoint.storage import CheckpointStorage, read_checkpoint_metadata
+from tidegate.state.checksums import ChecksummingWriter
 from tidegate.state.keygroups import key_group_range, stable_hash
-from tidegate.state.operator_state import redistribute_operator_state
 from tidegate.state.snapshot_format import (
     KeyedStateSnapshot,
     StateFileIndex,

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tidegate.checkpoint.incremental_handles import (
+from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
+from tidegate.state.incremental_handles import (
     checkpoint_references,
     relative_to,
     resolve,
 )
-from tidegate.checkpoint.shared_registry import (
+from tidegate.state.shared_registry import (
     CheckpointReferences,
     SharedReference,
     SharedStateRegistry,
 )
-from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 
 
 def refs(cid: int, base: int | None, reused=(), uploaded=(), backend="b0") -> CheckpointReferences:

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     SingleCheckpointBarrierHandler,
     TriggerCheckpoint,
     Unblock,
 )
-from tidegate.runtime.events import CheckpointBarrier, CheckpointOptions, CheckpointType
+from tidegate.runtime.events import CheckpointBarrier
 
 UNALIGNED = CheckpointOptions(unaligned=True)
 TIMEOUT_50 = CheckpointOptions(aligned_timeout_ms=50)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     SingleCheckpointBarrierHandler,
@@ -20,12 +21,7 @@ from tidegate.runtime.barriers import (
     Unblock,
     handle_event,
 )
-from tidegate.runtime.events import (
-    CancelCheckpointMarker,
-    CheckpointBarrier,
-    CheckpointOptions,
-    EndOfPartition,
-)
+from tidegate.runtime.events import CancelCheckpointMarker, CheckpointBarrier, EndOfPartition
 from tidegate.runtime.gate import ChannelStateCaptured, InputGate
 
 MODES = {

@@ -15,9 +15,11 @@ state, with no I/O, so restore planning can be tested exhaustively (DESIGN.md se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, key_group_range
+from tidegate.state.operator_state import RedistributionMode
+from tidegate.state.snapshot_format import OperatorStateData
 
 T = TypeVar("T")
 H = TypeVar("H")
@@ -132,3 +134,40 @@ def check_max_parallelism(
             f"needs at least one. Use a parallelism of at most {snapshot_max}"
         )
     return snapshot_max
+
+
+_REDISTRIBUTE_BY_MODE = {
+    RedistributionMode.SPLIT: redistribute_list_state,
+    RedistributionMode.UNION: redistribute_union_state,
+    RedistributionMode.BROADCAST: redistribute_broadcast_state,
+}
+
+
+def redistribute_operator_state(
+    old: Sequence[OperatorStateData], new_parallelism: int
+) -> list[OperatorStateData]:
+    """Each new subtask's operator state, from the old subtasks' snapshots (pure, DESIGN §6).
+
+    Groups the entries by state name and applies the split, union or broadcast rule per name,
+    by the mode the state was snapshotted with: split, [a0,a1,a2],[b0,b1] -> [a0,a1] | [a2,b0]
+    | [b1]; union, every subtask gets all entries; broadcast, every subtask
+    gets a full copy. A name snapshotted with two modes is a ValueError.
+    """
+    if new_parallelism < 1:
+        raise ValueError(f"new_parallelism must be at least 1, got {new_parallelism}")
+    modes: dict[str, RedistributionMode] = {}
+    per_name: dict[str, list[list[Any]]] = {}
+    for snapshot in old:
+        for name, (mode, entries) in snapshot.items():
+            if modes.setdefault(name, RedistributionMode(mode)) != mode:
+                raise ValueError(
+                    f"operator state {name!r} was snapshotted as both {modes[name]} and {mode}"
+                )
+            per_name.setdefault(name, []).append(entries)
+    result: list[OperatorStateData] = [{} for _ in range(new_parallelism)]
+    for name, lists in per_name.items():
+        mode = modes[name]
+        shares = _REDISTRIBUTE_BY_MODE[mode](lists, new_parallelism)
+        for subtask, share in zip(result, shares, strict=True):
+            subtask[name] = (mode.value, share)
+    return result

@@ -36,10 +36,10 @@ from functools import partial
 from typing import Any, Protocol
 
 from tidegate.checkpoint.failure_manager import CheckpointFailureManager
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.pending import AbortReason, AckOutcome, PendingCheckpoint, SubtaskId
 from tidegate.checkpoint.scheduling import Cancellable, Clock, Scheduler
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
-from tidegate.runtime.events import CheckpointOptions
 
 log = logging.getLogger(__name__)
 

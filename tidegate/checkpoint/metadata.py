@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tidegate.checkpoint.checksums import checksum_of, is_known_checksum
 from tidegate.checkpoint.errors import CorruptCheckpointError, UnsupportedFormatVersionError
+from tidegate.state.checksums import checksum_of, is_known_checksum
 
 FORMAT_NAME = "tidegate-checkpoint"
 FORMAT_VERSION = 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 
 #: (vertex id, subtask index)
 SubtaskId = tuple[str, int]

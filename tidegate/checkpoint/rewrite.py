@@ -33,6 +33,7 @@ from typing import Any
 
 from fsspec.core import url_to_fs
 
+from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.checkpoint.errors import CheckpointError
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.checkpoint.storage import (
@@ -42,7 +43,7 @@ from tidegate.checkpoint.storage import (
 )
 from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, key_group_range, stable_hash
-from tidegate.state.operator_state import RedistributionMode, redistribute_operator_state
+from tidegate.state.operator_state import RedistributionMode
 from tidegate.state.snapshot_format import (
     KeyedStateSnapshot,
     OperatorStateData,

@@ -26,10 +26,10 @@ from fsspec import AbstractFileSystem
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from tidegate.checkpoint.checksums import ChecksummingWriter
 from tidegate.checkpoint.errors import CheckpointNotFoundError, CheckpointStorageError
 from tidegate.checkpoint.fencing import WriterFence, create_new_file
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata, encode_metadata
+from tidegate.state.checksums import ChecksummingWriter
 
 _CHK_DIR = re.compile(r"chk-(\d+)")
 #: stores where one put is atomic (readers see all of the object or none of it)

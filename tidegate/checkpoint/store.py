@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.checkpoint.incremental_handles import checkpoint_references
 from tidegate.checkpoint.pending import PendingCheckpoint
-from tidegate.checkpoint.shared_registry import CheckpointReferences, SharedStateRegistry
+from tidegate.state.incremental_handles import checkpoint_references
+from tidegate.state.shared_registry import CheckpointReferences, SharedStateRegistry
 
 
 @dataclass(frozen=True, slots=True)

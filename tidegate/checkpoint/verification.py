@@ -16,12 +16,12 @@ from typing import Any
 
 from fsspec.core import url_to_fs
 
-from tidegate.checkpoint.checksums import is_known_checksum, read_checksum
 from tidegate.checkpoint.errors import (
     CheckpointStorageError,
     ChecksumMismatchError,
     MissingCheckpointFileError,
 )
+from tidegate.state.checksums import is_known_checksum, read_checksum
 
 #: files read at the same time when a checkpoint is verified
 VERIFY_THREADS = 8

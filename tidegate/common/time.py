@@ -1,8 +1,9 @@
-"""`Duration` and `Time` with PyFlink's factory names."""
+"""`Duration` and `Time` with PyFlink's factory names; `to_millis` for arguments given as either."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, order=True)
@@ -39,3 +40,15 @@ class Time:
     minutes = staticmethod(Duration.of_minutes)
     hours = staticmethod(Duration.of_hours)
     days = staticmethod(Duration.of_days)
+
+
+def to_millis(value: Any, what: str) -> int:
+    """`Time`/`Duration` (anything with `to_milliseconds()`) or int ms -> int ms."""
+    if hasattr(value, "to_milliseconds"):
+        return int(value.to_milliseconds())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(
+        f"{what} must be a Time/Duration (e.g. Time.seconds(5)) or int milliseconds, "
+        f"got {type(value).__name__} {value!r}"
+    )

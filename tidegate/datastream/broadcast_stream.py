@@ -14,7 +14,10 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tidegate.datastream.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+from tidegate.datastream.core_functions import (
+    BroadcastProcessFunction,
+    KeyedBroadcastProcessFunction,
+)
 from tidegate.runtime.broadcast import BroadcastProcessOperator
 from tidegate.state.descriptors import MapStateDescriptor
 
@@ -66,8 +69,6 @@ class BroadcastConnectedStream:
         self.broadcast_stream = broadcast_stream
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
-        from tidegate.datastream.data_stream import DataStream
-
         stream, broadcast = self.non_broadcast_stream, self.broadcast_stream
         selector = stream._key_selector()
         if selector is not None and not isinstance(func, KeyedBroadcastProcessFunction):
@@ -89,12 +90,11 @@ class BroadcastConnectedStream:
         op = partial(
             BroadcastProcessOperator, func, broadcast.broadcast_state_descriptors, selector
         )
-        t = stream._env._stream_graph.add(
-            kind="broadcast_process",
-            name="Co-Process-Broadcast" + ("-Keyed" if selector is not None else ""),
-            make_operator=op,
+        return stream._add(
+            "broadcast_process",
+            "Co-Process-Broadcast" + ("-Keyed" if selector is not None else ""),
+            op,
             inputs=first + second,
             keyed=selector is not None,
             input_indices=(0,) * len(first) + (1,) * len(second),
         )
-        return DataStream(stream._env, [(t, None)])

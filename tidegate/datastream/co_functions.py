@@ -13,7 +13,7 @@ import abc
 from collections.abc import Iterable
 from typing import Any
 
-from tidegate.datastream.functions import Function, KeyedProcessFunction, ProcessFunction
+from tidegate.datastream.core_functions import Function, KeyedProcessFunction, ProcessFunction
 
 __all__ = [
     "CoFlatMapFunction",

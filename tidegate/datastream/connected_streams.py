@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tidegate.datastream.functions import (
+from tidegate.datastream.co_functions import (
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
@@ -116,18 +116,15 @@ class ConnectedStreams:
 def _two_input(
     first: DataStream, second: DataStream, kind: str, name: str, op: Any, keyed: bool
 ) -> DataStream:
-    from tidegate.datastream.data_stream import DataStream
-
     inputs1, inputs2 = list(first._inputs), list(second._inputs)
-    t = first._env._stream_graph.add(
-        kind=kind,
-        name=name,
-        make_operator=op,
+    return first._add(
+        kind,
+        name,
+        op,
         inputs=inputs1 + inputs2,
         keyed=keyed,
         input_indices=(0,) * len(inputs1) + (1,) * len(inputs2),
     )
-    return DataStream(first._env, [(t, None)])
 
 
 def _millis(bound: Any, what: str) -> int:
@@ -151,9 +148,7 @@ class IntervalJoin:
     """`keyed.interval_join(other_keyed)`: give the bounds with `between(lower, upper)`."""
 
     def __init__(self, left: KeyedStream, right: KeyedStream) -> None:
-        from tidegate.datastream.data_stream import KeyedStream
-
-        if not isinstance(right, KeyedStream):
+        if getattr(right, "_key_selector", lambda: None)() is None:
             raise TypeError(
                 "interval_join() takes a KeyedStream: key the other stream with key_by(...)"
             )

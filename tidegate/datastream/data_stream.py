@@ -10,7 +10,7 @@ from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.connected_streams import ConnectedStreams, IntervalJoin
-from tidegate.datastream.functions import (
+from tidegate.datastream.core_functions import (
     FilterFunction,
     FlatMapFunction,
     KeyedProcessFunction,
@@ -112,14 +112,25 @@ class DataStream:
 
     # operators ---------------------------------------------------------------------------------
     def _add(
-        self, kind: str, name: str, make_operator, *, keyed: bool = False, inputs=None
+        self,
+        kind: str,
+        name: str,
+        make_operator,
+        *,
+        keyed: bool = False,
+        inputs=None,
+        input_indices: tuple[int, ...] = (),
     ) -> DataStream:
+        """The output of a new operator reading `inputs` (default: this stream). The modules of
+        the other stream types (connected, broadcast, windowed ...) add their operators through
+        this method of a stream they hold, so that they never import this module."""
         t = self._env._stream_graph.add(
             kind=kind,
             name=name,
             make_operator=make_operator,
             inputs=list(inputs if inputs is not None else self._inputs),
             keyed=keyed,
+            input_indices=input_indices,
         )
         return DataStream(self._env, [(t, None)])
 

@@ -54,12 +54,9 @@ def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataS
             f"{upstream.name} has no side outputs: get_side_output applies to the stream a "
             "process function (or window operator) returns"
         )
-    t = stream._env._stream_graph.add(
-        kind="side_output",
-        name=f"SideOutput: {tag.tag_id}",
-        make_operator=partial(operator_class, tag.tag_id),
+    return stream._add(
+        "side_output",
+        f"SideOutput: {tag.tag_id}",
+        partial(operator_class, tag.tag_id),
         inputs=[(upstream, None)],
     )
-    from tidegate.datastream.data_stream import DataStream
-
-    return DataStream(stream._env, [(t, None)])

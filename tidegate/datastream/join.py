@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
-from tidegate.datastream.functions import Function
+from tidegate.datastream.core_functions import Function
 
 if TYPE_CHECKING:
     from tidegate.datastream.data_stream import DataStream

@@ -17,7 +17,7 @@ from tidegate.state.descriptors import (
     ValueState,
     ValueStateDescriptor,
 )
-from tidegate.state.ttl.config import StateTtlConfig
+from tidegate.state.ttl_config import StateTtlConfig
 
 __all__ = [
     "AggregatingState",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 
-from tidegate.datastream.functions import KeyedProcessFunction
+from tidegate.datastream.core_functions import KeyedProcessFunction
 
 
 class TimerService(abc.ABC):

@@ -17,7 +17,7 @@ import abc
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from tidegate.datastream.functions import Function
+from tidegate.datastream.core_functions import Function
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")

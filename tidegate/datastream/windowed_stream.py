@@ -9,11 +9,11 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.time import to_millis
 from tidegate.runtime.windows.assigners import (
     CountSlidingWindowAssigner,
     CountTumblingWindowAssigner,
     WindowAssigner,
-    to_millis,
 )
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
@@ -147,9 +147,7 @@ class AllWindowedStream(_Windowed):
     """`window_all(assigner)`: windows over the whole stream, in one subtask."""
 
     def __init__(self, data_stream: DataStream, window_assigner: WindowAssigner) -> None:
-        from tidegate.datastream.data_stream import KeyedStream
-
-        keyed = KeyedStream(data_stream._env, data_stream._plain_inputs(), _all_key)
+        keyed = data_stream.key_by(_all_key)
         super().__init__(keyed, window_assigner, all_=True)
 
 

@@ -19,6 +19,7 @@ from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoo
 from tidegate.checkpoint.errors import (
     FencedWriterError,
 )
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.savepoints import (
     newest_snapshot,
@@ -34,7 +35,6 @@ from tidegate.deploy.snapshot_requests import (
     SnapshotRequest,
     StopFailed,
 )
-from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.runtime.events import CheckpointOptions
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.runtime.plan import JobGraph
 
 

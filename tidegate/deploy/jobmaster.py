@@ -29,13 +29,11 @@ from tidegate.checkpoint.errors import (
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
-from tidegate.checkpoint.incremental_handles import incremental_handles
 from tidegate.checkpoint.savepoints import (
     discard_snapshot_dir,
 )
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
-from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
@@ -62,6 +60,8 @@ from tidegate.runtime.messages import (
     SlotMetrics,
 )
 from tidegate.runtime.network import advertised_address
+from tidegate.state.incremental_handles import incremental_handles
+from tidegate.state.shared_registry import SharedStateRegistry
 
 log = logging.getLogger("tidegate.jobmaster")
 

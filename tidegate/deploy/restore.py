@@ -8,9 +8,12 @@ from typing import Any
 
 import fsspec
 
-from tidegate.checkpoint.assignment import check_max_parallelism, keyed_handles_for_subtask
+from tidegate.checkpoint.assignment import (
+    check_max_parallelism,
+    keyed_handles_for_subtask,
+    redistribute_operator_state,
+)
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
-from tidegate.checkpoint.incremental_handles import HANDLE_KEY, uploaded_bytes
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
@@ -19,7 +22,7 @@ from tidegate.runtime.restore import (
     RestoredChannelState,
     RestoredOperatorState,
 )
-from tidegate.state.operator_state import redistribute_operator_state
+from tidegate.state.incremental_handles import HANDLE_KEY, uploaded_bytes
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 

@@ -1,4 +1,4 @@
-"""The JobMaster's side of the shared-state registry (checkpoint/shared_registry.py): deleting
+"""The JobMaster's side of the shared-state registry (state/shared_registry.py): deleting
 the shared files it hands out, and rebuilding it when a job restores a snapshot."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ import posixpath
 from typing import Any
 
 from tidegate.checkpoint.errors import CheckpointError
-from tidegate.checkpoint.incremental_handles import (
-    checkpoint_references,
-    shared_dir,
-    state_references,
-)
 from tidegate.checkpoint.pending import PendingCheckpoint
-from tidegate.checkpoint.shared_registry import SharedStateRegistry
 from tidegate.checkpoint.storage import (
     CheckpointStorage,
     checkpoint_candidates,
     read_checkpoint_metadata,
 )
 from tidegate.checkpoint.store import CompletedCheckpoint
+from tidegate.state.incremental_handles import (
+    checkpoint_references,
+    shared_dir,
+    state_references,
+)
+from tidegate.state.shared_registry import SharedStateRegistry
 
 log = logging.getLogger("tidegate.jobmaster")
 

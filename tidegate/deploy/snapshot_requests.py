@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.errors import CheckpointTriggerError, JobNotRunningError
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.savepoints import savepoint_location
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common.job_status import JobStatus
-from tidegate.runtime.events import CheckpointOptions, CheckpointType
 from tidegate.runtime.messages import DrainSources
 
 #: outcomes kept for checkpoints whose request was not registered yet (bounded)

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.store import CompletedCheckpoint
-from tidegate.runtime.events import CheckpointOptions
 from tidegate.runtime.messages import AcknowledgeCheckpoint, SubtaskId
 
 #: checkpoints kept in the history unless configured (`web.checkpoints.history`, as in Flink)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.runtime.events import CheckpointOptions
+from tidegate.checkpoint.options import CheckpointOptions
 
 SubtaskId = tuple[int, int]  # (vertex id, subtask index)
 

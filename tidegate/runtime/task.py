@@ -28,6 +28,7 @@ from collections import deque
 from concurrent.futures import Executor
 from typing import Any
 
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.runtime import two_input
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
@@ -40,7 +41,6 @@ from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.events import (
     CancelCheckpointMarker,
     CheckpointBarrier,
-    CheckpointOptions,
     EndOfData,
     EndOfPartition,
     Watermark,

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from tidegate.state.ttl_config import StateTtlConfig
+
 __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
@@ -59,8 +61,6 @@ class StateDescriptor:
         Call it before the descriptor is passed to `get_state(...)` (in `open()`). A state keeps
         its TTL-ness across checkpoints: enabling or disabling TTL on a restored state is refused.
         """
-        from tidegate.state.ttl.config import StateTtlConfig  # the ttl package imports us
-
         if not isinstance(ttl_config, StateTtlConfig):
             raise TypeError(
                 f"state {self.name!r}: enable_time_to_live expects a StateTtlConfig (from "

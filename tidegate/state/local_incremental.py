@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tidegate.checkpoint.checksums import read_checksum
+from tidegate.state.checksums import read_checksum
 from tidegate.state.local_recovery import LocalStateStore
 
 log = logging.getLogger("tidegate.local_recovery")

@@ -34,7 +34,7 @@ import tempfile
 import zlib
 from typing import BinaryIO
 
-from tidegate.checkpoint.checksums import read_checksum
+from tidegate.state.checksums import read_checksum
 
 log = logging.getLogger("tidegate.local_recovery")
 

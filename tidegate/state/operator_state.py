@@ -17,14 +17,9 @@ them in `snapshot_state`; `snapshot` then copies them in the synchronous phase.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidegate.checkpoint.assignment import (
-    redistribute_broadcast_state,
-    redistribute_list_state,
-    redistribute_union_state,
-)
 from tidegate.state.broadcast_state import BroadcastState
 from tidegate.state.snapshot_format import OperatorStateData
 
@@ -35,7 +30,6 @@ __all__ = [
     "OperatorListState",
     "OperatorStateBackend",
     "RedistributionMode",
-    "redistribute_operator_state",
 ]
 
 
@@ -43,13 +37,6 @@ class RedistributionMode(enum.StrEnum):
     SPLIT = "split"
     UNION = "union"
     BROADCAST = "broadcast"
-
-
-_REDISTRIBUTE = {
-    RedistributionMode.SPLIT: redistribute_list_state,
-    RedistributionMode.UNION: redistribute_union_state,
-    RedistributionMode.BROADCAST: redistribute_broadcast_state,
-}
 
 
 class OperatorListState:
@@ -131,7 +118,8 @@ class OperatorStateBackend:
         return data
 
     def restore(self, states: OperatorStateData) -> None:
-        """Load this subtask's share (see `redistribute_operator_state`), before registration."""
+        """Load this subtask's share (`checkpoint.assignment.redistribute_operator_state`),
+        before registration."""
         if self._states or self._broadcast:
             raise RuntimeError(
                 "restore operator state before any state is registered (and only once)"
@@ -143,33 +131,3 @@ class OperatorStateBackend:
                 self._states[name] = OperatorListState(
                     name, RedistributionMode(mode), list(entries)
                 )
-
-
-def redistribute_operator_state(
-    old: Sequence[OperatorStateData], new_parallelism: int
-) -> list[OperatorStateData]:
-    """Each new subtask's operator state, from the old subtasks' snapshots (pure, DESIGN §6).
-
-    Groups the entries by state name and applies `checkpoint.assignment`'s split, union or
-    broadcast rule per name, by the mode the state was snapshotted with: split, [a0,a1,a2],[b0,b1]
-    -> [a0,a1] | [a2,b0] | [b1]; union, every subtask gets all entries; broadcast, every subtask
-    gets a full copy. A name snapshotted with two modes is a ValueError.
-    """
-    if new_parallelism < 1:
-        raise ValueError(f"new_parallelism must be at least 1, got {new_parallelism}")
-    modes: dict[str, RedistributionMode] = {}
-    per_name: dict[str, list[list[Any]]] = {}
-    for snapshot in old:
-        for name, (mode, entries) in snapshot.items():
-            if modes.setdefault(name, RedistributionMode(mode)) != mode:
-                raise ValueError(
-                    f"operator state {name!r} was snapshotted as both {modes[name]} and {mode}"
-                )
-            per_name.setdefault(name, []).append(entries)
-    result: list[OperatorStateData] = [{} for _ in range(new_parallelism)]
-    for name, lists in per_name.items():
-        mode = modes[name]
-        shares = _REDISTRIBUTE[mode](lists, new_parallelism)
-        for subtask, share in zip(result, shares, strict=True):
-            subtask[name] = (mode.value, share)
-    return result

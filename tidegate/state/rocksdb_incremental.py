@@ -27,7 +27,7 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import CheckpointError
-from tidegate.checkpoint.incremental_handles import (
+from tidegate.state.incremental_handles import (
     HANDLE_VERSION,
     relative_to,
     resolve,
@@ -232,7 +232,7 @@ class IncrementalKeyedStateHandle:
     #: the checkpoint directory the handle's relative paths start from
     checkpoint_dir: str
     checkpoint_id: int
-    #: the handle's `incremental` part (see checkpoint/incremental_handles.py)
+    #: the handle's `incremental` part (see state/incremental_handles.py)
     handle: dict[str, Any]
     #: the key groups to take from it (its range ∩ the new subtask's)
     key_groups: range

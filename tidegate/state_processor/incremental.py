@@ -1,7 +1,7 @@
 """Incremental RocksDB handles for the state processor: reading their key groups, and rewriting
 them as canonical state files (a savepoint must be self-contained).
 
-An incremental subtask handle (checkpoint/incremental_handles.py) keeps its keyed state in a
+An incremental subtask handle (state/incremental_handles.py) keeps its keyed state in a
 RocksDB checkpoint (SST and private files, mostly under the job's `shared/`), and its operator
 state in its canonical state file (`file` + `index`). The key groups of one handle are in one
 RocksDB checkpoint, so one Spark task reads one handle: it downloads the files into a temporary
@@ -17,8 +17,8 @@ from typing import Any
 
 import fsspec
 
-from tidegate.checkpoint.incremental_handles import HANDLE_KEY
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.state.incremental_handles import HANDLE_KEY
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.rocksdb_restore import read_incremental_key_groups
 from tidegate.state.snapshot_format import (

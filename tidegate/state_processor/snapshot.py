@@ -14,8 +14,8 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import CheckpointError
-from tidegate.checkpoint.incremental_handles import HANDLE_KEY
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
+from tidegate.state.incremental_handles import HANDLE_KEY
 from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
 from tidegate.state_processor.incremental import IncrementalSource, is_incremental, stored_bytes
 from tidegate.state_processor.incremental import key_group_range as incremental_range

@@ -36,10 +36,10 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.assignment import redistribute_list_state
-from tidegate.checkpoint.checksums import ChecksummingWriter
 from tidegate.checkpoint.errors import ChecksumMismatchError
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.state.checksums import ChecksummingWriter
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from tidegate.state_processor.bootstrap import (
     KEYED_KINDS,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tidegate.common.time import to_millis
 from tidegate.runtime.windows.triggers import (
     CountTrigger,
     EventTimeTrigger,
@@ -20,18 +21,6 @@ from tidegate.runtime.windows.triggers import (
 )
 from tidegate.runtime.windows.windows import CountWindow, GlobalWindow, TimeWindow
 from tidegate.state.descriptors import ValueStateDescriptor
-
-
-def to_millis(value: Any, what: str) -> int:
-    """`Time`/`Duration` (anything with `to_milliseconds()`) or int ms -> int ms."""
-    if hasattr(value, "to_milliseconds"):
-        return int(value.to_milliseconds())
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise TypeError(
-        f"{what} must be a Time/Duration (e.g. Time.seconds(5)) or int milliseconds, "
-        f"got {type(value).__name__} {value!r}"
-    )
 
 
 def _event_timestamp(timestamp: int | None, assigner: str) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.runtime.windows.assigners import to_millis
+from tidegate.common.time import to_millis
 from tidegate.runtime.windows.windows import TimestampedValue
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from tidegate.common.time import to_millis
 from tidegate.state.descriptors import ReducingStateDescriptor
 
 
@@ -213,8 +214,6 @@ class _Continuous(Trigger):
     _event_time = True
 
     def __init__(self, interval: Any) -> None:
-        from tidegate.runtime.windows.assigners import to_millis
-
         self.interval = to_millis(interval, "the trigger interval")
         if self.interval <= 0:
             raise ValueError(f"a continuous trigger needs an interval > 0 ms, got {self.interval}")

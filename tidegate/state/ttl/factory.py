@@ -41,7 +41,6 @@ from tidegate.state.ttl.cleanup import (
     Sweeper,
     snapshot_transformer,
 )
-from tidegate.state.ttl.config import StateTtlConfig
 from tidegate.state.ttl.states import (
     TtlAggregateFunction,
     TtlAggregatingState,
@@ -54,6 +53,7 @@ from tidegate.state.ttl.states import (
     _TtlState,
 )
 from tidegate.state.ttl.value import TtlTimeProvider, TtlValue, current_timestamp
+from tidegate.state.ttl_config import StateTtlConfig
 
 __all__ = ["TtlStates", "batch_cleanup", "snapshot_transformers", "ttl_aware", "ttl_states"]
 

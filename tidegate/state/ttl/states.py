@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from tidegate.state.ttl.config import StateTtlConfig
 from tidegate.state.ttl.value import TtlValue
+from tidegate.state.ttl_config import StateTtlConfig
 
 __all__ = [
     "TtlAggregateFunction",

@@ -21,7 +21,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tidegate.checkpoint.shared_registry import CheckpointReferences, SharedReference
+from tidegate.state.shared_registry import CheckpointReferences, SharedReference
 
 HANDLE_KEY = "incremental"
 HANDLE_VERSION = 1
