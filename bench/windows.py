@@ -19,9 +19,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.records import TimestampedBatch
-from tidegate.runtime.timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     EventTimeSessionWindows,
     SlidingEventTimeWindows,

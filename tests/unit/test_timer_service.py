@@ -17,9 +17,9 @@ from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.datastream.time_domain import TimeDomain as TimeDomainAtPyFlinkPath
 from tidegate.datastream.timerservice import TimerService as TimerServiceAtPyFlinkPath
+from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK, TIMER_STATE
 from tidegate.runtime.operators import OperatorRuntime, ProcessOperator
 from tidegate.runtime.timer_service import ChainTimers
-from tidegate.runtime.timers import MAX_WATERMARK, MIN_WATERMARK, TIMER_STATE
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend

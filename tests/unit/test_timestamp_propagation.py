@@ -26,6 +26,7 @@ from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import encode_frame
 from tidegate.runtime.gate import InputGate
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.network import LocalTransport, RecordWriter
 from tidegate.runtime.operators import (
     FilterOperator,
@@ -45,7 +46,6 @@ from tidegate.runtime.partitioners import (
 )
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 from tidegate.runtime.restore import RestoredOperatorState
-from tidegate.runtime.timers import MAX_WATERMARK
 from tidegate.runtime.timestamps import TimestampsAndWatermarksOperator
 from tidegate.state.channel_state import read_channel_state, write_channel_state
 from tidegate.state.snapshot_format import read_key_groups

@@ -10,7 +10,7 @@ from test_window_operator import SumProcess, sum_spec
 from window_harness import Harness
 
 from tidegate.datastream import EmbeddedRocksDBStateBackend
-from tidegate.runtime.timers import MAX_WATERMARK
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     GlobalWindows,
     SlidingEventTimeWindows,

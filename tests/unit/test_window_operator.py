@@ -10,7 +10,7 @@ from window_harness import Harness, SumProcess, add_values, sum_spec
 
 from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.datastream.output_tag import OutputTag
-from tidegate.runtime.timers import MAX_WATERMARK
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     EventTimeSessionWindows,
     GlobalWindows,

@@ -1,1 +1,6 @@
-"""connectors."""
+"""Sources and sinks. `base` is the contract between the runtime and a connector (when each
+method is called and what it must guarantee); every other module implements it: generated
+data, collections, number sequences, files (source and exactly-once sink), print. The runtime
+drives connectors through `runtime.connector_operators`; connectors import only `common`.
+The user-facing import paths are PyFlink's, in `tidegate.datastream.connectors`.
+"""

@@ -1,6 +1,6 @@
 """TimeDomain at PyFlink's import path (`pyflink.datastream.time_domain`); defined in
-`tidegate.runtime.timers`, where the timer service uses it."""
+`tidegate.runtime.internal_timers`, where the timer service uses it."""
 
-from tidegate.runtime.timers import TimeDomain
+from tidegate.runtime.internal_timers import TimeDomain
 
 __all__ = ["TimeDomain"]

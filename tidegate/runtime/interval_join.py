@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidegate.runtime.internal_timers import MIN_WATERMARK, TimeDomain
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.timer_service import OperatorTimers
-from tidegate.runtime.timers import MIN_WATERMARK, TimeDomain
 from tidegate.runtime.two_input import TwoInputStreamOperator
 from tidegate.state.descriptors import MapStateDescriptor
 

@@ -14,10 +14,10 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.runtime.internal_timers import MIN_WATERMARK
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 from tidegate.runtime.side_outputs import SideOutputCollector, split_outputs
 from tidegate.runtime.timer_service import OperatorTimers
-from tidegate.runtime.timers import MIN_WATERMARK
 from tidegate.runtime.watermarks import restore_watermark, snapshot_watermark
 from tidegate.state.descriptors import ReducingStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend

@@ -47,6 +47,7 @@ from tidegate.runtime.events import (
     WatermarkStatus,
 )
 from tidegate.runtime.gate import ChannelStateCaptured, InputGate, TaskCancelledError
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
@@ -64,7 +65,6 @@ from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
 from tidegate.runtime.timer_service import ChainTimers
-from tidegate.runtime.timers import MAX_WATERMARK
 from tidegate.runtime.timestamps import PeriodicWatermarks
 from tidegate.runtime.watermarks import StatusWatermarkValve, ValveOutput
 from tidegate.state.channel_state import write_channel_state

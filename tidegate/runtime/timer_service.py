@@ -1,5 +1,5 @@
 """What user functions see of timers (PyFlink's TimerService and on_timer context), and the glue
-between an operator, its InternalTimerService (runtime/timers.py) and the task's loop.
+between an operator, its InternalTimerService (runtime/internal_timers.py) and the task's loop.
 
 * `TimerService`: `ctx.timer_service()` of a keyed process function, for the current key.
 * `NonKeyedTimerService`: the same on a non-keyed stream; reading the clocks works, setting a
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidegate.runtime.records import TimestampedBatch
-from tidegate.runtime.timers import (
+from tidegate.runtime.internal_timers import (
     MIN_WATERMARK,
     InternalTimerService,
     TimeDomain,
     processing_time_ms,
 )
+from tidegate.runtime.records import TimestampedBatch
 
 
 class TimerService:

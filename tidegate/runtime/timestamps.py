@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
-from tidegate.runtime.timers import MAX_WATERMARK, MIN_WATERMARK
 
 __all__ = ["PeriodicWatermarks", "TimestampsAndWatermarksOperator", "WatermarkGeneration"]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.runtime.timers import MAX_WATERMARK, MIN_WATERMARK
+from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.state.descriptors import ListStateDescriptor
 
 __all__ = [

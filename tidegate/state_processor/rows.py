@@ -63,7 +63,7 @@ _COLUMNS = {
 }
 
 #: the internal keyed map state the timer service keeps its timers in: under each key,
-#: {(time domain, timestamp): True} (runtime/timers.py)
+#: {(time domain, timestamp): True} (runtime/internal_timers.py)
 TIMER_STATE = "__timers__"
 #: TimeDomain values as the timer service stores them
 _TIME_DOMAINS = {0: "EVENT_TIME", 1: "PROCESSING_TIME"}

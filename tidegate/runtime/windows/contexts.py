@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.runtime.timers import TimeDomain
+from tidegate.runtime.internal_timers import TimeDomain
 
 #: module constants (an Enum member lookup costs an attribute descriptor call)
 EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME

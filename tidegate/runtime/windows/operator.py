@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain, processing_time_ms
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
-from tidegate.runtime.timers import MAX_WATERMARK, TimeDomain, processing_time_ms
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.merging import MergingWindowSet

@@ -1,5 +1,5 @@
-"""The window operator's timers: the keyed InternalTimerService (runtime/timers.py) plus which
-windows each timer belongs to.
+"""The window operator's timers: the keyed InternalTimerService (runtime/internal_timers.py)
+plus which windows each timer belongs to.
 
 The timer service deduplicates timers per (key, domain, timestamp) and has no namespace, so the
 keyed map state `__window_timers__` maps `(domain, timestamp)` to the tuple of the key's windows
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidegate.runtime.timers import InternalTimerService, TimeDomain, processing_time_ms
+from tidegate.runtime.internal_timers import InternalTimerService, TimeDomain, processing_time_ms
 from tidegate.state.descriptors import MapStateDescriptor
 
 WINDOW_TIMERS_STATE = "__window_timers__"
