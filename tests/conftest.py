@@ -1,9 +1,28 @@
 """Shared fixtures: one SparkSession (local[8]) for the whole test session (starting a JVM is
-slow)."""
+slow); and the markers every test gets from where it is and what it uses (pyproject.toml lists
+them): `unit` (tests/unit), `e2e` (tests/e2e), `spark` (uses the Spark session, directly, as the
+`spark` runner, or in a subprocess it starts). `pytest -m unit` is the quick loop."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = item.path.relative_to(TESTS).parts[0]
+        if kind in ("unit", "e2e"):
+            item.add_marker(kind)
+        callspec = getattr(item, "callspec", None)
+        runs_on_spark = "spark" in item.fixturenames or (
+            callspec is not None and callspec.params.get("runner") == "spark"
+        )
+        if runs_on_spark:
+            item.add_marker("spark")
 
 
 @pytest.fixture(scope="session")

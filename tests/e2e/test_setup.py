@@ -88,6 +88,7 @@ JOB = textwrap.dedent(
 )
 
 
+@pytest.mark.spark  # in a subprocess of its own
 def test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible(
     no_java_path, tmp_path
 ):

@@ -217,18 +217,3 @@ def test_writer_indexes_are_taken_over_by_their_own_subtask_or_modulo_after_a_sc
     assert [writer_subtask(k, 3) for k in range(8)] == [0, 1, 2, 0, 1, 2, 0, 1]
     with pytest.raises(ValueError):
         writer_subtask(0, 0)
-
-
-def test_committables_of_a_snapshot_taken_before_writer_indexes_were_recorded_still_commit(
-    tmp_path,
-) -> None:
-    base = tmp_path / "out"
-    sink = _sink(base)
-    writer = sink.create_writer(1, 2, 0)
-    writer.write_batch(["legacy"])
-    legacy = {
-        SinkOperator.LEGACY_COMMITTABLES: ("split", [(4, c) for c in writer.prepare_commit(4)])
-    }
-    op = SinkOperator(sink, uid="sink")
-    op.initialize_state(_runtime(1, 2, 1, True), RestoredOperatorState((), legacy))
-    assert _visible_lines(base) == ["legacy"]

@@ -13,17 +13,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import cloudpickle
 
 from tidegate.deploy import job_pickle
-
-
-class RunningSlots(Protocol):
-    def cancel(self) -> None: ...
-
-    def join(self, timeout: float) -> bool: ...
 
 
 def pack_deployment(deployment: Any) -> bytes:

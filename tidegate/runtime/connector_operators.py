@@ -95,9 +95,6 @@ class SinkOperator(StreamOperator):
     """
 
     COMMITTABLES = "__sink_committables__"
-    #: split list state of `(checkpoint id, committable)` written before writer indexes were
-    #: recorded; restored as this subtask's own (exact at an unchanged parallelism)
-    LEGACY_COMMITTABLES = "__committables__"
 
     def __init__(self, sink: Any, **kw) -> None:
         super().__init__(None, **kw)
@@ -116,12 +113,6 @@ class SinkOperator(StreamOperator):
             for writer, _cid, c in self._state.get()
             if writer_subtask(writer, parallelism) == index
         ]
-        if restored is not None and self.LEGACY_COMMITTABLES in restored.operator_state:
-            legacy = self.operator_state.get_list_state(
-                ListStateDescriptor(self.LEGACY_COMMITTABLES)
-            )
-            committables += [c for _, c in legacy.get()]
-            legacy.clear()
         self.committer = self.sink.create_committer()
         self.sink.recover(index, parallelism, runtime.attempt, committables)
         if committables:
