@@ -9,6 +9,8 @@ operators and several network edges.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tidegate.graph.stream_graph import StreamGraph, Transformation
 from tidegate.runtime.partitioners import ForwardPartitioner, Partitioner, RebalancePartitioner
 from tidegate.runtime.plan import EdgeSpec, JobGraph, OperatorSpec, VertexSpec
@@ -25,6 +27,8 @@ def build_job_graph(
     default_parallelism: int,
     max_parallelism: int | None,
 ) -> JobGraph:
+    """The JobGraph of `stream_graph`; `max_parallelism` None: the default for the highest
+    parallelism. Raises InvalidJobGraphError for a graph that cannot run, saying why."""
     if not stream_graph.transformations:
         raise InvalidJobGraphError("the job has no operators: add a source and a sink")
     ts = _reachable(stream_graph)
@@ -32,56 +36,10 @@ def build_job_graph(
         raise InvalidJobGraphError(
             "the job has no sink, so it would produce nothing: add print() or sink_to(...)"
         )
-    parallelism = {t.id: t.parallelism or default_parallelism for t in ts}
-    for t in ts:  # a side output runs chained to the operator producing it
-        if t.kind == "side_output":
-            parallelism[t.id] = parallelism[t.inputs[0][0].id]
-    for t in ts:
-        if parallelism[t.id] < 1:
-            raise InvalidJobGraphError(f"{t.describe()}: parallelism must be >= 1")
-    uids: dict[str, Transformation] = {}
-    for t in ts:
-        t_uid = t.uid or f"{t.kind}-{t.id}"
-        if t_uid in uids:
-            raise InvalidJobGraphError(
-                f"uid {t_uid!r} is used by two operators ({uids[t_uid].name} and {t.name}); "
-                "uids must be unique"
-            )
-        uids[t_uid] = t
-    uid_of = {id(t): u for u, t in uids.items()}
-
-    vertex_of: dict[int, int] = {}
-    members: dict[int, list[Transformation]] = {}
-    consumers: dict[int, list[tuple[Transformation, Partitioner | None]]] = {t.id: [] for t in ts}
-    for t in ts:
-        for upstream, part in t.inputs:
-            consumers[upstream.id].append((t, part))
-    for t in ts:
-        resolved = [(u, _resolve(u, t, p, parallelism)) for u, p in t.inputs]
-        if _chainable(t, resolved, parallelism):
-            vertex_of[t.id] = vertex_of[resolved[0][0].id]
-        else:
-            vertex_of[t.id] = len(members) + 1
-        members.setdefault(vertex_of[t.id], []).append(t)
-
-    edges: dict[int, EdgeSpec] = {}
-    network_outputs: dict[int, list[int]] = {t.id: [] for t in ts}
-    chained_outputs: dict[int, list[int]] = {t.id: [] for t in ts}
-    input_edges: dict[int, list[int]] = {v: [] for v in members}
-    for t in ts:
-        for position, (u, p) in enumerate(t.inputs):
-            part = _resolve(u, t, p, parallelism)
-            if vertex_of[u.id] == vertex_of[t.id]:
-                chained_outputs[u.id].append(t.id)
-                continue
-            edge_id = len(edges) + 1
-            target_input = t.input_indices[position] if t.input_indices else 0
-            edges[edge_id] = EdgeSpec(
-                edge_id, vertex_of[u.id], u.id, vertex_of[t.id], part, target_input
-            )
-            network_outputs[u.id].append(edge_id)
-            input_edges[vertex_of[t.id]].append(edge_id)
-
+    parallelism = _parallelism(ts, default_parallelism)
+    uid_of = _unique_uids(ts)
+    vertex_of, members = _chains(ts, parallelism)
+    wiring = _Wiring.of(ts, vertex_of, members, parallelism)
     max_p = max(parallelism.values())
     configured = max_parallelism is not None
     if max_parallelism is None:
@@ -91,30 +49,118 @@ def build_job_graph(
             f"max parallelism {max_parallelism} must be between the highest parallelism "
             f"({max_p}) and {UPPER_BOUND_MAX_PARALLELISM}"
         )
-    vertices = {}
-    for vid, chain in members.items():
-        head = chain[0]
-        ops = tuple(
-            OperatorSpec(
-                op_id=t.id,
-                uid=uid_of[id(t)],
-                name=t.name,
-                factory=t.make_operator,
-                chained_outputs=tuple(chained_outputs[t.id]),
-                network_outputs=tuple(network_outputs[t.id]),
-                uid_generated=t.uid is None,
+    vertices = {
+        vid: _vertex(vid, chain, parallelism, uid_of, wiring) for vid, chain in members.items()
+    }
+    return JobGraph(job_name, vertices, wiring.edges, max_parallelism, configured)
+
+
+def _parallelism(ts: list[Transformation], default: int) -> dict[int, int]:
+    """Each transformation's parallelism: its own, else the default; a side output runs
+    chained to the operator producing it, with that operator's parallelism."""
+    parallelism = {t.id: t.parallelism or default for t in ts}
+    for t in ts:
+        if t.kind == "side_output":
+            parallelism[t.id] = parallelism[t.inputs[0][0].id]
+    for t in ts:
+        if parallelism[t.id] < 1:
+            raise InvalidJobGraphError(f"{t.describe()}: parallelism must be >= 1")
+    return parallelism
+
+
+def _unique_uids(ts: list[Transformation]) -> dict[int, str]:
+    """Each transformation's uid (given, or `<kind>-<id>`), by transformation id."""
+    owner: dict[str, Transformation] = {}
+    for t in ts:
+        t_uid = t.uid or f"{t.kind}-{t.id}"
+        if t_uid in owner:
+            raise InvalidJobGraphError(
+                f"uid {t_uid!r} is used by two operators ({owner[t_uid].name} and {t.name}); "
+                "uids must be unique"
             )
-            for t in chain
+        owner[t_uid] = t
+    return {t.id: u for u, t in owner.items()}
+
+
+def _chains(
+    ts: list[Transformation], parallelism: dict[int, int]
+) -> tuple[dict[int, int], dict[int, list[Transformation]]]:
+    """(vertex id of each transformation, the transformations of each vertex in order):
+    a chainable transformation joins its input's vertex, any other starts a new one."""
+    vertex_of: dict[int, int] = {}
+    members: dict[int, list[Transformation]] = {}
+    for t in ts:
+        resolved = [(u, _resolve(u, t, p, parallelism)) for u, p in t.inputs]
+        if _chainable(t, resolved, parallelism):
+            vertex_of[t.id] = vertex_of[resolved[0][0].id]
+        else:
+            vertex_of[t.id] = len(members) + 1
+        members.setdefault(vertex_of[t.id], []).append(t)
+    return vertex_of, members
+
+
+@dataclass
+class _Wiring:
+    """The network edges between vertices, and every operator's outputs."""
+
+    edges: dict[int, EdgeSpec]
+    network_outputs: dict[int, list[int]]  # transformation id -> edge ids
+    chained_outputs: dict[int, list[int]]  # transformation id -> transformation ids
+    input_edges: dict[int, list[int]]  # vertex id -> edge ids
+
+    @classmethod
+    def of(
+        cls,
+        ts: list[Transformation],
+        vertex_of: dict[int, int],
+        members: dict[int, list[Transformation]],
+        parallelism: dict[int, int],
+    ) -> _Wiring:
+        w = cls({}, {t.id: [] for t in ts}, {t.id: [] for t in ts}, {v: [] for v in members})
+        for t in ts:
+            for position, (u, p) in enumerate(t.inputs):
+                if vertex_of[u.id] == vertex_of[t.id]:
+                    w.chained_outputs[u.id].append(t.id)
+                    continue
+                edge_id = len(w.edges) + 1
+                target_input = t.input_indices[position] if t.input_indices else 0
+                part = _resolve(u, t, p, parallelism)
+                w.edges[edge_id] = EdgeSpec(
+                    edge_id, vertex_of[u.id], u.id, vertex_of[t.id], part, target_input
+                )
+                w.network_outputs[u.id].append(edge_id)
+                w.input_edges[vertex_of[t.id]].append(edge_id)
+        return w
+
+
+def _vertex(
+    vid: int,
+    chain: list[Transformation],
+    parallelism: dict[int, int],
+    uid_of: dict[int, str],
+    wiring: _Wiring,
+) -> VertexSpec:
+    ops = tuple(
+        OperatorSpec(
+            op_id=t.id,
+            uid=uid_of[t.id],
+            name=t.name,
+            factory=t.make_operator,
+            chained_outputs=tuple(wiring.chained_outputs[t.id]),
+            network_outputs=tuple(wiring.network_outputs[t.id]),
+            uid_generated=t.uid is None,
         )
-        vertices[vid] = VertexSpec(
-            vertex_id=vid,
-            name=" -> ".join(t.name for t in chain),
-            parallelism=parallelism[head.id],
-            operators=ops,
-            input_edges=tuple(input_edges[vid]),
-            is_source=head.is_source,
-        )
-    return JobGraph(job_name, vertices, edges, max_parallelism, configured)
+        for t in chain
+    )
+    head = chain[0]
+    return VertexSpec(
+        vertex_id=vid,
+        name=" -> ".join(t.name for t in chain),
+        parallelism=parallelism[head.id],
+        operators=ops,
+        input_edges=tuple(wiring.input_edges[vid]),
+        is_source=head.is_source,
+    )
 
 
 def _reachable(stream_graph: StreamGraph) -> list[Transformation]:

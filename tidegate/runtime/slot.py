@@ -33,7 +33,9 @@ from tidegate.runtime.messages import (
     TriggerCheckpoint,
 )
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
+from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.task import StreamTask
+from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.local_recovery import LocalStateStore
 
 ADDRESS_TIMEOUT_S = 120.0
@@ -45,105 +47,30 @@ class SlotCancelledError(Exception):
 
 
 def run_slot(deployment: Deployment, slot: int) -> None:
-    graph = deployment.graph
-    subtasks = graph.subtasks_in_slot(slot)
+    """Run slot `slot` of the attempt `deployment` describes, until its subtasks end."""
+    subtasks = deployment.graph.subtasks_in_slot(slot)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
     network = SlotNetwork(slot, deployment.secret, deployment.bind_host, gates)
     control = ControlClient(deployment.driver_address, deployment.secret)
-    addresses: dict[int, tuple[str, int]] = {}
-    got_addresses = threading.Event()
-    cancelled = threading.Event()
-
-    def on_message(msg: Any) -> None:
-        match msg:
-            case SlotAddresses(addresses=addrs):
-                addresses.update(addrs)
-                got_addresses.set()
-            case TriggerCheckpoint(options=options):
-                # unaligned or with an alignment timeout: every subtask, else the sources
-                to_all = options.unaligned or options.aligned_timeout_ms is not None
-                for v, _ in subtasks:
-                    if to_all or graph.vertices[v].is_source:
-                        gates[v].put_control(msg)
-            case CancelSlot():
-                cancelled.set()
-                got_addresses.set()
-                for g in gates.values():
-                    g.put_control(msg)
-                    g.close()
-            case _:
-                for g in gates.values():
-                    g.put_control(msg)
-
-    def on_lost() -> None:  # the driver is gone: nobody can complete a checkpoint any more
-        on_message(CancelSlot("lost the connection to the driver"))
-
-    control.start_reader(on_message, on_lost)
-    # the interface that reaches the driver is the one peers can reach us on, too
-    local_host = control.conn_local_host()
-    control.send(
-        RegisterSlot(
-            deployment.attempt,
-            slot,
-            os.getpid(),
-            socket.gethostname(),
-            advertised_address(network.address, local_host),
-        )
-    )
+    inbox = _SlotInbox(deployment.graph, subtasks, gates)
+    control.start_reader(inbox.on_message, inbox.on_driver_lost)
+    _register(control, deployment, slot, network)
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidegate-async")
-    tasks: list[StreamTask] = []
     try:
         # Step 2
-        if not got_addresses.wait(ADDRESS_TIMEOUT_S):
-            raise TimeoutError(
-                f"slot {slot} got no peer addresses from the driver within {ADDRESS_TIMEOUT_S}s"
-            )
-        if cancelled.is_set():
-            raise SlotCancelledError()
+        addresses = inbox.wait_for_addresses(slot)
         # Step 3
-        storage = CheckpointStorage(
-            deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
-        )
-        local_state = None
-        if deployment.local_recovery_dir is not None:
-            local_state = LocalStateStore(deployment.local_recovery_dir, deployment.job_id)
-        for vertex_id, index in subtasks:
-            vertex = graph.vertices[vertex_id]
-            writers = {}
-            for spec in vertex.operators:
-                for edge_id in spec.network_outputs:
-                    writers[edge_id] = _record_writer(
-                        deployment, network, addresses, edge_id, index
-                    )
-            tasks.append(
-                StreamTask(
-                    vertex=vertex,
-                    subtask=index,
-                    num_channels=len(graph.input_channels(vertex_id, index)),
-                    channel_inputs=graph.channel_inputs(vertex_id, index),
-                    max_parallelism=graph.max_parallelism,
-                    attempt=deployment.attempt,
-                    exactly_once=deployment.exactly_once,
-                    gate=gates[vertex_id],
-                    writers=writers,
-                    control=control,
-                    storage=storage,
-                    executor=executor,
-                    restored=deployment.restore.get((vertex_id, index)),
-                    is_restored=deployment.restored_checkpoint_id is not None,
-                    batch_size=deployment.batch_size,
-                    buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
-                    local_state=local_state,
-                    state_backend=deployment.state_backend,
-                    job_id=deployment.job_id,
-                )
-            )
+        env = _task_environment(deployment, control, executor)
+        tasks = [
+            _create_task(deployment, env, network, addresses, gates[vertex_id], vertex_id, index)
+            for vertex_id, index in subtasks
+        ]
         # Step 4
-        _run_tasks(tasks, control, deployment, slot, network, cancelled)
+        _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled)
         executor.shutdown(wait=True)
-        if local_state is not None:
-            local_state.remove_job()  # the job finished: no restart needs the copies
+        if env.local_state is not None:
+            env.local_state.remove_job()  # the job finished: no restart needs the copies
         control.send(SlotFinished(deployment.attempt, slot))
     except SlotCancelledError:
         pass
@@ -164,6 +91,107 @@ def run_slot(deployment: Deployment, slot: int) -> None:
             g.close()
         network.close()
         control.close()
+
+
+class _SlotInbox:
+    """Routes the driver's messages to the subtasks' gates (the control connection's reader
+    thread calls `on_message`), and holds the address book of the address exchange."""
+
+    def __init__(self, graph: JobGraph, subtasks: list, gates: dict[int, InputGate]) -> None:
+        self.graph, self.subtasks, self.gates = graph, subtasks, gates
+        self.addresses: dict[int, tuple[str, int]] = {}
+        self.got_addresses = threading.Event()
+        self.cancelled = threading.Event()
+
+    def on_message(self, msg: Any) -> None:
+        match msg:
+            case SlotAddresses(addresses=addrs):
+                self.addresses.update(addrs)
+                self.got_addresses.set()
+            case TriggerCheckpoint(options=options):
+                # unaligned or with an alignment timeout: every subtask, else the sources
+                to_all = options.unaligned or options.aligned_timeout_ms is not None
+                for v, _ in self.subtasks:
+                    if to_all or self.graph.vertices[v].is_source:
+                        self.gates[v].put_control(msg)
+            case CancelSlot():
+                self.cancelled.set()
+                self.got_addresses.set()
+                for g in self.gates.values():
+                    g.put_control(msg)
+                    g.close()
+            case _:
+                for g in self.gates.values():
+                    g.put_control(msg)
+
+    def on_driver_lost(self) -> None:
+        """The driver is gone: nobody can complete a checkpoint any more."""
+        self.on_message(CancelSlot("lost the connection to the driver"))
+
+    def wait_for_addresses(self, slot: int) -> dict[int, tuple[str, int]]:
+        if not self.got_addresses.wait(ADDRESS_TIMEOUT_S):
+            raise TimeoutError(
+                f"slot {slot} got no peer addresses from the driver within {ADDRESS_TIMEOUT_S}s"
+            )
+        if self.cancelled.is_set():
+            raise SlotCancelledError()
+        return self.addresses
+
+
+def _register(control: ControlClient, deployment: Deployment, slot: int, network: Any) -> None:
+    # the interface that reaches the driver is the one peers can reach us on, too
+    local_host = control.conn_local_host()
+    control.send(
+        RegisterSlot(
+            deployment.attempt,
+            slot,
+            os.getpid(),
+            socket.gethostname(),
+            advertised_address(network.address, local_host),
+        )
+    )
+
+
+def _task_environment(
+    deployment: Deployment, control: ControlClient, executor: ThreadPoolExecutor
+) -> TaskEnvironment:
+    storage = CheckpointStorage(
+        deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
+    )
+    local_state = None
+    if deployment.local_recovery_dir is not None:
+        local_state = LocalStateStore(deployment.local_recovery_dir, deployment.job_id)
+    return TaskEnvironment.of(deployment, control, storage, executor, local_state)
+
+
+def _create_task(
+    deployment: Deployment,
+    env: TaskEnvironment,
+    network: SlotNetwork,
+    addresses: dict[int, tuple[str, int]],
+    gate: InputGate,
+    vertex_id: int,
+    index: int,
+) -> StreamTask:
+    """Subtask `index` of vertex `vertex_id`, its output channels connected (its state is
+    restored while it is created)."""
+    graph = deployment.graph
+    vertex = graph.vertices[vertex_id]
+    writers = {
+        edge_id: _record_writer(deployment, network, addresses, edge_id, index)
+        for spec in vertex.operators
+        for edge_id in spec.network_outputs
+    }
+    return StreamTask(
+        env=env,
+        vertex=vertex,
+        subtask=index,
+        gate=gate,
+        writers=writers,
+        num_channels=len(graph.input_channels(vertex_id, index)),
+        channel_inputs=graph.channel_inputs(vertex_id, index),
+        restored=deployment.restore.get((vertex_id, index)),
+    )
 
 
 def report_load_failure(header: tuple, slot: int, error: BaseException) -> None:

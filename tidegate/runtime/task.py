@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
-from concurrent.futures import Executor
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
@@ -64,56 +63,40 @@ from tidegate.runtime.network import RecordWriter
 from tidegate.runtime.operators import OperatorRuntime, OperatorSnapshot
 from tidegate.runtime.plan import VertexSpec
 from tidegate.runtime.restore import CHANNEL_STATE_KEY, RestoredChannelState
+from tidegate.runtime.snapshot_writer import write_snapshot
+from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.runtime.timer_service import ChainTimers
 from tidegate.runtime.timestamps import PeriodicWatermarks
 from tidegate.runtime.watermarks import StatusWatermarkValve, ValveOutput
-from tidegate.state.channel_state import write_channel_state
-from tidegate.state.local_recovery import LocalStateStore
-from tidegate.state.rocksdb_incremental import upload_snapshot
-from tidegate.state.snapshot_format import write_state_file
-
-
-def _file_safe(uid: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)[:80]
 
 
 class StreamTask:
     def __init__(
         self,
         *,
+        env: TaskEnvironment,
         vertex: VertexSpec,
         subtask: int,
-        num_channels: int,
-        channel_inputs: tuple[int, ...] = (),
-        max_parallelism: int,
-        attempt: int,
-        exactly_once: bool,
         gate: InputGate,
         writers: dict[int, RecordWriter],
-        control: Any,
-        storage: Any,
-        executor: Executor,
+        num_channels: int,
+        channel_inputs: tuple[int, ...] = (),
         restored: dict[str, Any] | None,
-        is_restored: bool = False,
-        batch_size: int,
-        buffer_timeout_s: float,
-        local_state: LocalStateStore | None = None,
-        state_backend: Any = None,
-        job_id: str = "",
     ) -> None:
+        """Creates the operator chain and restores its state (`restored`: operator uid ->
+        RestoredOperatorState, and the channel state of an unaligned checkpoint)."""
+        self.env = env
         self.vertex = vertex
         self.subtask = subtask
         self.subtask_id = (vertex.vertex_id, subtask)
-        self.attempt = attempt
+        self.attempt = env.attempt
         self.gate = gate
         self.writers = list(writers.values())
-        self.control = control
-        self.storage = storage
-        self.executor = executor
-        self.local_state = local_state
-        self.batch_size = batch_size
-        self.buffer_timeout_s = buffer_timeout_s
-        handler_cls = SingleCheckpointBarrierHandler if exactly_once else TrackingBarrierHandler
+        self.control = env.control
+        self.local_state = env.local_state
+        self.batch_size = env.batch_size
+        self.buffer_timeout_s = env.buffer_timeout_s
+        handler_cls = SingleCheckpointBarrierHandler if env.exactly_once else TrackingBarrierHandler
         self.handler = handler_cls(num_channels) if num_channels else None
         self.open_channels = num_channels
         self.valve = StatusWatermarkValve(num_channels)
@@ -132,6 +115,14 @@ class StreamTask:
         #: unaligned checkpoints snapshotted but still recording in-flight frames
         self._unaligned: dict[int, tuple[list, float, tuple[float, float]]] = {}
 
+        self.ops = self._create_chain(writers)
+        #: process(channel, batch) of a two-input head (None: one input, process_batch)
+        self._two_input = two_input.input_dispatch(self.ops[0], channel_inputs)
+        self._restore(restored or {})
+
+    def _create_chain(self, writers: dict[int, RecordWriter]) -> list[Any]:
+        """The vertex's operators, each wired to its chained successors and network writers."""
+        vertex = self.vertex
         ops = {spec.op_id: spec.factory() for spec in vertex.operators}
         for spec in vertex.operators:
             op = ops[spec.op_id]
@@ -139,20 +130,20 @@ class StreamTask:
             op.outputs = [ops[i] for i in spec.chained_outputs] + [
                 writers[e] for e in spec.network_outputs
             ]
-        self.ops = [ops[spec.op_id] for spec in vertex.operators]
-        #: process(channel, batch) of a two-input head (None: one input, process_batch)
-        self._two_input = two_input.input_dispatch(self.ops[0], channel_inputs)
+        return [ops[spec.op_id] for spec in vertex.operators]
+
+    def _restore(self, restored: dict[str, Any]) -> None:
+        env = self.env
         runtime = OperatorRuntime(
-            subtask,
-            vertex.parallelism,
-            max_parallelism,
-            attempt,
-            is_restored or bool(restored),
-            local_state,
-            state_backend=state_backend,
-            job_id=job_id,
+            self.subtask,
+            self.vertex.parallelism,
+            env.max_parallelism,
+            env.attempt,
+            env.is_restored or bool(restored),
+            env.local_state,
+            state_backend=env.state_backend,
+            job_id=env.job_id,
         )
-        restored = restored or {}
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
         channel_state: RestoredChannelState | None = restored.get(CHANNEL_STATE_KEY)
@@ -420,7 +411,7 @@ class StreamTask:
         # for an unaligned checkpoint, once the in-flight frames are all recorded.
         if not unaligned_channels:
             frames = None if unaligned_channels is None else []
-            self.executor.submit(
+            self.env.executor.submit(
                 self._write_and_ack, cid, snapshots, sync_ms, timings, frames, barrier.options
             )
             return
@@ -436,14 +427,7 @@ class StreamTask:
         if pending is None or frames is None:  # aborted meanwhile
             return
         snapshots, sync_ms, timings = pending
-        self.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
-
-    def _mirror_locally(self, artifact: Any, cid: int) -> None:
-        """Task-local recovery: the state file goes to the worker's local disk too."""
-        local, name = self.local_state, artifact.name
-        copy = local.open_copy(cid, name)
-        if copy is not None:
-            artifact.mirror_to(copy, lambda: local.discard(cid, name))
+        self.env.executor.submit(self._write_and_ack, cid, snapshots, sync_ms, timings, frames)
 
     def _barrier_timings(self, barrier: CheckpointBarrier) -> tuple[float, float]:
         """(alignment ms, start delay ms) of this subtask for `barrier`'s checkpoint."""
@@ -465,44 +449,20 @@ class StreamTask:
         frames: list[bytes] | None,
         options: CheckpointOptions | None = None,
     ) -> None:
-        """Write the state files (and, for an unaligned checkpoint, the channel state whose
-        frames are given), then acknowledge with their handles."""
+        """Step 3 (asynchronous phase): write the state files (and, for an unaligned
+        checkpoint, the channel state whose frames are given), then acknowledge with their
+        handles; a failure declines the checkpoint."""
         started = time.perf_counter()
+        key_groups = {
+            op.uid: op.keyed_backend.key_group_range
+            for op in self.ops
+            if op.keyed_backend is not None
+        }
+        target = options.target_location if options is not None else None
         try:
-            state: dict[str, Any] = {}
-            channel_state_bytes = 0
-            target = options.target_location if options is not None else None
-            directory = target or self.storage.checkpoint_dir(cid)  # a savepoint's own directory
-            for uid, snap in snapshots:
-                if snap is None:
-                    continue
-                stem = f"{_file_safe(uid)}-{self.subtask}"
-                # incremental rocksdb (not savepoints): the state file holds no keyed state
-                incremental = target is None and getattr(snap.keyed, "tracker", None) is not None
-                with self.storage.create_artifact(directory, stem, ".state") as f:
-                    if self.local_state is not None and target is None:
-                        self._mirror_locally(f, cid)
-                    keyed = None if incremental else snap.keyed
-                    index = write_state_file(f, keyed, snap.operator)
-                handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
-                if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
-                    handle["incremental"] = upload_snapshot(
-                        snap.keyed, self.storage, directory, stem, cid, self.local_state
-                    )
-                op = next(o for o in self.ops if o.uid == uid)
-                if op.keyed_backend is not None:
-                    r = op.keyed_backend.key_group_range
-                    handle["key_group_range"] = [r.start, r.stop]
-                state[uid] = handle
-            if frames:
-                stem = f"channels-{_file_safe(self.ops[0].uid)}-{self.subtask}"
-                with self.storage.create_artifact(directory, stem, ".inflight") as f:
-                    channel_state_bytes = write_channel_state(f, frames)
-                state[CHANNEL_STATE_KEY] = {
-                    **f.handle,
-                    "frames": len(frames),
-                    "operator": self.ops[0].uid,
-                }
+            state, channel_state_bytes = write_snapshot(
+                self.env, self.subtask, cid, snapshots, key_groups, frames, target, self.ops[0].uid
+            )
             async_ms = (time.perf_counter() - started) * 1000
             self.control.send(
                 AcknowledgeCheckpoint(
