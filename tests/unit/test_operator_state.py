@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidegate.checkpoint.assignment import redistribute_operator_state
+from tidegate.checkpoint.assignment import assign_operator_state, redistribute_operator_state
 from tidegate.datastream.state import ListState, ListStateDescriptor
 from tidegate.state.operator_state import OperatorStateBackend
 from tidegate.state.snapshot_format import read_operator_state, write_state_file
@@ -78,6 +78,23 @@ def test_split_state_is_cut_in_order_and_union_state_is_given_whole_on_rescale()
         ("split", ["b1"]),
     ]
     assert [s["union"] for s in new] == [("union", ["x", "y"])] * 3
+
+
+def test_at_the_same_parallelism_each_subtask_keeps_its_split_and_broadcast_state():
+    old = [
+        {"split": ("split", ["a0"]), "union": ("union", ["x"]), "b": ("broadcast", [("k", 0)])},
+        {
+            "split": ("split", ["b0", "b1", "b2"]),
+            "union": ("union", ["y"]),
+            "b": ("broadcast", [("k", 1)]),
+        },
+    ]
+    same = assign_operator_state(old, 2)
+    assert [s["split"] for s in same] == [("split", ["a0"]), ("split", ["b0", "b1", "b2"])]
+    assert [s["b"] for s in same] == [("broadcast", [("k", 0)]), ("broadcast", [("k", 1)])]
+    assert [s["union"] for s in same] == [("union", ["x", "y"])] * 2
+    # at another parallelism: the redistribution (contiguous parts of the concatenation)
+    assert assign_operator_state(old, 3) == redistribute_operator_state(old, 3)
 
 
 def test_a_name_snapshotted_with_two_modes_cannot_be_redistributed():

@@ -171,3 +171,21 @@ def redistribute_operator_state(
         for subtask, share in zip(result, shares, strict=True):
             subtask[name] = (mode.value, share)
     return result
+
+
+def assign_operator_state(
+    old: Sequence[OperatorStateData], new_parallelism: int
+) -> list[OperatorStateData]:
+    """The operator state each new subtask restores. At another parallelism: as
+    `redistribute_operator_state`. At the same parallelism split and broadcast state stay with
+    the subtask that wrote them (moving e.g. a source's splits or a sink's pending files away
+    from the subtask that owns them gains nothing, and a sink's recovery could delete files
+    that another subtask is to commit), and union state is still everyone's."""
+    assigned = redistribute_operator_state(old, new_parallelism)
+    if len(old) != new_parallelism:
+        return assigned
+    for own, share in zip(old, assigned, strict=True):
+        for name, (mode, entries) in own.items():
+            if RedistributionMode(mode) is not RedistributionMode.UNION:
+                share[name] = (mode, list(entries))
+    return assigned

@@ -9,9 +9,9 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.assignment import (
+    assign_operator_state,
     check_max_parallelism,
     keyed_handles_for_subtask,
-    redistribute_operator_state,
 )
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
 from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
@@ -122,16 +122,7 @@ def plan_restore(
         operator_states: list[dict[str, Any]] = [{} for _ in range(int(entry["parallelism"]))]
         for index, h in old_subtasks:
             operator_states[int(index)] = _read_operator_state(directory, h)
-        per_subtask = redistribute_operator_state(operator_states, vertex.parallelism)
-        if len(operator_states) == vertex.parallelism:
-            # Same parallelism: split list state stays with the subtask that wrote it (moving
-            # e.g. a sink's committables away from the subtask whose files they name would let
-            # that subtask's recovery delete them); union state is still everyone's; broadcast
-            # state is kept too (its redistribution gives new subtask i old subtask i's copy).
-            for own, assigned in zip(operator_states, per_subtask, strict=True):
-                for name, (mode, entries) in own.items():
-                    if str(mode) != "union":
-                        assigned[name] = (mode, list(entries))
+        per_subtask = assign_operator_state(operator_states, vertex.parallelism)
         for i in range(vertex.parallelism):
             handles = tuple(
                 keyed_restore_handle(
