@@ -13,19 +13,28 @@ from pathlib import Path
 import pytest
 
 from tidegate.checkpoint.errors import CheckpointStorageError, FencedWriterError
-from tidegate.checkpoint.fencing import FENCE_DIR_NAME
+from tidegate.checkpoint.fencing import FENCE_DIR_NAME, KEPT_GENERATIONS
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import CheckpointStorage
 
 
-def metadata(checkpoint_id: int, generation: int, **extra: object) -> dict:
-    return {
-        "job_id": "job",
-        "checkpoint_id": checkpoint_id,
-        "timestamp_ms": checkpoint_id,
-        "generation": generation,
-        "operators": {},
-        **extra,
-    }
+def metadata(
+    checkpoint_id: int, generation: int, writer: str | None = None, file: str = ""
+) -> CheckpointMetadata:
+    """A checkpoint's metadata; `writer` and `file` (the job name, `writer:file`) say who
+    wrote it and which state file it names."""
+    return CheckpointMetadata(
+        job_id="job",
+        checkpoint_id=checkpoint_id,
+        timestamp_ms=checkpoint_id,
+        generation=generation,
+        job_name=None if writer is None else f"{writer}:{file}",
+    )
+
+
+def written_by(metadata: CheckpointMetadata) -> tuple[str, str]:
+    writer, file = metadata.job_name.split(":", 1)
+    return writer, file
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -73,7 +82,7 @@ def test_a_stale_writer_can_neither_write_nor_delete(base):
         driver_a.write_metadata(driver_a.create_checkpoint_dir(2), metadata(2, generation_a))
     with pytest.raises(FencedWriterError, match=r"refusing to delete .*chk-1"):
         driver_a.discard_checkpoint_dir(directory)  # B may be restoring from it
-    assert driver_b.read_metadata(directory)["generation"] == generation_a
+    assert driver_b.read_metadata(directory).generation == generation_a
     assert driver_b.read_bytes(f"{directory}/{f.name}") == b"state of generation 1"
     assert [cid for cid, _ in driver_b.list_checkpoints()] == [1]
 
@@ -95,7 +104,7 @@ def test_a_writer_superseded_while_it_publishes_metadata_is_told_so(tmp_path, mo
         driver_a.write_metadata(directory, metadata(1, generation_a))
     # published, but A must not act on it (notify sinks); B sees a consistent checkpoint
     assert takeovers == [2]
-    assert driver_b.read_metadata(directory)["generation"] == generation_a
+    assert driver_b.read_metadata(directory).generation == generation_a
 
 
 def test_racing_drivers_never_share_a_generation(tmp_path):
@@ -168,19 +177,21 @@ def test_a_stale_writer_racing_a_new_one_never_replaces_or_adds_to_its_checkpoin
         directory = b.checkpoint_dir(cid)
         document = b.read_metadata(directory)  # decodes: never a torn or mixed file
         if cid in b_published:
-            assert (document["writer"], document["file"]) == ("B", b_published[cid])
+            assert written_by(document) == ("B", b_published[cid])
         else:
-            assert document["writer"] == "A"
-        state = b.read_bytes(f"{directory}/{document['file']}")
-        assert state == document["writer"].encode()  # each file holds its own writer's bytes
+            assert written_by(document)[0] == "A"
+        author, state_file = written_by(document)
+        state = b.read_bytes(f"{directory}/{state_file}")
+        assert state == author.encode()  # each file holds its own writer's bytes
 
 
-def test_old_generation_files_are_pruned_and_the_newest_always_stays(tmp_path):
+def test_old_generation_files_are_pruned_and_the_newest_always_stay(tmp_path):
     driver = writer(str(tmp_path))
-    for _ in range(5):
+    for _ in range(KEPT_GENERATIONS + 4):
         driver.start_generation()
     fence_dir = Path(tmp_path, "job", FENCE_DIR_NAME)
-    assert sorted(os.listdir(fence_dir)) == ["generation-4", "generation-5"]
+    kept = range(5, KEPT_GENERATIONS + 5)
+    assert sorted(os.listdir(fence_dir)) == sorted(f"generation-{g}" for g in kept)
     with pytest.raises(FencedWriterError, match=r"registered by pid \d+ on "):
         writer(str(tmp_path), generation=3).create_artifact(driver.checkpoint_dir(1), "x", "")
 

@@ -29,6 +29,11 @@ from fsspec.implementations.local import LocalFileSystem
 from tidegate.checkpoint.errors import FencedWriterError
 
 FENCE_DIR_NAME = "_fence"
+#: generation files kept when older ones are pruned. A writer that read the fence and then
+#: creates the next file must never find a slot free only because newer writers pruned it
+#: (it would hand out a generation twice): that would take this many registrations between
+#: its read and its create, which are milliseconds apart.
+KEPT_GENERATIONS = 16
 _GENERATION_FILE = re.compile(r"generation-(\d+)")
 
 
@@ -64,7 +69,7 @@ class WriterFence:
                 create_new_file(self.fs, self._path(new), json.dumps(info).encode())
             except FileExistsError:
                 continue  # another writer took `new` at the same moment: re-read the fence
-            self._prune(below=current)
+            self._prune(below=new - KEPT_GENERATIONS + 1)
             return new
 
     def check(self, generation: int, action: str) -> None:
@@ -100,7 +105,7 @@ class WriterFence:
         return [int(m.group(1)) for m in found if m]
 
     def _prune(self, below: int) -> None:
-        """Delete generation files older than `below` (the highest one always stays, so
+        """Delete generation files older than `below` (the newest KEPT_GENERATIONS stay, so
         readers never see the fence go back)."""
         for generation in self._generations():
             if generation < below:
