@@ -54,8 +54,7 @@ def _checkpoint(backend, storage: CheckpointStorage, cid: int, incremental: bool
     started = time.perf_counter()
     if incremental:
         inc = upload_snapshot(snapshot, storage, directory, "count-0", cid)
-        written = sum(f["size"] for f in inc["shared"] if f["uploaded"])
-        written += sum(f["size"] for f in inc["private"])
+        written = inc.uploaded_bytes
     else:
         with storage.create_artifact(directory, "count-0", ".state") as f:
             write_state_file(f, snapshot, None)

@@ -31,6 +31,7 @@ from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.deploy.restore import keyed_restore_handle
 from tidegate.runtime.restore import RestoredOperatorState
+from tidegate.state.handles import StateHandle
 from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from tidegate.state.rocksdb_incremental import upload_snapshot
@@ -52,8 +53,10 @@ def measure(keys: int, repeats: int, work: str) -> dict:
     directory = storage.create_checkpoint_dir(1)
     inc = upload_snapshot(backend.snapshot(), storage, directory, "count-0", 1, local)
     backend.dispose()
-    handle = keyed_restore_handle("", {"incremental": inc}, range(M), directory, 1, True)
-    size = sum(f["size"] for f in [*inc["shared"], *inc["private"]])
+    handle = keyed_restore_handle(
+        "", StateHandle(file="", index=None, incremental=inc), range(M), directory, 1, True
+    )
+    size = sum(f.size for f in inc.files)
     times: dict[str, list[float]] = {"local": [], "remote": []}
     for _ in range(repeats):
         for name, store in (("local", local), ("remote", None)):
@@ -66,7 +69,7 @@ def measure(keys: int, repeats: int, work: str) -> dict:
     return {
         "keys": keys,
         "bytes": size,
-        "files": len(inc["shared"]) + len(inc["private"]),
+        "files": len(inc.files),
         **{f"{name}_s": statistics.median(ts) for name, ts in times.items()},
         "runs": times,
     }

@@ -642,8 +642,8 @@ def test_uid_and_name_reach_the_checkpoint_metadata(runner, tmp_path):
     ds.sink_to(file_sink(tmp_path / "out")).uid("my-sink").name("My Sink")
     client = env.execute_async("named")
     client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
-    operators = client.jobmaster.stats.last_checkpoint.metadata["operators"]
-    assert {uid: op["name"] for uid, op in operators.items()} == {
+    operators = client.jobmaster.stats.last_checkpoint.metadata.operators
+    assert {uid: op.name for uid, op in operators.items()} == {
         "my-source": "My Numbers",
         "my-counter": "Counter",
         "my-sink": "My Sink",

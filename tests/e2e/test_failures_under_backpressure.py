@@ -96,9 +96,7 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
     while not jm.done.is_set():
         latest = jm.stats.last_checkpoint
         if latest is not None and any(
-            s["frames"]
-            for e in latest.metadata["channel_state"].values()
-            for s in e["subtasks"].values()
+            s.frames for e in latest.metadata.channel_state.values() for s in e.subtasks.values()
         ):
             break
         time.sleep(0.02)
@@ -106,7 +104,7 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
     with pytest.raises(JobExecutionException, match="cancelled"):
         client.get_job_execution_result().result()
     checkpoint = jm.store.latest()
-    assert checkpoint is not None and checkpoint.metadata["channel_state"]
+    assert checkpoint is not None and checkpoint.metadata.channel_state
     first_output = committed_lines(tmp_path / "out1")
     assert len(first_output) < N
 
@@ -151,7 +149,7 @@ def test_an_unaligned_job_under_backpressure_takes_aligned_savepoints(spark, tmp
     stop = client.stop_with_savepoint(False).result(timeout=300)
     for path in (savepoint, stop):
         metadata = read_checkpoint_metadata(path)
-        assert metadata["is_savepoint"] and metadata["channel_state"] == {}
+        assert metadata.is_savepoint and metadata.channel_state == {}
     unaligned = [c for c in jm.stats.checkpoints.history() if c.unaligned]
     assert unaligned and any(c.persisted_data for c in unaligned)
     first_output = committed_lines(tmp_path / "out1")

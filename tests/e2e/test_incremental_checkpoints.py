@@ -18,6 +18,7 @@ from tests.e2e.jobs import (
     kill_when_scheduled,
 )
 from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.common import Configuration, Encoder, JobStatus, RestartStrategies
@@ -28,12 +29,11 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
-from tidegate.state.incremental_handles import checkpoint_references, incremental_handles
 
 
-def reused_files(metadata: dict) -> int:
+def reused_files(metadata: CheckpointMetadata) -> int:
     return sum(
-        1 for _, _, inc in incremental_handles(metadata) for f in inc["shared"] if not f["uploaded"]
+        1 for _, _, inc in metadata.incremental_handles() for f in inc.shared if not f.uploaded
     )
 
 
@@ -62,7 +62,7 @@ def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once
     assert jm.stats.restarts == len(FAILURE_SCHEDULE)
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
     latest = jm.store.latest()
-    assert list(incremental_handles(latest.metadata)), "the checkpoints were not incremental"
+    assert list(latest.metadata.incremental_handles()), "the checkpoints were not incremental"
     # the job finished: its checkpoints and every shared file it owned are deleted
     shared = Path(jm.storage.job_dir) / "shared"
     assert not shared.exists() or sorted(os.listdir(shared)) == []
@@ -104,9 +104,9 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     # savepoints stay canonical (self-contained) with incremental checkpoints enabled
     savepoint = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
     savepoint_metadata = read_checkpoint_metadata(savepoint)
-    assert list(incremental_handles(savepoint_metadata)) == []
-    kept = savepoint_metadata["operators"]["count"]["subtasks"].values()
-    assert sum(len(h["index"]["key_groups"]) for h in kept) == NUM_KEYS
+    assert list(savepoint_metadata.incremental_handles()) == []
+    kept = savepoint_metadata.operators["count"].handles()
+    assert sum(len(h.index.key_group_offsets) for h in kept) == NUM_KEYS
     running_with_checkpoints(client, 1)
     client.cancel().result()
     jm.done.wait()
@@ -115,9 +115,9 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     assert any(reused_files(cp.metadata) > 0 for cp in jm.store.all())
     restored_dir = resolve_checkpoint_path(jm.storage.job_dir)
     metadata = read_checkpoint_metadata(restored_dir)
-    handles = list(incremental_handles(metadata))
+    handles = list(metadata.incremental_handles())
     assert {(uid, subtask) for uid, subtask, _ in handles} == {("count", 0), ("count", 1)}
-    shared_before = checkpoint_references(metadata, restored_dir).paths
+    shared_before = metadata.references(restored_dir).paths
     assert shared_before and all(os.path.exists(p) for p in shared_before)
 
     second = rescalable_job(
@@ -130,7 +130,7 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     client2 = second.execute_async("incremental at 3")
     client2.get_job_execution_result().result(timeout=600)
     assert client2.get_job_status().result() is JobStatus.FINISHED
-    assert client2.jobmaster.stats.restored_from == metadata["checkpoint_id"]
+    assert client2.jobmaster.stats.restored_from == metadata.checkpoint_id
     lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
     check_exactly_once(lines, n, 2)
     # NO_CLAIM: the restored checkpoint's shared files are untouched; the new job's own are gone
@@ -151,8 +151,8 @@ def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_si
     client.cancel().result()
     jm.done.wait()
     (older, _), (latest, _) = [(cp.path, cp) for cp in jm.store.all()]
-    older_files = checkpoint_references(read_checkpoint_metadata(older), older).paths
-    latest_files = checkpoint_references(read_checkpoint_metadata(latest), latest).paths
+    older_files = read_checkpoint_metadata(older).references(older).paths
+    latest_files = read_checkpoint_metadata(latest).references(latest).paths
     assert latest_files - older_files  # the latest uploaded files of its own
 
     restore = {

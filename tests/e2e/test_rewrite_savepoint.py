@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tests.e2e.jobs import check_exactly_once, committed_lines
 from tests.e2e.restore_check_job import build_job
 from tests.e2e.savepoint_jobs import fingerprint, running_with_checkpoints
-from tidegate.checkpoint.metadata import decode_metadata, encode_metadata
+from tests.support.snapshots import edit_metadata
 from tidegate.checkpoint.rewrite import RewriteError, rewrite_max_parallelism
 from tidegate.cli import cli
 from tidegate.common.job_client import JobExecutionException
@@ -155,12 +155,6 @@ def test_restoring_a_rewritten_savepoint_with_the_old_max_parallelism_fails_clea
     assert "max parallelism 128 differs from the snapshot's 13" in message
 
 
-def _edit_metadata(path: Path, change) -> None:
-    document = decode_metadata((path / "_metadata").read_bytes(), str(path))
-    change(document)
-    (path / "_metadata").write_bytes(encode_metadata(document))
-
-
 def test_refusals_name_the_problem_and_write_nothing(original, tmp_path):
     source, _ = original
     target = tmp_path / "target"
@@ -190,13 +184,16 @@ def test_an_incremental_checkpoint_is_refused_take_a_savepoint_first(original, t
         # what an incremental rocksdb checkpoint records (docs/checkpoint-format.md)
         handle["incremental"] = {
             "version": 1,
+            "backend_id": "b",
+            "base_checkpoint_id": None,
+            "max_parallelism": 128,
             "key_group_range": handle["key_group_range"],
             "state_kinds": {"count": "value"},
             "shared": [{"name": "000012.sst", "file": "../shared/count-0-000012.sst", "size": 10}],
             "private": [],
         }
 
-    _edit_metadata(copy, make_incremental)
+    edit_metadata(copy, make_incremental)
     with pytest.raises(RewriteError, match=r"type 'incremental'.*Take a savepoint first"):
         rewrite_max_parallelism(str(copy), str(tmp_path / "out"), 13)
     assert not (tmp_path / "out").exists()
@@ -223,11 +220,11 @@ def add_in_flight_records(path: Path) -> None:
         write_channel_state(f, [pickle.dumps((0, [5, 18]))])
 
     def add(document):
-        subtasks = {"0": {**f.handle, "frames": 1}}
+        subtasks = {"0": {"file": f.name, "size": f.size, "checksum": f.checksum, "frames": 1}}
         entry = {"parallelism": 2, "subtasks": subtasks, "inputs": [[0, 0], [0, 1]]}
         document["channel_state"] = {"count": entry}
 
-    _edit_metadata(path, add)
+    edit_metadata(path, add)
 
 
 def test_the_command_reports_the_rewrite_and_errors_with_exit_codes(original, tmp_path):

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from tests.e2e.jobs import NUM_KEYS, committed_lines, count_job
 from tests.e2e.savepoint_jobs import running_with_checkpoints, savepoint_job
 from tests.e2e.state_processor_jobs import PROBE_KEYS, probe_job, run_until_savepoint
-from tidegate.checkpoint.metadata import decode_metadata, encode_metadata
+from tests.support.snapshots import edit_metadata
 from tidegate.state.keygroups import key_group_range, stable_hash
 from tidegate.state_processor import (
     SavepointReader,
@@ -257,10 +257,7 @@ def test_a_handle_without_a_canonical_index_is_refused_with_take_a_savepoint(
     path, _ = count_savepoint
     copy = tmp_path / "not-canonical"
     shutil.copytree(path, copy)
-    meta_file = copy / "_metadata"
-    metadata = decode_metadata(meta_file.read_bytes(), str(meta_file))
-    del metadata["operators"]["count"]["subtasks"]["0"]["index"]
-    meta_file.write_bytes(encode_metadata(metadata))
+    edit_metadata(copy, lambda doc: doc["operators"]["count"]["subtasks"]["0"].pop("index"))
     with pytest.raises(UnsupportedSnapshotError, match=r"subtask 0.*[Tt]ake a savepoint"):
         read_keyed_state(spark, str(copy), "count", "count")
     with pytest.raises(UnsupportedSnapshotError, match=r"[Tt]ake a savepoint"):

@@ -23,7 +23,7 @@ from tests.e2e.state_processor_jobs import (
 from tidegate.checkpoint.errors import MissingCheckpointFileError
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.common import JobStatus
-from tidegate.state.incremental_handles import incremental_handles, resolve
+from tidegate.state.incremental_handles import resolve
 from tidegate.state_processor import SavepointReader, SavepointWriter
 
 KEYED_STATES = {"count": "value", "seen": "list", "by_rest": "map", "__timers__": "map"}
@@ -67,8 +67,11 @@ def test_every_keyed_state_and_the_timers_of_an_incremental_checkpoint_read_as_i
 ):
     checkpoint, savepoint, _lines, _tmp = incremental_and_savepoint
     metadata = read_checkpoint_metadata(checkpoint)
-    assert {(uid, s) for uid, s, _ in incremental_handles(metadata)} == {("probe", 0), ("probe", 1)}
-    assert list(incremental_handles(read_checkpoint_metadata(savepoint))) == []
+    assert {(uid, s) for uid, s, _ in metadata.incremental_handles()} == {
+        ("probe", 0),
+        ("probe", 1),
+    }
+    assert list(read_checkpoint_metadata(savepoint).incremental_handles()) == []
     incremental = SavepointReader.read(spark, checkpoint)
     state = _read_all(incremental)
     assert state == _read_all(SavepointReader.read(spark, savepoint))
@@ -129,11 +132,7 @@ def test_spark_sql_and_list_state_over_an_incremental_checkpoint(spark, incremen
     assert spark.sql("SELECT COUNT(*) AS n FROM inc_count").first().n == PROBE_KEYS
 
     metadata = read_checkpoint_metadata(checkpoint)
-    files = sum(
-        int(f["size"])
-        for _uid, _s, inc in incremental_handles(metadata)
-        for f in (*inc["shared"], *inc["private"])
-    )
+    files = sum(f.size for _uid, _s, inc in metadata.incremental_handles() for f in inc.files)
     infos = {s.state_name: s for s in reader.list_state() if s.uid == "probe"}
     assert {name: s.kind for name, s in infos.items()} == KEYED_STATES
     for info in infos.values():
@@ -153,9 +152,9 @@ def test_an_incremental_checkpoint_rewrites_into_a_self_contained_canonical_save
     shutil.copytree(checkpoint, broken / Path(checkpoint).name)
     shutil.copytree(Path(checkpoint).parent / "shared", broken / "shared")
     copy = str(broken / Path(checkpoint).name)
-    handles = incremental_handles(metadata)
-    subtask, inc = next((s, inc) for uid, s, inc in handles if uid == "probe" and inc["shared"])
-    lost = resolve(copy, inc["shared"][0]["file"])  # an SST file of the probe's state
+    handles = metadata.incremental_handles()
+    subtask, inc = next((s, inc) for uid, s, inc in handles if uid == "probe" and inc.shared)
+    lost = resolve(copy, inc.shared[0].file)  # an SST file of the probe's state
     os.remove(lost)
     what = f"incremental rocksdb state of subtask {subtask}"
     with pytest.raises(Exception, match=what) as failure:
@@ -166,7 +165,7 @@ def test_an_incremental_checkpoint_rewrites_into_a_self_contained_canonical_save
     rewritten = SavepointWriter.from_existing_savepoint(spark, checkpoint).write(
         str(tmp / "rewritten")
     )
-    assert list(incremental_handles(read_checkpoint_metadata(rewritten))) == []
+    assert list(read_checkpoint_metadata(rewritten).incremental_handles()) == []
     shutil.rmtree(tmp / "chk")  # the job's checkpoints and shared files: no longer needed
     assert _read_all(SavepointReader.read(spark, rewritten)) == expected
     # ... which a job restores: its own savepoint (no record reached the probe) holds the same

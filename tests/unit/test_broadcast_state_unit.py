@@ -8,6 +8,7 @@ import io
 
 import pytest
 
+from tests.support.snapshots import metadata_of
 from tidegate.checkpoint.assignment import redistribute_broadcast_state, redistribute_operator_state
 from tidegate.datastream import (
     BroadcastProcessFunction,
@@ -321,11 +322,11 @@ def test_a_restore_plan_gives_every_subtask_a_full_copy_of_the_broadcast_state(
             state = {"rules": ("broadcast", [("r", 1), ("s", 2)]), "own": ("split", [i])}
             index = write_state_file(f, None, state)
         subtasks[str(i)] = {"file": f"s{i}.state", "index": index.to_json()}
-    metadata = {
-        "checkpoint_id": 5,
-        "max_parallelism": MAX_P,
-        "operators": {"rules": {"name": "r", "parallelism": 2, "subtasks": subtasks}},
-    }
+    metadata = metadata_of(
+        checkpoint_id=5,
+        max_parallelism=MAX_P,
+        operators={"rules": {"name": "r", "parallelism": 2, "subtasks": subtasks}},
+    )
     env, events, rules = _job(new_parallelism)
     events.connect(rules.broadcast(RULES)).process(Passes()).uid("rules").print()
     graph = build_job_graph(env._stream_graph, "job", new_parallelism, None)

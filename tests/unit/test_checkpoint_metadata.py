@@ -1,4 +1,5 @@
-"""The versioned `_metadata` envelope (format version 2: with a checksum of its content)."""
+"""`_metadata`: the typed model round-trips through the versioned file format (format version 2,
+or 3 with incremental state; a checksum of its content), and damage is reported naming the file."""
 
 from __future__ import annotations
 
@@ -13,22 +14,34 @@ from tidegate.checkpoint.errors import (
 )
 from tidegate.checkpoint.metadata import (
     FORMAT_VERSION,
+    ChannelStateMetadata,
+    CheckpointMetadata,
+    OperatorMetadata,
+    RewrittenFrom,
     canonical_json,
     decode_metadata,
     encode_metadata,
 )
 from tidegate.state.checksums import checksum_of
+from tidegate.state.handles import (
+    ChannelStateHandle,
+    IncrementalFile,
+    IncrementalHandle,
+    StateHandle,
+)
+from tidegate.state.snapshot_format import StateFileIndex
 
 PATH = "/ckpt/job/chk-3/_metadata"
 
 
 def content(**overrides: object) -> dict:
+    """The JSON content of a minimal `_metadata` (as a writer would produce it)."""
     base = {
         "job_id": "job",
         "checkpoint_id": 3,
         "timestamp_ms": 1_000,
         "generation": 4,
-        "operators": {"map": []},
+        "operators": {},
     }
     return {**base, **overrides}
 
@@ -39,32 +52,56 @@ def raw(**document: object) -> bytes:
     return json.dumps({**document, "checksum": checksum_of(canonical_json(document))}).encode()
 
 
-def test_metadata_round_trips_with_format_and_version_stamped():
-    decoded = decode_metadata(encode_metadata(content(extra=[1, 2])), PATH)
-    assert decoded == {
-        "format": "tidegate-checkpoint",
-        "version": FORMAT_VERSION,
-        **content(extra=[1, 2]),
+INDEX = StateFileIndex({3: (8, 40), 7: (48, 20)}, (68, 30), 120, 128, {"count": "value"})
+
+
+def sample(**overrides: object) -> CheckpointMetadata:
+    """A checkpoint with every kind of content: keyed and operator state, channel state."""
+    handle = StateHandle(
+        file="count-0-g4-abc.state", size=120, checksum="crc32:0000abcd", index=INDEX,
+        key_group_range=range(0, 64),
+    )  # fmt: skip
+    fields = {
+        "job_id": "job",
+        "job_name": "running count",
+        "checkpoint_id": 3,
+        "timestamp_ms": 1_000,
+        "completed_ms": 1_050,
+        "duration_ms": 50,
+        "attempt": 1,
+        "generation": 4,
+        "max_parallelism": 128,
+        "size_bytes": 142,
+        "operators": {"count": OperatorMetadata("Process", 2, {0: handle})},
+        "channel_state": {
+            "count": ChannelStateMetadata(
+                2, ((1, 0), (1, 1)), {1: ChannelStateHandle(file="ch.inflight", size=22, frames=2)}
+            )
+        },
     }
+    return CheckpointMetadata(**{**fields, **overrides})
+
+
+def test_metadata_round_trips_with_format_and_version_stamped():
+    metadata = sample(rewritten_from=RewrittenFrom("/old", 2, 13, "abc123"))
+    data = encode_metadata(metadata)
+    assert decode_metadata(data, PATH) == metadata
+    document = json.loads(data)
+    assert (document["format"], document["version"]) == ("tidegate-checkpoint", FORMAT_VERSION)
+    assert document["operators"]["count"]["subtasks"]["0"]["key_group_range"] == [0, 64]
     assert FORMAT_VERSION == 2
 
 
 def test_the_checksum_covers_the_content_and_survives_reformatting():
-    document = json.loads(encode_metadata(content(operators={"map": {"0": {"size": 12}}})))
+    document = json.loads(encode_metadata(sample()))
     assert document["checksum"].startswith("crc32:")
     reindented = json.dumps(document, indent=4).encode()  # a user pretty-printed the file
-    assert decode_metadata(reindented, PATH)["operators"] == {"map": {"0": {"size": 12}}}
-
-
-def test_integer_keys_are_checksummed_as_the_reader_sees_them():
-    # JSON turns {10: ..., 2: ...} into string keys, which sort differently
-    decoded = decode_metadata(encode_metadata(content(operators={10: "a", 2: "b"})), PATH)
-    assert decoded["operators"] == {"10": "a", "2": "b"}
+    assert decode_metadata(reindented, PATH) == sample()
 
 
 def test_a_changed_value_that_is_still_valid_json_is_detected_by_the_checksum():
-    data = encode_metadata(content(operators={"map": {"0": {"size": 12}}}))
-    tampered = data.replace(b'"size": 12', b'"size": 13')
+    data = encode_metadata(sample())
+    tampered = data.replace(b'"size": 120', b'"size": 121')
     assert tampered != data
     with pytest.raises(CorruptCheckpointError, match=rf"{PATH} is damaged.*checksum"):
         decode_metadata(tampered, PATH)
@@ -72,7 +109,7 @@ def test_a_changed_value_that_is_still_valid_json_is_detected_by_the_checksum():
 
 @pytest.mark.parametrize("checksum", [None, "crc32:xyz", "md5:00000000", 12])
 def test_metadata_without_a_valid_checksum_is_corrupt(checksum):
-    document = json.loads(encode_metadata(content()))
+    document = json.loads(encode_metadata(sample()))
     document["checksum"] = checksum
     if checksum is None:
         del document["checksum"]
@@ -83,19 +120,23 @@ def test_metadata_without_a_valid_checksum_is_corrupt(checksum):
 @pytest.mark.parametrize(
     "bad",
     [
-        {"job_id": "job", "checkpoint_id": 3, "timestamp_ms": 1, "generation": 1},  # no operators
         content(checkpoint_id="3"),
         content(timestamp_ms=True),
         content(generation=None),
-        content(format="other"),
-        content(version=1),
-        content(checksum="crc32:00000000"),
-        content(operators={1.5: float("nan")}),
+        content(operators={"map": {"parallelism": "two", "subtasks": {}}}),
+        content(operators={"map": {"parallelism": 1, "subtasks": {"x": {}}}}),
+        content(operators={"map": {"parallelism": 1, "subtasks": {"0": {"size": 1}}}}),
+        content(channel_state={"map": {"subtasks": {}}}),
     ],
 )
-def test_encoding_refuses_metadata_that_could_not_be_read_back(bad):
-    with pytest.raises(ValueError):
-        encode_metadata(bad)
+def test_decoding_malformed_content_is_corrupt_and_names_the_file(bad):
+    with pytest.raises(CorruptCheckpointError, match=PATH):
+        decode_metadata(raw(format="tidegate-checkpoint", version=2, **bad), PATH)
+
+
+def test_encoding_refuses_values_json_cannot_hold():
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        encode_metadata(sample(job_name=float("nan")))
 
 
 def test_decoding_bytes_that_are_not_json_names_the_file():
@@ -117,11 +158,19 @@ def test_decoding_a_newer_version_asks_to_upgrade():
 
 
 def test_metadata_with_incremental_keyed_state_is_version_3_and_read_back():
-    incremental = {"file": "a.state", "incremental": {"shared": [], "private": []}}
-    operators = {"op": {"parallelism": 1, "subtasks": {"0": incremental}}}
-    decoded = decode_metadata(encode_metadata({**content(), "operators": operators}), PATH)
-    assert decoded["version"] == 3
-    assert decode_metadata(encode_metadata(content()), PATH)["version"] == FORMAT_VERSION
+    inc = IncrementalHandle(
+        backend_id="b1", base_checkpoint_id=None, key_group_range=range(0, 128),
+        max_parallelism=128, state_kinds={"count": "value"},
+        shared=(IncrementalFile(name="1.sst", file="../shared/1.sst", size=9, uploaded=True),),
+        private=(IncrementalFile(name="CURRENT", file="CURRENT-1", size=16),),
+    )  # fmt: skip
+    handle = StateHandle(file="a.state", size=30, index=INDEX, incremental=inc)
+    incremental = sample(operators={"op": OperatorMetadata("op", 1, {0: handle})})
+    data = encode_metadata(incremental)
+    assert json.loads(data)["version"] == 3
+    assert decode_metadata(data, PATH) == incremental
+    assert decode_metadata(data, PATH).is_incremental
+    assert json.loads(encode_metadata(sample()))["version"] == FORMAT_VERSION
 
 
 def test_decoding_version_1_says_it_is_an_unsupported_pre_release_format():

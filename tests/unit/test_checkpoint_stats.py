@@ -16,14 +16,20 @@ from tidegate.metrics.checkpoint_stats import (
 )
 from tidegate.runtime.messages import AcknowledgeCheckpoint
 from tidegate.runtime.restore import CHANNEL_STATE_KEY
+from tidegate.state.handles import ChannelStateHandle, StateHandle
+from tidegate.state.snapshot_format import StateFileIndex
 
 SUBTASKS = [(1, 0), (1, 1), (2, 0)]
 CHECKPOINT = CheckpointOptions()
 SAVEPOINT = CheckpointOptions(CheckpointType.SAVEPOINT, target_location="/sp/savepoint-x")
 
 
-def handle(size: int) -> dict:
-    return {"file": "f.state", "index": {"size": size}}
+def handle(size: int) -> StateHandle:
+    return StateHandle(file="f.state", size=size, index=StateFileIndex({}, None, size))
+
+
+def channel_handle(size: int) -> ChannelStateHandle:
+    return ChannelStateHandle(file="c.inflight", size=size, frames=2)
 
 
 def ack(
@@ -31,7 +37,7 @@ def ack(
 ) -> AcknowledgeCheckpoint:
     state = {"op": handle(size)}
     if persisted:
-        state[CHANNEL_STATE_KEY] = {"file": "c.inflight", "size": persisted, "frames": 2}
+        state[CHANNEL_STATE_KEY] = channel_handle(persisted)
     return AcknowledgeCheckpoint(
         0, subtask, cid, state,
         sync_ms=timings.get("sync", 1.0), async_ms=timings.get("async", 5.0),
@@ -190,7 +196,7 @@ def test_details_list_every_subtask_of_every_vertex_with_a_summary_per_vertex():
 
 
 def test_state_size_counts_state_files_not_channel_state():
-    state = {"a": handle(5), "b": handle(7), CHANNEL_STATE_KEY: {"file": "x", "size": 100}}
+    state = {"a": handle(5), "b": handle(7), CHANNEL_STATE_KEY: channel_handle(100)}
     assert state_size_of(state) == 12
 
 

@@ -12,18 +12,19 @@ from tidegate.checkpoint.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
 )
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
 
 
-def metadata(checkpoint_id: int, **extra: object) -> dict:
-    return {
-        "job_id": "job-1",
-        "checkpoint_id": checkpoint_id,
-        "timestamp_ms": 1_000 * checkpoint_id,
-        "generation": 1,
-        "operators": {},
-        **extra,
-    }
+def metadata(checkpoint_id: int, job_name: object = None) -> CheckpointMetadata:
+    """A checkpoint's metadata; `job_name` tells two writes apart."""
+    return CheckpointMetadata(
+        job_id="job-1",
+        checkpoint_id=checkpoint_id,
+        timestamp_ms=1_000 * checkpoint_id,
+        generation=1,
+        job_name=job_name,  # type: ignore[arg-type]
+    )
 
 
 def complete(storage: CheckpointStorage, checkpoint_id: int) -> str:
@@ -87,9 +88,9 @@ def test_files_written_are_read_back_and_parent_directories_are_created(fixture,
 def test_metadata_is_written_and_read_back(fixture, request):
     storage: CheckpointStorage = request.getfixturevalue(fixture)
     directory = storage.create_checkpoint_dir(3)
-    path = storage.write_metadata(directory, metadata(3, sources=["s"]))
+    path = storage.write_metadata(directory, metadata(3, "written"))
     assert path == f"{directory}/_metadata"
-    assert storage.read_metadata(directory)["sources"] == ["s"]
+    assert storage.read_metadata(directory) == metadata(3, "written")
 
 
 def test_writing_metadata_leaves_no_temporary_file(storage):
@@ -102,10 +103,10 @@ def test_writing_metadata_leaves_no_temporary_file(storage):
 def test_metadata_is_never_written_over_an_existing_one(fixture, request):
     storage: CheckpointStorage = request.getfixturevalue(fixture)
     directory = storage.create_checkpoint_dir(1)
-    storage.write_metadata(directory, metadata(1, which="first"))
+    storage.write_metadata(directory, metadata(1, "first"))
     with pytest.raises(CheckpointStorageError, match=r"chk-1/_metadata: it exists already"):
-        storage.write_metadata(directory, metadata(1, which="second"))
-    assert storage.read_metadata(directory)["which"] == "first"
+        storage.write_metadata(directory, metadata(1, "second"))
+    assert storage.read_metadata(directory).job_name == "first"
     assert storage.fs.ls(storage._fs_path(directory), detail=False)[0].endswith("_metadata")
     assert len(storage.fs.ls(storage._fs_path(directory))) == 1
 
@@ -121,14 +122,14 @@ def test_a_failing_metadata_write_leaves_no_file_and_no_temporary(storage, monke
         storage.write_metadata(directory, metadata(1))
     monkeypatch.undo()
     assert os.listdir(directory) == []
-    storage.write_metadata(directory, metadata(1, which="retried"))
-    assert storage.read_metadata(directory)["which"] == "retried"
+    storage.write_metadata(directory, metadata(1, "retried"))
+    assert storage.read_metadata(directory).job_name == "retried"
 
 
 def test_metadata_that_cannot_be_encoded_is_not_written(storage):
     directory = storage.create_checkpoint_dir(1)
     with pytest.raises(ValueError):
-        storage.write_metadata(directory, metadata(1, extra=object()))
+        storage.write_metadata(directory, metadata(1, float("nan")))
     assert os.listdir(directory) == []
 
 

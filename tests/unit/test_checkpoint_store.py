@@ -16,7 +16,6 @@ def completed(checkpoint_id: int, is_savepoint: bool = False) -> CompletedCheckp
         path=f"/ckpt/job/chk-{checkpoint_id}",
         size_bytes=100,
         is_savepoint=is_savepoint,
-        metadata={},
     )
 
 

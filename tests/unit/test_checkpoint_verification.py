@@ -4,6 +4,7 @@ directories written the way subtasks and the JobMaster write them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -18,16 +19,24 @@ from tidegate.checkpoint.errors import (
     MissingCheckpointFileError,
     UnsupportedFormatVersionError,
 )
+from tidegate.checkpoint.metadata import (
+    ChannelStateMetadata,
+    CheckpointMetadata,
+    OperatorMetadata,
+)
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.verification import checkpoint_artifacts, verify_checkpoint
 from tidegate.state.channel_state import write_channel_state
+from tidegate.state.handles import ChannelStateHandle, StateHandle
 from tidegate.state.snapshot_format import write_state_file
 
 OPERATORS = {"source": 2, "count": 3}
 
 
-def write_checkpoint(storage: CheckpointStorage, checkpoint_id: int) -> tuple[str, dict]:
+def write_checkpoint(
+    storage: CheckpointStorage, checkpoint_id: int
+) -> tuple[str, CheckpointMetadata]:
     """A completed checkpoint: one state file per operator subtask (plus the channel state of
     count's subtask 1), written through `create_artifact` as StreamTask does."""
     directory = storage.create_checkpoint_dir(checkpoint_id)
@@ -38,22 +47,20 @@ def write_checkpoint(storage: CheckpointStorage, checkpoint_id: int) -> tuple[st
             with storage.create_artifact(directory, f"{uid}-{i}", ".state") as f:
                 entries = [uid, i, checkpoint_id] * 100
                 index = write_state_file(f, None, {"entries": ("split", entries)})
-            subtasks[str(i)] = {**f.handle, "index": index.to_json()}
-        operators[uid] = {"name": uid, "parallelism": parallelism, "subtasks": subtasks}
+            subtasks[i] = StateHandle(file=f.name, size=f.size, checksum=f.checksum, index=index)
+        operators[uid] = OperatorMetadata(uid, parallelism, subtasks)
     with storage.create_artifact(directory, "channels-count-1", ".inflight") as f:
         write_channel_state(f, [b"in-flight frame"])
-    channel_state = {
-        "count": {"parallelism": 3, "inputs": [], "subtasks": {"1": {**f.handle, "frames": 1}}}
-    }
-    metadata = {
-        "job_id": storage.job_id,
-        "checkpoint_id": checkpoint_id,
-        "timestamp_ms": 1_000 * checkpoint_id,
-        "generation": storage.generation,
-        "max_parallelism": 128,
-        "operators": operators,
-        "channel_state": channel_state,
-    }
+    channel = ChannelStateHandle(file=f.name, size=f.size, checksum=f.checksum, frames=1)
+    metadata = CheckpointMetadata(
+        job_id=storage.job_id,
+        checkpoint_id=checkpoint_id,
+        timestamp_ms=1_000 * checkpoint_id,
+        generation=storage.generation,
+        max_parallelism=128,
+        operators=operators,
+        channel_state={"count": ChannelStateMetadata(3, (), {1: channel})},
+    )
     storage.write_metadata(directory, metadata)
     return directory, storage.read_metadata(directory)
 
@@ -65,8 +72,8 @@ def storage(tmp_path: Path) -> CheckpointStorage:
     return storage
 
 
-def file_of(metadata: dict, uid: str, subtask: int) -> str:
-    return metadata["operators"][uid]["subtasks"][str(subtask)]["file"]
+def file_of(metadata: CheckpointMetadata, uid: str, subtask: int) -> str:
+    return metadata.operators[uid].subtasks[subtask].file
 
 
 def flip_byte(path: str, offset: int | None = None) -> None:
@@ -130,7 +137,7 @@ def test_a_missing_file_is_reported_as_missing(storage):
 
 def test_a_damaged_channel_state_file_is_named_as_such(storage):
     directory, metadata = write_checkpoint(storage, 1)
-    victim = metadata["channel_state"]["count"]["subtasks"]["1"]["file"]
+    victim = metadata.channel_state["count"].subtasks[1].file
     flip_byte(f"{directory}/{victim}", offset=-1)
     with pytest.raises(ChecksumMismatchError, match=rf"channel-state file {victim} \(operator"):
         verify_checkpoint(metadata, directory).raise_for_problems()
@@ -145,7 +152,14 @@ def test_only_the_files_of_the_restored_operators_are_read(storage):
 
 def test_a_handle_without_a_checksum_is_damaged_metadata(storage):
     directory, metadata = write_checkpoint(storage, 1)
-    del metadata["operators"]["source"]["subtasks"]["0"]["checksum"]
+    source = metadata.operators["source"]
+    unchecked = dataclasses.replace(source.subtasks[0], checksum=None)
+    metadata = metadata.replace(
+        operators={
+            **metadata.operators,
+            "source": dataclasses.replace(source, subtasks={**source.subtasks, 0: unchecked}),
+        }
+    )
     with pytest.raises(ChecksumMismatchError, match="has no valid size and checksum"):
         verify_checkpoint(metadata, directory).raise_for_problems()
 
@@ -166,7 +180,7 @@ def job_dir_candidates(storage: CheckpointStorage) -> list[RestoreCandidate]:
     return [RestoreCandidate(d) for d in checkpoint_candidates(storage.job_dir)]
 
 
-def damage(kind: str, directory: str, metadata: dict) -> None:
+def damage(kind: str, directory: str, metadata: CheckpointMetadata) -> None:
     """Damage a checkpoint the way the bad-input tests do."""
     match kind:
         case "checksum":
@@ -194,7 +208,7 @@ def test_the_newest_intact_checkpoint_is_chosen(storage):
     metadata, directory = choose_checkpoint(
         job_dir_candidates(storage), uids=None, allow_fallback=False
     )
-    assert directory == newest and metadata["checkpoint_id"] == 2
+    assert directory == newest and metadata.checkpoint_id == 2
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
@@ -223,7 +237,7 @@ def test_with_fallback_a_damaged_checkpoint_is_skipped_with_a_warning(storage, k
         chosen, directory = choose_checkpoint(
             job_dir_candidates(storage), uids=None, allow_fallback=True
         )
-    assert directory == older and chosen["checkpoint_id"] == 1
+    assert directory == older and chosen.checkpoint_id == 1
     skipped = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
     assert len(skipped) == 1 and newest in skipped[0] and DAMAGE[kind][1] in skipped[0]
     assert any(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.pending import AckOutcome, PendingCheckpoint, SubtaskId
 from tidegate.checkpoint.scheduling import ManualClock, ManualScheduler
@@ -60,7 +61,7 @@ class RecordingHooks:
             completed_ms=self.clock.now_ms(),
             path=f"memory://ckpt/job/chk-{pending.checkpoint_id}",
             size_bytes=sum(s["bytes"] for s in pending.acked_states.values()),
-            metadata={"operators": {}},
+            metadata=CheckpointMetadata("job", pending.checkpoint_id, pending.timestamp_ms, 1),
         )
 
     def notify_complete(self, checkpoint_id: int) -> None:

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from tidegate.checkpoint.errors import CheckpointError, ChecksumMismatchError
+from tidegate.checkpoint.metadata import CheckpointMetadata, OperatorMetadata
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
@@ -21,8 +22,9 @@ from tidegate.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, resolve_state_backend
 from tidegate.deploy.restore import keyed_restore_handle
 from tidegate.deploy.shared_state import check_references, delete_shared_files
+from tidegate.state.handles import StateHandle
 from tidegate.state.heap import HeapKeyedStateBackend
-from tidegate.state.incremental_handles import checkpoint_references, resolve
+from tidegate.state.incremental_handles import resolve
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from tidegate.state.rocksdb_incremental import upload_snapshot
@@ -60,21 +62,22 @@ class Job:
             )
             with self.storage.create_artifact(directory, f"op-{i}", ".state") as f:
                 index = write_state_file(f, None, None)
-            r = backend.key_group_range
-            subtasks[str(i)] = {
-                **f.handle,
-                "index": index.to_json(),
-                "key_group_range": [r.start, r.stop],
-                "incremental": inc,
-            }
-        metadata = {
-            "job_id": "job",
-            "checkpoint_id": cid,
-            "timestamp_ms": 0,
-            "generation": 0,
-            "max_parallelism": M,
-            "operators": {"op": {"parallelism": len(backends), "subtasks": subtasks}},
-        }
+            subtasks[i] = StateHandle(
+                file=f.name,
+                size=f.size,
+                checksum=f.checksum,
+                index=index,
+                key_group_range=backend.key_group_range,
+                incremental=inc,
+            )
+        metadata = CheckpointMetadata(
+            job_id="job",
+            checkpoint_id=cid,
+            timestamp_ms=0,
+            generation=0,
+            max_parallelism=M,
+            operators={"op": OperatorMetadata("op", len(backends), subtasks)},
+        )
         check_references(self.registry, metadata, directory)
         self.storage.write_metadata(directory, metadata)
         cp = CompletedCheckpoint(cid, 0, 0, 0, directory, 0, False, metadata)
@@ -95,11 +98,7 @@ class Job:
         return {os.path.join(shared, n) for n in os.listdir(shared)}
 
     def referenced(self) -> set[str]:
-        return {
-            path
-            for cp in self.store.all()
-            for path in checkpoint_references(cp.metadata, cp.path).paths
-        }
+        return {path for cp in self.store.all() for path in cp.metadata.references(cp.path).paths}
 
     def close(self) -> None:
         for backend in self.backends:
@@ -129,14 +128,8 @@ def read(backend, keys) -> dict:
     return out
 
 
-def uploaded_bytes(metadata: dict) -> int:
-    total = 0
-    for entry in metadata["operators"].values():
-        for handle in entry["subtasks"].values():
-            inc = handle["incremental"]
-            total += sum(f["size"] for f in inc["shared"] if f["uploaded"])
-            total += sum(f["size"] for f in inc["private"])
-    return total
+def uploaded_bytes(metadata: CheckpointMetadata) -> int:
+    return sum(inc.uploaded_bytes for _uid, _subtask, inc in metadata.incremental_handles())
 
 
 def test_a_checkpoint_after_touching_one_percent_of_keys_uploads_about_one_percent(job):
@@ -148,8 +141,8 @@ def test_a_checkpoint_after_touching_one_percent_of_keys_uploads_about_one_perce
     second = job.snapshot(2, [backend])
     print(f"full {full} bytes, after touching 1%: {uploaded_bytes(second)} bytes")
     assert uploaded_bytes(second) < 0.10 * full
-    reused = [f for f in second["operators"]["op"]["subtasks"]["0"]["incremental"]["shared"]]
-    assert any(not f["uploaded"] for f in reused)
+    reused = second.operators["op"].subtasks[0].incremental.shared
+    assert any(not f.uploaded for f in reused)
 
 
 def test_no_shared_file_is_deleted_while_a_retained_checkpoint_references_it(tmp_path):
@@ -178,8 +171,8 @@ def test_uploads_of_a_checkpoint_that_never_completed_are_never_reused(job):
     backend.notify_checkpoint_aborted(2)
     fill(backend, range(2000, 3000))
     third = job.snapshot(3, [backend])
-    aborted_paths = {resolve(directory, f["file"]) for f in aborted["shared"] if f["uploaded"]}
-    third_paths = checkpoint_references(third, job.storage.checkpoint_dir(3)).paths
+    aborted_paths = {resolve(directory, f.file) for f in aborted.shared if f.uploaded}
+    third_paths = third.references(job.storage.checkpoint_dir(3)).paths
     assert aborted_paths and not aborted_paths & third_paths
 
 
@@ -191,13 +184,15 @@ def test_a_savepoint_confirmation_keeps_the_incremental_base(job):
     assert backend.tracker.base_id == 1
 
 
-def restored(job: Job, metadata: dict, kg: range, reusable: bool, parallelism_before: int):
-    cid = metadata["checkpoint_id"]
+def restored(
+    job: Job, metadata: CheckpointMetadata, kg: range, reusable: bool, parallelism_before: int
+):
+    cid = metadata.checkpoint_id
     directory = job.storage.checkpoint_dir(cid)
     handles = []
     for i in range(parallelism_before):
-        h = metadata["operators"]["op"]["subtasks"][str(i)]
-        old = range(*h["key_group_range"])
+        h = metadata.operators["op"].subtasks[i]
+        old = h.key_group_range
         part = range(max(old.start, kg.start), min(old.stop, kg.stop))
         if part:
             handles.append(keyed_restore_handle("", h, part, directory, cid, reusable))
@@ -220,9 +215,9 @@ def test_restore_after_the_checkpoints_it_shares_files_with_were_subsumed(job):
     # the restored backend reuses the restored checkpoint's files in its next checkpoint
     fill(again, range(5))
     fourth = job.snapshot(4, [again])
-    inc = fourth["operators"]["op"]["subtasks"]["0"]["incremental"]
-    assert inc["base_checkpoint_id"] == 3
-    assert any(not f["uploaded"] for f in inc["shared"])
+    inc = fourth.operators["op"].subtasks[0].incremental
+    assert inc.base_checkpoint_id == 3
+    assert any(not f.uploaded for f in inc.shared)
     assert job.referenced() == job.shared_files()
 
 
@@ -235,7 +230,7 @@ def test_a_restore_the_job_does_not_own_reuses_nothing(job):
     fill(again, range(3))
     directory = job.storage.create_checkpoint_dir(2)
     inc = upload_snapshot(again.snapshot(), job.storage, directory, "op-0", 2)
-    assert inc["base_checkpoint_id"] is None and all(f["uploaded"] for f in inc["shared"])
+    assert inc.base_checkpoint_id is None and all(f.uploaded for f in inc.shared)
 
 
 @pytest.mark.parametrize("new_parallelism", [3, 1])
@@ -290,8 +285,8 @@ def test_a_corrupted_sst_file_is_named_by_verification(job):
     fill(backend, range(5000))
     metadata = job.snapshot(1, [backend])
     directory = job.storage.checkpoint_dir(1)
-    sst = metadata["operators"]["op"]["subtasks"]["0"]["incremental"]["shared"][0]
-    path = resolve(directory, sst["file"])
+    sst = metadata.operators["op"].subtasks[0].incremental.shared[0]
+    path = resolve(directory, sst.file)
     with open(path, "r+b") as f:
         f.seek(100)
         byte = f.read(1)
@@ -300,7 +295,7 @@ def test_a_corrupted_sst_file_is_named_by_verification(job):
     report = verify_checkpoint(metadata, directory)
     with pytest.raises(ChecksumMismatchError) as e:
         report.raise_for_problems()
-    assert f"shared RocksDB file {sst['file']}" in str(e.value)
+    assert f"shared RocksDB file {sst.file}" in str(e.value)
     assert "does not match its checksum" in str(e.value)
     # a restore (the JobMaster's choice of checkpoint) refuses it with the same message
     with pytest.raises(ChecksumMismatchError, match=r"shared RocksDB file .*shared/"):

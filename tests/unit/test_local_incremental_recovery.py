@@ -14,8 +14,10 @@ import pytest
 
 from tests.e2e.jobs import flip_a_byte
 from tests.unit.test_incremental_snapshots import Job, M, _owns, fill, read, restored
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.runtime.restore import RestoredOperatorState
 from tidegate.state import local_incremental
+from tidegate.state.handles import IncrementalFile
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.local_incremental import local_copy_dir
@@ -30,20 +32,21 @@ def job(tmp_path):
     job.close()
 
 
-def restore(job: Job, metadata: dict, backend, parallelism_before: int = 1) -> tuple[int, int]:
+def restore(
+    job: Job, metadata: CheckpointMetadata, backend, parallelism_before: int = 1
+) -> tuple[int, int]:
     """Restore `metadata` into `backend` as a task does; (files read locally, remotely)."""
     handles = restored(job, metadata, backend.key_group_range, True, parallelism_before)
     return RestoredOperatorState(keyed=tuple(handles)).restore_keyed(backend, job.local)
 
 
-def files_of(metadata: dict, subtask: int = 0) -> list[dict]:
-    inc = metadata["operators"]["op"]["subtasks"][str(subtask)]["incremental"]
-    return [*inc["shared"], *inc["private"]]
+def files_of(metadata: CheckpointMetadata, subtask: int = 0) -> list[IncrementalFile]:
+    return list(metadata.operators["op"].subtasks[subtask].incremental.files)
 
 
-def copy_dir(job: Job, metadata: dict, subtask: int = 0) -> str:
-    inc = metadata["operators"]["op"]["subtasks"][str(subtask)]["incremental"]
-    return local_copy_dir(job.local, metadata["checkpoint_id"], inc["backend_id"])
+def copy_dir(job: Job, metadata: CheckpointMetadata, subtask: int = 0) -> str:
+    inc = metadata.operators["op"].subtasks[subtask].incremental
+    return local_copy_dir(job.local, metadata.checkpoint_id, inc.backend_id)
 
 
 def two_checkpoints(job: Job) -> tuple[dict, dict]:
@@ -54,8 +57,8 @@ def two_checkpoints(job: Job) -> tuple[dict, dict]:
     job.snapshot(1, [backend])
     fill(backend, range(0, 10_000, 10), lambda k: -k)
     second = job.snapshot(2, [backend])
-    shared = second["operators"]["op"]["subtasks"]["0"]["incremental"]["shared"]
-    assert any(not f["uploaded"] for f in shared)
+    shared = second.operators["op"].subtasks[0].incremental.shared
+    assert any(not f.uploaded for f in shared)
     return second, read(backend, range(10_000))
 
 
@@ -63,7 +66,7 @@ def test_a_restore_of_an_incremental_checkpoint_reads_every_file_from_the_local_
     second, expected = two_checkpoints(job)
     files = files_of(second)
     # the uploaded RocksDB checkpoint was kept (moved) as the local copy, under RocksDB names
-    assert sorted(os.listdir(copy_dir(job, second))) == sorted(f["name"] for f in files)
+    assert sorted(os.listdir(copy_dir(job, second))) == sorted(f.name for f in files)
     assert not os.listdir(os.path.join(job.backends[0].instance.path, "checkpoints"))
     # the remote SST files are not needed at all: delete them
     shutil.rmtree(os.path.join(job.storage.job_dir, "shared"))
@@ -80,11 +83,11 @@ def test_a_deleted_or_damaged_local_file_is_downloaded_and_the_others_read_local
     second, expected = two_checkpoints(job)
     files = files_of(second)
     local = copy_dir(job, second)
-    ssts = [f["name"] for f in files if f["name"].endswith(".sst")]
+    ssts = [f.name for f in files if f.name.endswith(".sst")]
     assert len(ssts) >= 2
     os.remove(os.path.join(local, ssts[0]))
     flip_a_byte(os.path.join(local, ssts[1]))
-    manifest = next(f["name"] for f in files if f["name"].startswith("MANIFEST"))
+    manifest = next(f.name for f in files if f.name.startswith("MANIFEST"))
     with open(os.path.join(local, manifest), "ab") as f:
         f.write(b"x")  # another size
     again = job.backend()

@@ -26,7 +26,7 @@ def _write_checkpoint_file(storage, local, checkpoint_id, keys):
         f.mirror_to(local.open_copy(checkpoint_id, f.name), lambda: None)
         index = write_state_file(f, backend.snapshot(), None)
     path = f"{directory}/{f.name}"
-    return KeyedStateHandle(path, index.to_json(), range(0, 8), f.size, f.checksum)
+    return KeyedStateHandle(path, index, range(0, 8), f.size, f.checksum)
 
 
 def _restore(handle, local):

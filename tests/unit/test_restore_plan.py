@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.support.snapshots import metadata_of
 from tidegate.common import Encoder
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.file_system import FileSink
@@ -34,14 +35,12 @@ def _checkpoint(tmp_path, sink_states: list[list], max_parallelism: int = 128) -
         with open(chk / name, "wb") as f:
             index = write_state_file(f, None, {"__committables__": ("split", entries)})
         subtasks[str(i)] = {"file": name, "index": index.to_json()}
-    metadata = {
-        "checkpoint_id": 5,
-        "max_parallelism": max_parallelism,
-        "operators": {
-            "sink": {"name": "sink", "parallelism": len(sink_states), "subtasks": subtasks}
-        },
-    }
-    (chk / "_metadata").write_text(json.dumps(metadata))
+    metadata = metadata_of(
+        checkpoint_id=5,
+        max_parallelism=max_parallelism,
+        operators={"sink": {"name": "sink", "parallelism": len(sink_states), "subtasks": subtasks}},
+    )
+    (chk / "_metadata").write_text(json.dumps(metadata.to_json()))
     return str(chk), metadata
 
 
@@ -80,11 +79,11 @@ def test_at_the_same_parallelism_union_state_still_goes_whole_to_every_subtask(t
                 f, None, {"all": ("union", [i]), "own": ("split", [] if i == 0 else [9])}
             )
         subtasks[str(i)] = {"file": f"s{i}.state", "index": index.to_json()}
-    metadata = {
-        "checkpoint_id": 5,
-        "max_parallelism": 128,
-        "operators": {"sink": {"name": "s", "parallelism": 2, "subtasks": subtasks}},
-    }
+    metadata = metadata_of(
+        checkpoint_id=5,
+        max_parallelism=128,
+        operators={"sink": {"name": "s", "parallelism": 2, "subtasks": subtasks}},
+    )
     graph = _graph(tmp_path, 2)
     plan, _ = plan_restore(graph, metadata, str(chk))
     vertex = graph.operator("sink")[0].vertex_id
@@ -101,11 +100,11 @@ def _two_subtask_checkpoint(tmp_path, max_parallelism: int = 128):
         with open(chk / f"s{i}.state", "wb") as f:
             index = write_state_file(f, None, {"own": ("split", own), "all": ("union", [i])})
         subtasks[str(i)] = {"file": f"s{i}.state", "index": index.to_json()}
-    metadata = {
-        "checkpoint_id": 5,
-        "max_parallelism": max_parallelism,
-        "operators": {"sink": {"name": "s", "parallelism": 2, "subtasks": subtasks}},
-    }
+    metadata = metadata_of(
+        checkpoint_id=5,
+        max_parallelism=max_parallelism,
+        operators={"sink": {"name": "s", "parallelism": 2, "subtasks": subtasks}},
+    )
     return str(chk), metadata
 
 

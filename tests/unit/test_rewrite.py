@@ -9,6 +9,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from tests.support.snapshots import metadata_of
 from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.checkpoint.rewrite import rewrite_max_parallelism
 from tidegate.checkpoint.storage import CheckpointStorage, read_checkpoint_metadata
@@ -16,7 +17,6 @@ from tidegate.state.checksums import ChecksummingWriter
 from tidegate.state.keygroups import key_group_range, stable_hash
 from tidegate.state.snapshot_format import (
     KeyedStateSnapshot,
-    StateFileIndex,
     read_key_groups,
     read_operator_state,
     write_state_file,
@@ -47,16 +47,16 @@ def write_snapshot(directory: Path) -> str:
             "index": index.to_json(),
             "key_group_range": [groups.start, groups.stop],
         }
-    metadata = {
-        "job_id": "j" * 32,
-        "checkpoint_id": 4,
-        "timestamp_ms": 1,
-        "generation": 1,
-        "is_savepoint": True,
-        "max_parallelism": OLD_M,
-        "operators": {"agg": {"name": "Agg", "parallelism": 2, "subtasks": subtasks}},
-        "channel_state": {},
-    }
+    metadata = metadata_of(
+        job_id="j" * 32,
+        checkpoint_id=4,
+        timestamp_ms=1,
+        generation=1,
+        is_savepoint=True,
+        max_parallelism=OLD_M,
+        operators={"agg": {"name": "Agg", "parallelism": 2, "subtasks": subtasks}},
+        channel_state={},
+    )
     storage.write_metadata(str(directory), metadata)
     return str(directory)
 
@@ -65,13 +65,12 @@ def state_of(path: str) -> tuple[dict, list]:
     """({(state, key): value}, each subtask's operator state) of operator agg."""
     metadata = read_checkpoint_metadata(path)
     keyed, operator = {}, []
-    for _, handle in sorted(metadata["operators"]["agg"]["subtasks"].items()):
-        index = StateFileIndex.from_json(handle["index"])
-        with fsspec.open(f"{path}/{handle['file']}", "rb") as f:
-            for _kg, data in read_key_groups(f, index, range(*handle["key_group_range"])):
+    for handle in metadata.operators["agg"].handles():
+        with fsspec.open(f"{path}/{handle.file}", "rb") as f:
+            for _kg, data in read_key_groups(f, handle.index, handle.key_group_range):
                 for name, (_kind, table) in data.items():
                     keyed.update({(name, k): v for k, v in table.items()})
-            operator.append(read_operator_state(f, index))
+            operator.append(read_operator_state(f, handle.index))
     return keyed, operator
 
 
@@ -101,4 +100,4 @@ def test_at_the_same_parallelism_operator_state_stays_with_its_subtask(tmp_path)
     rewrite_max_parallelism(source, target, 64)
 
     assert state_of(target)[1] == OPERATOR_STATE
-    assert read_checkpoint_metadata(target)["max_parallelism"] == 64
+    assert read_checkpoint_metadata(target).max_parallelism == 64

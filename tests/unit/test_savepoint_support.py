@@ -4,7 +4,6 @@ restore settings, and the JobMaster's answers when it cannot take a snapshot."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from concurrent.futures import Future
@@ -12,12 +11,13 @@ from dataclasses import replace
 
 import pytest
 
+from tests.support.snapshots import metadata_of
 from tidegate.checkpoint.errors import (
     CheckpointTriggerError,
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
-from tidegate.checkpoint.metadata import METADATA_FILE_NAME
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, encode_metadata
 from tidegate.checkpoint.savepoints import discard_snapshot_dir, newest_snapshot, savepoint_location
 from tidegate.checkpoint.storage import CheckpointStorage, read_checkpoint_metadata
 from tidegate.checkpoint.store import CompletedCheckpoint
@@ -36,9 +36,7 @@ JOB_ID = "0123456789abcdef0123456789abcdef"
 
 
 def _completed(checkpoint_id: int, *, savepoint: bool = False) -> CompletedCheckpoint:
-    return CompletedCheckpoint(
-        checkpoint_id, 0, 1, 1, f"/snapshots/{checkpoint_id}", 10, savepoint, metadata={}
-    )
+    return CompletedCheckpoint(checkpoint_id, 0, 1, 1, f"/snapshots/{checkpoint_id}", 10, savepoint)
 
 
 # ---------------------------------------------------------------------- savepoint directories
@@ -68,17 +66,17 @@ def test_state_files_and_metadata_can_go_to_another_filesystem_than_the_checkpoi
         f.write(b"state")
     with storage.create_artifact(target, "b", ".state") as g:  # checksummed, as subtasks write
         g.write(b"more state")
-    metadata = {
-        "job_id": JOB_ID,
-        "checkpoint_id": 3,
-        "timestamp_ms": 1,
-        "generation": 1,
-        "operators": {},
-    }
+    metadata = metadata_of(
+        job_id=JOB_ID,
+        checkpoint_id=3,
+        timestamp_ms=1,
+        generation=1,
+        operators={},
+    )
     storage.write_metadata(target, metadata)
     assert storage.read_bytes(f"{target}/a.state") == b"state"
     assert storage.read_bytes(f"{target}/{g.name}") == b"more state"
-    assert read_checkpoint_metadata(target)["checkpoint_id"] == 3
+    assert read_checkpoint_metadata(target).checkpoint_id == 3
     assert not (tmp_path / "chk" / JOB_ID).exists()
     discard_snapshot_dir(target)
 
@@ -211,7 +209,7 @@ def _graph(count_uid: str | None = "count"):
     return build_job_graph(_env(count_uid)._stream_graph, "job", 1, None)
 
 
-def _snapshot(tmp_path, uids: dict[str, str]) -> tuple[str, dict]:
+def _snapshot(tmp_path, uids: dict[str, str]) -> tuple[str, CheckpointMetadata]:
     """A one-subtask snapshot holding operator state for each uid (uid -> operator name)."""
     directory = tmp_path / "savepoint-012345-abcdefabcdef"
     directory.mkdir()
@@ -221,8 +219,8 @@ def _snapshot(tmp_path, uids: dict[str, str]) -> tuple[str, dict]:
             index = write_state_file(f, None, {"x": ("split", [uid])})
         handle = {"file": f"{uid}-0.state", "index": index.to_json()}
         operators[uid] = {"name": name, "parallelism": 1, "subtasks": {"0": handle}}
-    metadata = {"checkpoint_id": 9, "max_parallelism": 128, "operators": operators}
-    (directory / METADATA_FILE_NAME).write_text(json.dumps(metadata))
+    metadata = metadata_of(checkpoint_id=9, max_parallelism=128, operators=operators)
+    (directory / METADATA_FILE_NAME).write_bytes(encode_metadata(metadata))
     return str(directory), metadata
 
 
@@ -249,7 +247,7 @@ def test_allowing_non_restored_state_drops_it_with_a_warning_and_restores_the_re
     assert "uid 'total' (Reduce)" in caplog.text and "dropped" in caplog.text
     restored = {uid for per_subtask in plan.values() for uid in per_subtask}
     assert restored == {"numbers"}
-    assert "total" in metadata["operators"]  # the caller's metadata is left as it was
+    assert "total" in metadata.operators  # the caller's metadata is left as it was
 
 
 def test_only_stateful_operators_without_an_explicit_uid_are_warned_about(caplog):

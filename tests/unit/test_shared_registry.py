@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.snapshots import metadata_of
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.state.incremental_handles import (
-    checkpoint_references,
     relative_to,
     resolve,
 )
@@ -17,6 +17,7 @@ from tidegate.state.shared_registry import (
     SharedReference,
     SharedStateRegistry,
 )
+from tidegate.state.snapshot_format import StateFileIndex
 
 
 def refs(cid: int, base: int | None, reused=(), uploaded=(), backend="b0") -> CheckpointReferences:
@@ -25,10 +26,8 @@ def refs(cid: int, base: int | None, reused=(), uploaded=(), backend="b0") -> Ch
     return CheckpointReferences(cid, tuple(files), {backend: base})
 
 
-def checkpoint(cid: int, references: CheckpointReferences, savepoint=False) -> CompletedCheckpoint:
-    cp = CompletedCheckpoint(cid, 0, 0, 0, f"/c/job/chk-{cid}", 0, savepoint, {})
-    object.__setattr__(cp, "metadata", {"references": references})
-    return cp
+def checkpoint(cid: int, savepoint=False) -> CompletedCheckpoint:
+    return CompletedCheckpoint(cid, 0, 0, 0, f"/c/job/chk-{cid}", 0, savepoint)
 
 
 class Recorder:
@@ -36,14 +35,21 @@ class Recorder:
 
     def __init__(self, retained: int) -> None:
         self.registry = SharedStateRegistry()
+        self.references: dict[int, CheckpointReferences] = {}
         self.store = CompletedCheckpointStore(
-            retained, self.registry, references=lambda cp: cp.metadata["references"]
+            retained, self.registry, references=lambda cp: self.references[cp.checkpoint_id]
         )
         self.deleted: list[str] = []
 
     def complete(self, cid: int, references: CheckpointReferences, savepoint=False) -> None:
-        self.store.add(checkpoint(cid, references, savepoint))
+        self.references[cid] = references
+        self.store.add(checkpoint(cid, savepoint))
         self.deleted += self.registry.take_unused()
+
+    def claim(self, cid: int, references: CheckpointReferences) -> None:
+        """A restore with RestoreMode.CLAIM of checkpoint `cid`."""
+        self.references[cid] = references
+        self.store.add_restored(checkpoint(cid))
 
 
 def test_a_file_is_deleted_once_no_retained_checkpoint_references_it():
@@ -114,7 +120,7 @@ def test_discarding_a_subsumed_checkpoint_releases_nothing_twice_nor_protected_f
     r = Recorder(retained=1)
     r.registry.protect("/old/shared")
     claimed = refs(7, 6, uploaded=["/old/shared/a"], backend="old")
-    r.store.add_restored(checkpoint(7, claimed))
+    r.claim(7, claimed)
     r.complete(8, refs(8, None, uploaded=["/job/shared/n"], backend="new"))
     assert r.deleted == []  # protected
     assert r.registry.discard_uncompleted(claimed) == []
@@ -137,7 +143,7 @@ def test_restore_after_the_checkpoints_it_shares_files_with_were_subsumed_keeps_
     assert r.deleted == ["b"]
     # a restarted driver claims checkpoint 2: rebuilt from its metadata
     new = Recorder(retained=1)
-    new.store.add_restored(checkpoint(2, refs(2, 1, reused=["a"], uploaded=["c"])))
+    new.claim(2, refs(2, 1, reused=["a"], uploaded=["c"]))
     assert new.registry.registered == {"a": 1, "c": 1}
     # the restored backend reuses a and c in checkpoint 3
     new.complete(3, refs(3, 2, reused=["a", "c"], uploaded=["d"], backend="b1"))
@@ -161,7 +167,7 @@ def test_a_claim_restore_may_delete_the_claimed_snapshots_files_but_not_its_sibl
     r = Recorder(retained=1)
     r.registry.pin(["shared-with-chk-6"])  # chk-6 stays in the old job directory
     claimed = refs(7, 6, reused=["shared-with-chk-6"], uploaded=["b"], backend="old")
-    r.store.add_restored(checkpoint(7, claimed))
+    r.claim(7, claimed)
     r.complete(8, refs(8, None, uploaded=["n1"], backend="new"))
     assert r.deleted == ["b"]
 
@@ -169,7 +175,7 @@ def test_a_claim_restore_may_delete_the_claimed_snapshots_files_but_not_its_sibl
 def test_protected_directories_keep_their_restored_files_but_not_the_jobs_own():
     r = Recorder(retained=1)
     r.registry.protect("/c/old/shared")
-    r.store.add_restored(checkpoint(7, refs(7, 6, reused=["/c/old/shared/a"], backend="old")))
+    r.claim(7, refs(7, 6, reused=["/c/old/shared/a"], backend="old"))
     r.complete(8, refs(8, None, uploaded=["/c/old/shared/own"], backend="new"))
     r.complete(9, refs(9, 8, uploaded=["/c/old/shared/own2"], backend="new"))
     assert r.deleted == ["/c/old/shared/own"]
@@ -199,29 +205,36 @@ def test_relative_shared_paths_resolve_against_the_checkpoint_directory():
     assert relative_to("s3://b/c/job/chk-3", "s3://other/shared/x") == "s3://other/shared/x"
 
 
+INDEX = StateFileIndex({}, None, 0).to_json()
+
+
 def test_references_are_read_from_metadata_handles():
-    metadata = {
-        "checkpoint_id": 5,
-        "operators": {
+    metadata = metadata_of(
+        checkpoint_id=5,
+        operators={
             "op": {
+                "parallelism": 2,
                 "subtasks": {
                     "0": {
                         "file": "op-0.state",
+                        "index": INDEX,
                         "incremental": {
                             "backend_id": "b0",
                             "base_checkpoint_id": 4,
+                            "key_group_range": [0, 64],
+                            "max_parallelism": 128,
                             "shared": [
                                 {"name": "1.sst", "file": "../shared/a.sst", "uploaded": False},
                                 {"name": "2.sst", "file": "../shared/b.sst", "uploaded": True},
                             ],
                         },
                     },
-                    "1": {"file": "op-1.state"},
-                }
+                    "1": {"file": "op-1.state", "index": INDEX},
+                },
             }
         },
-    }
-    found = checkpoint_references(metadata, "/c/job/chk-5")
+    )
+    found = metadata.references("/c/job/chk-5")
     assert found.bases == {"b0": 4}
     assert found.references == (
         SharedReference("/c/job/shared/a.sst", "b0", False),

@@ -37,7 +37,7 @@ from tidegate.runtime.partitioners import ForwardPartitioner
 from tidegate.runtime.plan import OperatorSpec, VertexSpec
 from tidegate.runtime.task import StreamTask
 from tidegate.runtime.task_environment import TaskEnvironment
-from tidegate.state.snapshot_format import StateFileIndex, read_key_groups
+from tidegate.state.snapshot_format import read_key_groups
 
 MAX_PARALLELISM = 128
 WAIT_S = 30
@@ -152,10 +152,9 @@ class Harness:
 
     def state_in(self, ack: AcknowledgeCheckpoint) -> dict:
         handle = ack.state["sum"]
-        path = f"{self.storage.checkpoint_dir(ack.checkpoint_id)}/{handle['file']}"
-        index = StateFileIndex.from_json(handle["index"])
+        path = f"{self.storage.checkpoint_dir(ack.checkpoint_id)}/{handle.file}"
         with open(path, "rb") as f:
-            groups = read_key_groups(f, index, range(*handle["key_group_range"]))
+            groups = read_key_groups(f, handle.index, handle.key_group_range)
             return {k: v for _kg, states in groups for k, v in states["__reduce__"][1].items()}
 
 
@@ -175,7 +174,7 @@ def test_records_after_a_channels_barrier_wait_for_the_snapshot_and_are_not_in_i
     )
     h.start().finish(final_checkpoint=2)
     first, final = acks(h.driver)
-    assert first.checkpoint_id == 1 and first.state["sum"]["key_group_range"] == [0, 128]
+    assert first.checkpoint_id == 1 and first.state["sum"].key_group_range == range(0, 128)
     assert h.state_in(first) == {"a": ("a", 4), "b": ("b", 7)}
     assert h.state_in(final) == {"a": ("a", 14), "b": ("b", 7)}
     items = h.output()

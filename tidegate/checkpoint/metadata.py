@@ -1,4 +1,5 @@
-"""The versioned `_metadata` file format of a completed checkpoint or savepoint.
+"""A completed checkpoint's or savepoint's `_metadata`: its typed model and its versioned file
+format. No other module reads or writes the JSON document; they use `CheckpointMetadata`.
 
 The file is UTF-8 JSON with a fixed envelope (format version 2)::
 
@@ -6,8 +7,10 @@ The file is UTF-8 JSON with a fixed envelope (format version 2)::
      "job_id": ..., "checkpoint_id": ..., "timestamp_ms": ..., "generation": ...,
      "operators": ...}
 
-What `operators` (and any further keys) hold is decided by the JobMaster; this module owns the
-envelope only: it stamps `format`, `version` and `checksum` on write and validates them on read,
+and the content of docs/checkpoint-format.md: per operator uid its name, parallelism and the
+state handle of each subtask (`state/handles.py`), the channel state of unaligned checkpoints,
+and the checkpoint's facts (job, times, attempt, max parallelism, size). `encode_metadata`
+stamps `format`, `version` and `checksum`; `decode_metadata` validates them and the content,
 so a reader never acts on a file that is damaged, written by something else, or written by a
 version it does not know.
 
@@ -18,11 +21,21 @@ change of a value is detected.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.checkpoint.errors import CorruptCheckpointError, UnsupportedFormatVersionError
+from tidegate.checkpoint.errors import (
+    CheckpointIntegrityError,
+    CorruptCheckpointError,
+    UnsupportedFormatVersionError,
+)
 from tidegate.state.checksums import checksum_of, is_known_checksum
+from tidegate.state.handles import ChannelStateHandle, IncrementalHandle, StateHandle
+from tidegate.state.incremental_handles import checkpoint_references
+from tidegate.state.shared_registry import CheckpointReferences
 
 FORMAT_NAME = "tidegate-checkpoint"
 FORMAT_VERSION = 2
@@ -32,7 +45,8 @@ INCREMENTAL_FORMAT_VERSION = 3
 READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION)
 METADATA_FILE_NAME = "_metadata"
 
-#: keys the caller must supply; `format`, `version` and `checksum` are added by `encode_metadata`
+#: keys every document has besides the envelope, with their JSON types (checked when decoding,
+#: so that a damaged file is named as such before its content is interpreted)
 _CONTENT_KEYS: dict[str, type] = {
     "job_id": str,
     "checkpoint_id": int,
@@ -41,8 +55,217 @@ _CONTENT_KEYS: dict[str, type] = {
     "generation": int,
     "operators": object,
 }
-_ENVELOPE_KEYS = ("format", "version", "checksum")
-REQUIRED_KEYS = (*_ENVELOPE_KEYS, *_CONTENT_KEYS)
+
+
+@dataclass(frozen=True)
+class OperatorMetadata:
+    """The state of one operator (by uid) in a checkpoint."""
+
+    name: str
+    #: the operator's parallelism when the checkpoint was taken
+    parallelism: int
+    #: subtask index -> its state file; subtasks without state have no entry
+    subtasks: Mapping[int, StateHandle] = field(default_factory=dict)
+
+    def handles(self) -> list[StateHandle]:
+        """The subtasks' handles in subtask order."""
+        return [h for _, h in sorted(self.subtasks.items())]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "parallelism": self.parallelism,
+            "subtasks": {str(i): h.to_json() for i, h in sorted(self.subtasks.items())},
+        }
+
+    @classmethod
+    def from_json(cls, uid: str, data: Mapping[str, Any]) -> OperatorMetadata:
+        return cls(
+            name=str(data.get("name", uid)),
+            parallelism=int(data["parallelism"]),
+            subtasks={int(i): StateHandle.from_json(h) for i, h in data["subtasks"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class ChannelStateMetadata:
+    """The in-flight records of one vertex (by its head operator's uid) in an unaligned
+    checkpoint: they restore only into the same parallelism and inputs."""
+
+    parallelism: int
+    #: subtask 0's input channels as (edge id, upstream subtask)
+    inputs: tuple[tuple[int, int], ...]
+    subtasks: Mapping[int, ChannelStateHandle] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parallelism": self.parallelism,
+            "inputs": [list(c) for c in self.inputs],
+            "subtasks": {str(i): h.to_json() for i, h in sorted(self.subtasks.items())},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChannelStateMetadata:
+        return cls(
+            parallelism=int(data["parallelism"]),
+            inputs=tuple((int(e), int(s)) for e, s in data.get("inputs", ())),
+            subtasks={int(i): ChannelStateHandle.from_json(h) for i, h in data["subtasks"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class RewrittenFrom:
+    """A savepoint written by `tidegate rewrite-savepoint`: the snapshot it was made from."""
+
+    path: str
+    checkpoint_id: int
+    max_parallelism: int | None
+    rewrite_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RewrittenFrom:
+        return cls(
+            path=str(data["path"]),
+            checkpoint_id=int(data["checkpoint_id"]),
+            max_parallelism=None
+            if data.get("max_parallelism") is None
+            else int(data["max_parallelism"]),
+            rewrite_id=str(data["rewrite_id"]),
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """Everything `_metadata` records about a completed checkpoint or savepoint."""
+
+    job_id: str
+    checkpoint_id: int
+    #: wall-clock ms when the checkpoint was triggered
+    timestamp_ms: int
+    #: the writer generation (checkpoint/fencing.py) of the attempt that completed it
+    generation: int
+    #: operator uid -> its state; operators without state are absent
+    operators: Mapping[str, OperatorMetadata] = field(default_factory=dict)
+    job_name: str | None = None
+    #: wall-clock ms when `_metadata` was written (None: not recorded)
+    completed_ms: int | None = None
+    duration_ms: int | None = None
+    is_savepoint: bool = False
+    #: the job attempt that took it (0 before the first restart)
+    attempt: int | None = None
+    #: the number of key groups, fixed for every later restore (None: not recorded)
+    max_parallelism: int | None = None
+    #: the bytes the checkpoint's files hold (None: not recorded)
+    size_bytes: int | None = None
+    #: head operator uid -> in-flight records (unaligned checkpoints)
+    channel_state: Mapping[str, ChannelStateMetadata] = field(default_factory=dict)
+    rewritten_from: RewrittenFrom | None = None
+
+    @property
+    def is_incremental(self) -> bool:
+        """Holds incremental RocksDB state (format version 3): shares files with others."""
+        return any(self.incremental_handles())
+
+    @property
+    def format_version(self) -> int:
+        return INCREMENTAL_FORMAT_VERSION if self.is_incremental else FORMAT_VERSION
+
+    @property
+    def completed_or_triggered_ms(self) -> int:
+        return self.timestamp_ms if self.completed_ms is None else self.completed_ms
+
+    def state_handles(self) -> Iterator[tuple[str, int, StateHandle]]:
+        """(uid, subtask, handle) of every operator subtask's state, by uid and subtask."""
+        for uid, entry in sorted(self.operators.items()):
+            for subtask, handle in sorted(entry.subtasks.items()):
+                yield uid, subtask, handle
+
+    def incremental_handles(self) -> Iterator[tuple[str, int, IncrementalHandle]]:
+        """(uid, subtask, incremental part) of every incremental subtask handle."""
+        for uid, subtask, handle in self.state_handles():
+            if handle.incremental is not None:
+                yield uid, subtask, handle.incremental
+
+    def references(self, directory: str) -> CheckpointReferences:
+        """The shared files this checkpoint (in `directory`) references."""
+        handles = (h for _, _, h in self.state_handles())
+        return checkpoint_references(self.checkpoint_id, handles, directory)
+
+    def written_bytes(self) -> int:
+        """The bytes of the files this checkpoint wrote (its state files, new RocksDB files,
+        channel state): what `size_bytes` records."""
+        state = sum(h.written_bytes for _, _, h in self.state_handles())
+        channels = sum(
+            h.size or 0 for entry in self.channel_state.values() for h in entry.subtasks.values()
+        )
+        return state + channels
+
+    def replace(self, **changes: Any) -> CheckpointMetadata:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document without the envelope (`format`, `version`, `checksum`)."""
+        document: dict[str, Any] = {
+            "job_id": self.job_id,
+            "checkpoint_id": self.checkpoint_id,
+            "timestamp_ms": self.timestamp_ms,
+            "generation": self.generation,
+            "is_savepoint": self.is_savepoint,
+            "operators": {uid: op.to_json() for uid, op in sorted(self.operators.items())},
+            "channel_state": {
+                uid: entry.to_json() for uid, entry in sorted(self.channel_state.items())
+            },
+        }
+        for key in _OPTIONAL_KEYS:
+            if getattr(self, key) is not None:
+                document[key] = getattr(self, key)
+        if self.rewritten_from is not None:
+            document["rewritten_from"] = self.rewritten_from.to_json()
+        return document
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> CheckpointMetadata:
+        """The model of a decoded document; raises KeyError, TypeError or ValueError when it
+        is malformed (`decode_metadata` reports those as a damaged file)."""
+        rewritten = document.get("rewritten_from")
+        return cls(
+            job_id=str(document["job_id"]),
+            checkpoint_id=int(document["checkpoint_id"]),
+            timestamp_ms=int(document["timestamp_ms"]),
+            generation=int(document["generation"]),
+            operators={
+                uid: OperatorMetadata.from_json(uid, entry)
+                for uid, entry in document["operators"].items()
+            },
+            is_savepoint=bool(document.get("is_savepoint", False)),
+            channel_state={
+                uid: ChannelStateMetadata.from_json(entry)
+                for uid, entry in (document.get("channel_state") or {}).items()
+            },
+            rewritten_from=None if rewritten is None else RewrittenFrom.from_json(rewritten),
+            **{key: _optional(document, key) for key in _OPTIONAL_KEYS},
+        )
+
+
+#: optional scalar keys, written when known
+_OPTIONAL_KEYS = (
+    "job_name",
+    "completed_ms",
+    "duration_ms",
+    "attempt",
+    "max_parallelism",
+    "size_bytes",
+)
+
+
+def _optional(document: Mapping[str, Any], key: str) -> Any:
+    value = document.get(key)
+    if value is None or key == "job_name":
+        return value
+    return int(value)
 
 
 def canonical_json(document: dict[str, Any]) -> bytes:
@@ -51,32 +274,20 @@ def canonical_json(document: dict[str, Any]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def encode_metadata(metadata: dict[str, Any]) -> bytes:
-    """Serialise `metadata` with the format envelope; raise ValueError if a required key is
-    missing or has the wrong type (a bug in the caller: never write a file we could not read)."""
-    if metadata.get("format", FORMAT_NAME) != FORMAT_NAME:
-        raise ValueError(f"metadata 'format' must be {FORMAT_NAME!r}, got {metadata['format']!r}")
-    if metadata.get("version", FORMAT_VERSION) not in READABLE_VERSIONS:
-        raise ValueError(
-            f"metadata 'version' must be {FORMAT_VERSION!r}, got {metadata['version']!r}"
-        )
-    if "checksum" in metadata:
-        raise ValueError("metadata 'checksum' is computed when it is encoded; do not pass one")
-    problems = _content_problems(metadata)
-    if problems:
-        raise ValueError(f"cannot encode checkpoint metadata: {'; '.join(problems)}")
+def encode_metadata(metadata: CheckpointMetadata) -> bytes:
+    """Serialise `metadata` with the format envelope."""
     try:
         # the checksum is over what a reader will decode (JSON turns int keys into strings)
-        document = json.loads(json.dumps(metadata, allow_nan=False))
+        document = json.loads(json.dumps(metadata.to_json(), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint metadata is not JSON-serialisable: {exc}") from exc
-    document.update(format=FORMAT_NAME, version=_version_of(document))
+    document.update(format=FORMAT_NAME, version=metadata.format_version)
     document["checksum"] = checksum_of(canonical_json(document))
     return json.dumps(document, sort_keys=True, indent=1).encode("utf-8")
 
 
-def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
-    """Parse and validate the `_metadata` bytes read from `path`; the result has no `checksum`.
+def decode_metadata(data: bytes, path: str) -> CheckpointMetadata:
+    """Parse and validate the `_metadata` bytes read from `path`.
 
     Raises CorruptCheckpointError naming `path` when the bytes are not JSON, not a tidegate
     checkpoint, damaged (the checksum does not match) or lack a required key, and
@@ -113,18 +324,14 @@ def decode_metadata(data: bytes, path: str) -> dict[str, Any]:
             f"{path} is incomplete checkpoint metadata ({'; '.join(problems)}); the file is "
             "damaged: restore from another checkpoint."
         )
-    return document
-
-
-def _version_of(document: dict[str, Any]) -> int:
-    """3 if any operator subtask's handle holds incremental keyed state, else 2."""
-    operators = document.get("operators")
-    if isinstance(operators, dict):
-        for entry in operators.values():
-            subtasks = entry.get("subtasks", {}) if isinstance(entry, dict) else {}
-            if any(isinstance(h, dict) and "incremental" in h for h in subtasks.values()):
-                return INCREMENTAL_FORMAT_VERSION
-    return FORMAT_VERSION
+    try:
+        return CheckpointMetadata.from_json(document)
+    except (KeyError, TypeError, ValueError, AttributeError, CheckpointIntegrityError) as exc:
+        raise CorruptCheckpointError(
+            f"{path} holds malformed checkpoint metadata ({type(exc).__name__}: {exc}); the "
+            "file is damaged or was not written by this tidegate: restore from another "
+            "checkpoint."
+        ) from exc
 
 
 def _check_version(version: Any, path: str) -> None:

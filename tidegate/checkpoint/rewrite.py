@@ -35,19 +35,19 @@ from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.checkpoint.errors import CheckpointError
-from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
+from tidegate.checkpoint.metadata import CheckpointMetadata, OperatorMetadata, RewrittenFrom
 from tidegate.checkpoint.storage import (
     CheckpointStorage,
     read_checkpoint_metadata,
     resolve_checkpoint_path,
 )
 from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, key_group_range, stable_hash
 from tidegate.state.operator_state import RedistributionMode
 from tidegate.state.snapshot_format import (
     KeyedStateSnapshot,
     OperatorStateData,
-    StateFileIndex,
     read_key_groups,
     read_operator_state,
     write_state_file,
@@ -114,7 +114,7 @@ def rewrite_max_parallelism(
 
 def _rewrite(
     storage: CheckpointStorage,
-    metadata: dict[str, Any],
+    metadata: CheckpointMetadata,
     directory: str,
     dst: str,
     max_parallelism: int,
@@ -122,29 +122,27 @@ def _rewrite(
 ) -> RewriteResult:
     """Steps 4 to 6 of `rewrite_max_parallelism`."""
     # Steps 4 and 5: state files
-    operators: dict[str, Any] = {}
+    operators: dict[str, OperatorMetadata] = {}
     keyed: dict[str, int] = {}
     copied: list[str] = []
     keys = 0
-    for uid, entry in sorted(metadata["operators"].items()):
-        handles = _subtask_handles(entry)
-        if any(h.get("key_group_range") for h in handles):
-            p = min(parallelism or int(entry["parallelism"]), max_parallelism)
+    for uid, entry in sorted(metadata.operators.items()):
+        handles = entry.handles()
+        if any(h.key_group_range is not None for h in handles):
+            p = min(parallelism or entry.parallelism, max_parallelism)
             subtasks, written = _rewrite_keyed(
                 storage, directory, dst, uid, handles, max_parallelism, p
             )
-            operators[uid] = {**entry, "parallelism": p, "subtasks": subtasks}
+            operators[uid] = OperatorMetadata(entry.name, p, subtasks)
             keyed[uid], keys = p, keys + written
         else:
             for h in handles:
-                _copy_file(storage, f"{directory}/{h['file']}", f"{dst}/{h['file']}")
+                _copy_file(storage, f"{directory}/{h.file}", f"{dst}/{h.file}")
             operators[uid] = entry
             copied.append(uid)
     # Step 6: the new _metadata, last and atomically
     storage.write_metadata(dst, _new_metadata(metadata, directory, operators, max_parallelism))
-    return RewriteResult(
-        dst, int(metadata["max_parallelism"]), max_parallelism, keyed, tuple(copied), keys
-    )
+    return RewriteResult(dst, metadata.max_parallelism, max_parallelism, keyed, tuple(copied), keys)
 
 
 # checks -----------------------------------------------------------------------------------------
@@ -164,24 +162,23 @@ def _check_arguments(max_parallelism: int, parallelism: int | None) -> None:
         )
 
 
-def _check_rewritable(metadata: dict[str, Any], directory: str) -> None:
-    if any(entry.get("subtasks") for entry in metadata.get("channel_state", {}).values()):
+def _check_rewritable(metadata: CheckpointMetadata, directory: str) -> None:
+    if any(entry.subtasks for entry in metadata.channel_state.values()):
         raise RewriteError(
             f"{directory} is an unaligned checkpoint holding in-flight records, which belong to "
             "the old topology and cannot be rewritten. Take a savepoint (always aligned) of the "
             "job, or use an aligned checkpoint, and rewrite that"
         )
-    for uid, entry in metadata["operators"].items():
-        for handle in _subtask_handles(entry):
-            kind = "incremental" if "incremental" in handle else handle.get("type")
-            if (kind is not None and kind not in _CANONICAL_TYPES) or "index" not in handle:
-                what = f"of type {kind!r}" if kind is not None else "that is not a state file"
-                raise RewriteError(
-                    f"{directory} holds a state handle {what} for operator {uid!r}: only "
-                    "canonical state files (savepoints, full checkpoints) can be rewritten, "
-                    "not incremental RocksDB checkpoints. Take a savepoint first "
-                    "(`tidegate savepoint JOB DIR`) and rewrite the savepoint"
-                )
+    for uid, _subtask, handle in metadata.state_handles():
+        kind = "incremental" if handle.incremental is not None else handle.kind
+        if (kind is not None and kind not in _CANONICAL_TYPES) or handle.index is None:
+            what = f"of type {kind!r}" if kind is not None else "that is not a state file"
+            raise RewriteError(
+                f"{directory} holds a state handle {what} for operator {uid!r}: only "
+                "canonical state files (savepoints, full checkpoints) can be rewritten, "
+                "not incremental RocksDB checkpoints. Take a savepoint first "
+                "(`tidegate savepoint JOB DIR`) and rewrite the savepoint"
+            )
 
 
 def _empty_destination(storage: CheckpointStorage, dst: str) -> str:
@@ -196,24 +193,20 @@ def _empty_destination(storage: CheckpointStorage, dst: str) -> str:
     return uri
 
 
-def _subtask_handles(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    return [h for _, h in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0]))]
-
-
 # keyed state --------------------------------------------------------------------------------------
 def _rewrite_keyed(
     storage: CheckpointStorage,
     directory: str,
     dst: str,
     uid: str,
-    handles: list[dict[str, Any]],
+    handles: list[StateHandle],
     max_parallelism: int,
     parallelism: int,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[int, StateHandle], int]:
     """New state files of one keyed operator at `parallelism` subtasks; returns their handles
     by subtask and the number of (key, state) entries written."""
     operator_state = _operator_state_for(directory, handles, parallelism, uid)
-    subtasks: dict[str, Any] = {}
+    subtasks: dict[int, StateHandle] = {}
     entries = 0
     for i in range(parallelism):
         owned = key_group_range(i, parallelism, max_parallelism)
@@ -231,45 +224,39 @@ def _rewrite_keyed(
                 key_groups[key] = kg
                 entries += 1
         snapshot = KeyedStateSnapshot(max_parallelism, owned, tables, key_groups.__getitem__)
-        stem = f"{_file_safe(uid)}-{i}-rewritten"
+        stem = f"{file_safe(uid)}-{i}-rewritten"
         with storage.create_artifact(dst, stem, ".state") as f:
             index = write_state_file(f, snapshot, operator_state[i] or None)
-        subtasks[str(i)] = {
-            **f.handle,
-            "index": index.to_json(),
-            "key_group_range": [owned.start, owned.stop],
-        }
+        subtasks[i] = StateHandle(
+            file=f.name, size=f.size, checksum=f.checksum, index=index, key_group_range=owned
+        )
     return subtasks, entries
 
 
-def _old_entries(
-    directory: str, handles: list[dict[str, Any]]
-) -> Iterator[tuple[str, str, Any, Any]]:
+def _old_entries(directory: str, handles: list[StateHandle]) -> Iterator[tuple[str, str, Any, Any]]:
     """(state name, kind, key, value) of every keyed entry in the old state files."""
     for handle in handles:
-        if not handle.get("key_group_range"):
+        if handle.key_group_range is None or handle.index is None:
             continue
-        index = StateFileIndex.from_json(handle["index"])
-        fs, path = url_to_fs(f"{directory}/{handle['file']}")
+        fs, path = url_to_fs(f"{directory}/{handle.file}")
         with fs.open(path, "rb") as f:
-            for _kg, data in read_key_groups(f, index, range(*handle["key_group_range"])):
+            for _kg, data in read_key_groups(f, handle.index, handle.key_group_range):
                 for name, (kind, table) in data.items():
                     for key, value in table.items():
                         yield name, kind, key, value
 
 
 def _operator_state_for(
-    directory: str, handles: list[dict[str, Any]], parallelism: int, uid: str
+    directory: str, handles: list[StateHandle], parallelism: int, uid: str
 ) -> list[OperatorStateData]:
     """The operator state of a keyed operator's new subtasks: unchanged at the same parallelism;
     otherwise split state is redistributed as a restore would (so a later restore at any
     parallelism ends up with the same entries), union state is kept once (in subtask 0)."""
     old: list[OperatorStateData] = []
     for handle in handles:
-        index = StateFileIndex.from_json(handle["index"])
-        fs, path = url_to_fs(f"{directory}/{handle['file']}")
+        fs, path = url_to_fs(f"{directory}/{handle.file}")
         with fs.open(path, "rb") as f:
-            old.append(read_operator_state(f, index))
+            old.append(read_operator_state(f, handle.index))
     if len(old) == parallelism:
         return old
     modes = {str(mode) for state in old for mode, _ in state.values()}
@@ -297,29 +284,22 @@ def _copy_file(storage: CheckpointStorage, source: str, target: str) -> None:
 
 
 def _new_metadata(
-    old: dict[str, Any], directory: str, operators: dict[str, Any], max_parallelism: int
-) -> dict[str, Any]:
-    now = int(time.time() * 1000)
-    size = sum(int(h["size"]) for e in operators.values() for h in e["subtasks"].values())
-    metadata = {k: v for k, v in old.items() if k not in ("format", "version", "checksum")}
-    return {
-        **metadata,
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "is_savepoint": True,
-        "completed_ms": now,
-        "max_parallelism": max_parallelism,
-        "size_bytes": size,
-        "operators": operators,
-        "channel_state": {},
-        "rewritten_from": {
-            "path": directory,
-            "checkpoint_id": old["checkpoint_id"],
-            "max_parallelism": old["max_parallelism"],
-            "rewrite_id": uuid.uuid4().hex[:12],
-        },
-    }
-
-
-def _file_safe(uid: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)[:80]
+    old: CheckpointMetadata,
+    directory: str,
+    operators: dict[str, OperatorMetadata],
+    max_parallelism: int,
+) -> CheckpointMetadata:
+    new = old.replace(
+        is_savepoint=True,
+        completed_ms=int(time.time() * 1000),
+        max_parallelism=max_parallelism,
+        operators=operators,
+        channel_state={},
+        rewritten_from=RewrittenFrom(
+            path=directory,
+            checkpoint_id=old.checkpoint_id,
+            max_parallelism=old.max_parallelism,
+            rewrite_id=uuid.uuid4().hex[:12],
+        ),
+    )
+    return new.replace(size_bytes=new.written_bytes())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.checkpoint.errors import CheckpointIntegrityError, CheckpointNotFoundError
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.checkpoint.verification import verify_checkpoint
 
@@ -38,7 +39,7 @@ class RestoreCandidate:
     #: the checkpoint (chk-<n>) or savepoint directory
     directory: str
     #: its metadata when already known (a checkpoint this driver completed); else it is read
-    metadata: Mapping[str, Any] | None = None
+    metadata: CheckpointMetadata | None = None
 
 
 def choose_checkpoint(
@@ -47,7 +48,7 @@ def choose_checkpoint(
     uids: Collection[str] | None,
     allow_fallback: bool,
     storage_options: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[CheckpointMetadata, str]:
     """The (metadata, directory) of the first usable candidate.
 
     Without `allow_fallback` the first candidate must be usable: its CheckpointIntegrityError
@@ -60,8 +61,8 @@ def choose_checkpoint(
     skipped: list[tuple[str, Exception]] = []
     for i, candidate in enumerate(candidates):
         try:
-            metadata = dict(
-                candidate.metadata or read_checkpoint_metadata(candidate.directory, storage_options)
+            metadata = candidate.metadata or read_checkpoint_metadata(
+                candidate.directory, storage_options
             )
             verify_checkpoint(
                 metadata, candidate.directory, uids=uids, storage_options=storage_options

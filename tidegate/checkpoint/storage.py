@@ -28,7 +28,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.checkpoint.errors import CheckpointNotFoundError, CheckpointStorageError
 from tidegate.checkpoint.fencing import WriterFence, create_new_file
-from tidegate.checkpoint.metadata import METADATA_FILE_NAME, decode_metadata, encode_metadata
+from tidegate.checkpoint.metadata import (
+    METADATA_FILE_NAME,
+    CheckpointMetadata,
+    decode_metadata,
+    encode_metadata,
+)
 from tidegate.state.checksums import ChecksummingWriter
 
 _CHK_DIR = re.compile(r"chk-(\d+)")
@@ -104,8 +109,8 @@ class CheckpointStorage:
     def create_artifact(self, directory: str, stem: str, suffix: str) -> ChecksummingWriter:
         """Create a new file of a checkpoint in `directory`: `<stem>-g<generation>-<12 hex>
         <suffix>`, a name no other writer uses. Returns a writer that checksums what is written:
-        once it is closed, its `handle` ({"file", "size", "checksum"}) goes into the state handle
-        the subtask acknowledges. Raises FencedWriterError if a newer generation took over."""
+        once it is closed, its `name`, `size` and `checksum` go into the state handle the
+        subtask acknowledges. Raises FencedWriterError if a newer generation took over."""
         self.check_fence(f"write a file into {directory}")
         tag = f"-g{self.generation}" if self.generation is not None else ""
         name = f"{stem}{tag}-{uuid.uuid4().hex[:12]}{suffix}"
@@ -121,7 +126,7 @@ class CheckpointStorage:
         fs, fs_path = self._resolve(path)
         return int(fs.du(fs_path, total=True))
 
-    def write_metadata(self, checkpoint_dir: str, metadata: dict[str, Any]) -> str:
+    def write_metadata(self, checkpoint_dir: str, metadata: CheckpointMetadata) -> str:
         """Write `<checkpoint_dir>/_metadata` atomically, never over an existing one, and
         return its path.
 
@@ -158,7 +163,7 @@ class CheckpointStorage:
         self.check_fence(f"complete the checkpoint {checkpoint_dir}")
         return final
 
-    def read_metadata(self, checkpoint_dir: str) -> dict[str, Any]:
+    def read_metadata(self, checkpoint_dir: str) -> CheckpointMetadata:
         """Read and validate `<checkpoint_dir>/_metadata`."""
         return read_checkpoint_metadata(checkpoint_dir, self.storage_options)
 
@@ -246,7 +251,7 @@ def _write_via_rename(fs: AbstractFileSystem, fs_final: str, data: bytes) -> Non
 
 def read_checkpoint_metadata(
     checkpoint_dir: str, storage_options: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+) -> CheckpointMetadata:
     """Read and validate `<checkpoint_dir>/_metadata`, on whatever filesystem it is (a
     restore may read a checkpoint or savepoint that is not in the job's own storage)."""
     path = _join(checkpoint_dir, METADATA_FILE_NAME)

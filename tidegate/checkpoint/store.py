@@ -6,10 +6,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.pending import PendingCheckpoint
-from tidegate.state.incremental_handles import checkpoint_references
 from tidegate.state.shared_registry import CheckpointReferences, SharedStateRegistry
 
 
@@ -27,7 +26,8 @@ class CompletedCheckpoint:
     path: str
     size_bytes: int
     is_savepoint: bool
-    metadata: dict[str, Any] = field(hash=False, compare=False, repr=False)
+    #: None only for checkpoints made up in tests
+    metadata: CheckpointMetadata | None = field(default=None, hash=False, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -37,7 +37,7 @@ class CompletedCheckpoint:
         completed_ms: int,
         path: str,
         size_bytes: int,
-        metadata: dict[str, Any],
+        metadata: CheckpointMetadata,
     ) -> CompletedCheckpoint:
         """Build the completed form of a fully acknowledged `pending` (for `finalize`)."""
         return cls(
@@ -125,4 +125,6 @@ class CompletedCheckpointStore:
 
 
 def _references(cp: CompletedCheckpoint) -> CheckpointReferences:
-    return checkpoint_references({**cp.metadata, "checkpoint_id": cp.checkpoint_id}, cp.path)
+    if cp.metadata is None:
+        return CheckpointReferences(cp.checkpoint_id)
+    return cp.metadata.references(cp.path)

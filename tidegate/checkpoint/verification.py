@@ -21,7 +21,9 @@ from tidegate.checkpoint.errors import (
     ChecksumMismatchError,
     MissingCheckpointFileError,
 )
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.state.checksums import is_known_checksum, read_checksum
+from tidegate.state.handles import StateHandle
 
 #: files read at the same time when a checkpoint is verified
 VERIFY_THREADS = 8
@@ -45,8 +47,8 @@ class Artifact:
     subtask: int
     #: the file's name, relative to the checkpoint directory
     file: str
-    size: Any
-    checksum: Any
+    size: int | None
+    checksum: str | None
 
     def describe(self) -> str:
         return f"{self.kind} {self.file} (operator {self.uid!r}, subtask {self.subtask})"
@@ -100,44 +102,42 @@ class VerificationReport:
 
 
 def checkpoint_artifacts(
-    metadata: Mapping[str, Any], uids: Collection[str] | None = None
+    metadata: CheckpointMetadata, uids: Collection[str] | None = None
 ) -> list[Artifact]:
     """Every file `metadata` names (state files, channel-state files, the RocksDB files of
-    incremental handles), in a stable order; only
-    those of operators in `uids` when it is given (the files a restore of that job reads)."""
-    sections = (("operators", "state file"), ("channel_state", "channel-state file"))
+    incremental handles), in a stable order; only those of operators in `uids` when it is
+    given (the files a restore of that job reads)."""
+    wanted = (lambda uid: True) if uids is None else (lambda uid: uid in uids)
     found = []
-    for section, kind in sections:
-        for uid, entry in sorted(metadata.get(section, {}).items()):
-            if uids is not None and uid not in uids:
-                continue
-            for subtask, handle in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0])):
-                found.append(
-                    Artifact(
-                        kind,
-                        uid,
-                        int(subtask),
-                        handle["file"],
-                        handle.get("size"),
-                        handle.get("checksum"),
-                    )
-                )
-                found += _incremental_artifacts(uid, int(subtask), handle)
+    for uid, subtask, handle in metadata.state_handles():
+        if wanted(uid):
+            found.append(
+                Artifact("state file", uid, subtask, handle.file, handle.size, handle.checksum)
+            )
+            found += _incremental_artifacts(uid, subtask, handle)
+    for uid, entry in sorted(metadata.channel_state.items()):
+        if wanted(uid):
+            found += [
+                Artifact("channel-state file", uid, subtask, h.file, h.size, h.checksum)
+                for subtask, h in sorted(entry.subtasks.items())
+            ]
     return found
 
 
-def _incremental_artifacts(uid: str, subtask: int, handle: Mapping[str, Any]) -> list[Artifact]:
+def _incremental_artifacts(uid: str, subtask: int, handle: StateHandle) -> list[Artifact]:
     """The RocksDB files of an incremental keyed-state handle (shared ones are in `shared/`)."""
-    inc = handle.get("incremental") or {}
+    inc = handle.incremental
+    if inc is None:
+        return []
     return [
-        Artifact(kind, uid, subtask, f["file"], f.get("size"), f.get("checksum"))
-        for kind, files in (("shared RocksDB file", "shared"), ("RocksDB file", "private"))
-        for f in inc.get(files, ())
+        Artifact(kind, uid, subtask, f.file, f.size, f.checksum)
+        for kind, files in (("shared RocksDB file", inc.shared), ("RocksDB file", inc.private))
+        for f in files
     ]
 
 
 def verify_checkpoint(
-    metadata: Mapping[str, Any],
+    metadata: CheckpointMetadata,
     directory: str,
     *,
     uids: Collection[str] | None = None,
@@ -181,7 +181,7 @@ def verify_checkpoint(
         results = list(pool.map(check, artifacts))
     return VerificationReport(
         directory=directory,
-        checkpoint_id=int(metadata["checkpoint_id"]),
+        checkpoint_id=metadata.checkpoint_id,
         files=len(artifacts),
         bytes=sum(size for size, _ in results),
         problems=tuple(problem for _, problem in results if problem is not None),

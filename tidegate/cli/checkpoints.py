@@ -9,7 +9,7 @@ import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from fsspec.core import url_to_fs
@@ -17,9 +17,8 @@ from fsspec.core import url_to_fs
 from tidegate.checkpoint.errors import (
     CheckpointError,
     CheckpointNotFoundError,
-    CorruptCheckpointError,
 )
-from tidegate.checkpoint.metadata import METADATA_FILE_NAME
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata
 from tidegate.checkpoint.storage import (
     CheckpointStorage,
     read_checkpoint_metadata,
@@ -29,8 +28,8 @@ from tidegate.cli.errors import CliError, one_line, reported, verbose_option
 from tidegate.cli.formatting import format_table, human_size, local_iso
 from tidegate.cli.jobs import address_options, show_job_checkpoints
 from tidegate.cli.verify import report_damage, verification_of, verification_summary
+from tidegate.state.handles import StateHandle
 
-T = TypeVar("T")
 _CHK_DIR = re.compile(r"chk-\d+")
 
 
@@ -83,7 +82,7 @@ def checkpoints_command(
                 _list_checkpoints(directory, found, as_json, verify)
                 return
             path = _pick(directory, found, checkpoint_id)
-        detail = _described(checkpoint_detail, path)
+        detail = checkpoint_detail(path, read_metadata(path))
         if verify:
             detail["verification"] = verification_of(path)
         _show_checkpoint(detail, as_json)
@@ -91,7 +90,7 @@ def checkpoints_command(
             report_damage([detail])
 
 
-def read_metadata(directory: str) -> dict[str, Any]:
+def read_metadata(directory: str) -> CheckpointMetadata:
     """The validated `_metadata` of the checkpoint directory `directory`."""
     return read_checkpoint_metadata(directory.rstrip("/"))
 
@@ -155,110 +154,80 @@ def _pick(directory: str, found: list[_Found], checkpoint_id: int) -> str:
 
 
 # description ----------------------------------------------------------------------------------
-def _described(describe: Callable[[str, dict[str, Any]], T], path: str) -> T:
-    """`describe(path, metadata)` of the checkpoint in `path`; content it cannot make sense of
-    (a valid envelope around unexpected operators) is a CorruptCheckpointError."""
-    metadata = read_metadata(path)
-    try:
-        return describe(path, metadata)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise CorruptCheckpointError(
-            f"{path}/{METADATA_FILE_NAME} has unexpected content ({type(exc).__name__}: {exc}); "
-            "it is damaged or was written by another tidegate version"
-        ) from exc
-
-
-def _summary_record(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
-    completed = metadata.get("completed_ms", metadata["timestamp_ms"])
+def _summary_record(path: str, metadata: CheckpointMetadata) -> dict[str, Any]:
+    completed = metadata.completed_or_triggered_ms
     return {
-        "job_id": metadata["job_id"],
-        "job_name": metadata.get("job_name"),
-        "checkpoint_id": metadata["checkpoint_id"],
+        "job_id": metadata.job_id,
+        "job_name": metadata.job_name,
+        "checkpoint_id": metadata.checkpoint_id,
         "path": path,
         "completed_ms": completed,
         "completed": local_iso(completed),
-        "size_bytes": metadata.get("size_bytes", _operators_size(metadata)),
-        "duration_ms": metadata.get("duration_ms"),
-        "operators": len(metadata["operators"]),
-        "is_savepoint": bool(metadata.get("is_savepoint", False)),
+        "size_bytes": (
+            metadata.size_bytes if metadata.size_bytes is not None else metadata.written_bytes()
+        ),
+        "duration_ms": metadata.duration_ms,
+        "operators": len(metadata.operators),
+        "is_savepoint": metadata.is_savepoint,
     }
 
 
-def _operators_size(metadata: dict[str, Any]) -> int:
-    return sum(
-        int(h.get("index", {}).get("size", 0))
-        for op in metadata["operators"].values()
-        for h in op.get("subtasks", {}).values()
-    )
-
-
-def checkpoint_detail(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_detail(path: str, metadata: CheckpointMetadata) -> dict[str, Any]:
     """The JSON-ready description of one checkpoint (key groups as inclusive [first, last])."""
-    operators = []
-    for uid, op in sorted(metadata["operators"].items()):
-        subtasks = []
-        for index, handle in sorted(op.get("subtasks", {}).items(), key=lambda kv: int(kv[0])):
-            info = handle.get("index", {})
-            kg = handle.get("key_group_range")
-            subtasks.append(
-                {
-                    "subtask": int(index),
-                    "file": handle.get("file"),
-                    "size_bytes": handle.get("size", info.get("size")),
-                    "checksum": handle.get("checksum"),
-                    "key_groups": [kg[0], kg[1] - 1] if kg else None,
-                    "non_empty_key_groups": len(info.get("key_groups") or []),
-                    "state_kinds": info.get("state_kinds")
-                    or handle.get("incremental", {}).get("state_kinds")
-                    or {},
-                    "operator_state": bool(info.get("operator")),
-                }
-            )
-        operators.append(
-            {
-                "uid": uid,
-                "name": op.get("name", uid),
-                "parallelism": op.get("parallelism"),
-                "subtasks": subtasks,
-            }
-        )
-    keys = (
-        "job_id",
-        "job_name",
-        "checkpoint_id",
-        "is_savepoint",
-        "timestamp_ms",
-        "completed_ms",
-        "duration_ms",
-        "size_bytes",
-        "max_parallelism",
-        "attempt",
-        "generation",
-    )
+    operators = [
+        {
+            "uid": uid,
+            "name": op.name,
+            "parallelism": op.parallelism,
+            "subtasks": [_subtask_detail(i, h) for i, h in sorted(op.subtasks.items())],
+        }
+        for uid, op in sorted(metadata.operators.items())
+    ]
     channel_state = [
         {
             "uid": uid,
-            "parallelism": entry.get("parallelism"),
+            "parallelism": entry.parallelism,
             "subtasks": [
                 {
-                    "subtask": int(index),
-                    "file": handle.get("file"),
-                    "size_bytes": handle.get("size"),
-                    "checksum": handle.get("checksum"),
-                    "frames": handle.get("frames"),
+                    "subtask": index,
+                    "file": handle.file,
+                    "size_bytes": handle.size,
+                    "checksum": handle.checksum,
+                    "frames": handle.frames,
                 }
-                for index, handle in sorted(
-                    entry.get("subtasks", {}).items(), key=lambda kv: int(kv[0])
-                )
+                for index, handle in sorted(entry.subtasks.items())
             ],
         }
-        for uid, entry in sorted(metadata.get("channel_state", {}).items())
+        for uid, entry in sorted(metadata.channel_state.items())
     ]
+    facts = {
+        "job_id": metadata.job_id,
+        "job_name": metadata.job_name,
+        "checkpoint_id": metadata.checkpoint_id,
+        "is_savepoint": metadata.is_savepoint,
+        "timestamp_ms": metadata.timestamp_ms,
+        "completed_ms": metadata.completed_ms,
+        "duration_ms": metadata.duration_ms,
+        "size_bytes": metadata.size_bytes,
+        "max_parallelism": metadata.max_parallelism,
+        "attempt": metadata.attempt,
+        "generation": metadata.generation,
+    }
+    return {"path": path, **facts, "operators": operators, "channel_state": channel_state}
+
+
+def _subtask_detail(index: int, handle: StateHandle) -> dict[str, Any]:
+    info = handle.index
+    kg = handle.key_group_range
     return {
-        "path": path,
-        **{k: metadata.get(k) for k in keys},
-        "operators": operators,
-        "channel_state": channel_state,
+        "subtask": index,
+        "file": handle.file,
+        "size_bytes": handle.size if handle.size is not None else (info.size if info else None),
+        "checksum": handle.checksum,
+        "key_groups": [kg.start, kg.stop - 1] if kg is not None else None,
+        "non_empty_key_groups": len(info.key_group_offsets) if info is not None else 0,
+        "state_kinds": dict(handle.state_kinds),
+        "operator_state": info is not None and info.operator_offset is not None,
     }
 
 
@@ -267,7 +236,7 @@ def _list_checkpoints(directory: str, found: list[_Found], as_json: bool, verify
     records = []
     for f in found:
         try:
-            record = _described(_summary_record, f.path)
+            record = _summary_record(f.path, read_metadata(f.path))
             if verify:
                 record["verification"] = verification_of(f.path)
             records.append(record)

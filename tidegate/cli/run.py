@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import checkpoint_candidates, resolve_checkpoint_path
 from tidegate.cli.checkpoints import read_metadata
 from tidegate.cli.errors import (
@@ -122,8 +123,8 @@ def run_command(
     elif restore_from is not None:
         directory, metadata = _check_restore_path(restore_from, verbose)
         overrides["restore_path"] = directory
-        kind = "savepoint" if metadata.get("is_savepoint") else "checkpoint"
-        printer.line(f"restoring from {kind} {metadata['checkpoint_id']} in {directory}")
+        kind = "savepoint" if metadata.is_savepoint else "checkpoint"
+        printer.line(f"restoring from {kind} {metadata.checkpoint_id} in {directory}")
     monitor = JobMonitor(printer, status_interval)
     overrides = {k: v for k, v in overrides.items() if v is not None} | {"on_submit": monitor}
     with _job_environment(script, [script, *job_args], overrides), cli_logging(printer, verbose):
@@ -139,7 +140,7 @@ def _check_script(path: str) -> str:
     return os.path.abspath(path)
 
 
-def _check_restore_path(path: str, verbose: bool) -> tuple[str, dict[str, Any]]:
+def _check_restore_path(path: str, verbose: bool) -> tuple[str, CheckpointMetadata]:
     """The checkpoint directory `path` names, and its validated metadata."""
     with reported(verbose):
         directory = resolve_checkpoint_path(path)

@@ -336,7 +336,7 @@ class JobAttempt:
         if cp.is_savepoint:
             jm.latest_savepoint = newest_snapshot(jm.latest_savepoint, cp)
             log.info("savepoint %d completed: %s", cp.checkpoint_id, cp.path)
-            warn_generated_uids(self.graph, cp.metadata["operators"], f"savepoint {cp.path}")
+            warn_generated_uids(self.graph, cp.metadata.operators, f"savepoint {cp.path}")
         request = self.requests.completed(cp)
         if request is not None and request.kind is SnapshotKind.STOP:
             jm._stop = (request, cp)  # succeeds once the job has finished
@@ -397,7 +397,7 @@ class JobAttempt:
             pending,
             completed_ms=completed_ms,
             path=directory,
-            size_bytes=metadata["size_bytes"],
+            size_bytes=metadata.size_bytes,
             metadata=metadata,
         )
 

@@ -18,7 +18,6 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 from tidegate.checkpoint.errors import (
     CheckpointError,
@@ -29,6 +28,7 @@ from tidegate.checkpoint.errors import (
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.savepoints import (
     discard_snapshot_dir,
 )
@@ -60,8 +60,10 @@ from tidegate.runtime.messages import (
     SlotMetrics,
 )
 from tidegate.runtime.network import advertised_address
-from tidegate.state.incremental_handles import incremental_handles
 from tidegate.state.shared_registry import SharedStateRegistry
+
+#: a snapshot to restore: its metadata and its directory
+Restore = tuple[CheckpointMetadata, str]
 
 log = logging.getLogger("tidegate.jobmaster")
 
@@ -263,24 +265,24 @@ class JobMaster:
             self.done.set()
 
     # attempts ---------------------------------------------------------------------------------
-    def _initial_restore(self) -> tuple[dict, str] | None:
+    def _initial_restore(self) -> Restore | None:
         path = self.spec.restore_path
         if path is None:
             return None
         self._initial_candidates = [RestoreCandidate(d) for d in checkpoint_candidates(path)]
         metadata, directory = self._choose_restore(self._initial_candidates)
-        self.next_checkpoint_id = max(self.next_checkpoint_id, int(metadata["checkpoint_id"]) + 1)
-        warn_generated_uids(self.spec.graph, metadata["operators"], f"restoring {directory}")
+        self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
+        warn_generated_uids(self.spec.graph, metadata.operators, f"restoring {directory}")
         if self.spec.restore_mode is RestoreMode.CLAIM:
             # the job owns it now: subsumed and deleted like one of its own checkpoints
             self.store.add_restored(_claimed_checkpoint(metadata, directory))
             self._claimed.add(directory)
-            if any(incremental_handles(metadata)):
+            if metadata.is_incremental:
                 # its shared files that snapshots beside it use are never deleted
                 pin_retained_snapshots(self.shared_registry, directory, self._claimed)
         return metadata, directory
 
-    def _restore_after_failure(self, previous: tuple[dict, str] | None) -> tuple[dict, str] | None:
+    def _restore_after_failure(self, previous: Restore | None) -> Restore | None:
         """The snapshot to restart from: the newest retained checkpoint or savepoint of the job,
         or with restore fallback allowed the newest intact one (then the one it started from)."""
         # a savepoint newer than the latest checkpoint committed its sinks' output: newest first
@@ -293,7 +295,7 @@ class JobMaster:
             return previous
         return self._choose_restore(candidates)
 
-    def _choose_restore(self, candidates: list[RestoreCandidate]) -> tuple[dict, str]:
+    def _choose_restore(self, candidates: list[RestoreCandidate]) -> Restore:
         """The first intact candidate (checkpoint.selection); a damaged checkpoint fails the
         job for good (a restart would meet the same damage) and keeps every checkpoint."""
         uids = {op.uid for v in self.spec.graph.vertices.values() for op in v.operators}
@@ -337,7 +339,7 @@ class JobMaster:
             return False
         return True
 
-    def _run_attempt(self, restore: tuple[dict, str] | None) -> JobStatus | None:
+    def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         graph = self.spec.graph
         attempt = self.attempt
@@ -353,11 +355,11 @@ class JobMaster:
                 reuse_shared_files=owned,
             )
             graph = dataclasses.replace(graph, max_parallelism=max_p)
-            restored_id = int(metadata["checkpoint_id"])
+            restored_id = metadata.checkpoint_id
             self.stats.checkpoints.report_restored(
                 restored_id,
                 directory,
-                is_savepoint=bool(metadata.get("is_savepoint")),
+                is_savepoint=metadata.is_savepoint,
                 attempt=attempt,
             )
         deployment = Deployment(
@@ -462,17 +464,16 @@ class JobMaster:
         self.stats.metrics.update(msg)
 
 
-def _claimed_checkpoint(metadata: dict[str, Any], directory: str) -> CompletedCheckpoint:
+def _claimed_checkpoint(metadata: CheckpointMetadata, directory: str) -> CompletedCheckpoint:
     """The restored snapshot as one of the job's own retained checkpoints (RestoreMode.CLAIM)."""
-    timestamp_ms = int(metadata["timestamp_ms"])
-    completed_ms = int(metadata.get("completed_ms", timestamp_ms))
+    completed_ms = metadata.completed_or_triggered_ms
     return CompletedCheckpoint(
-        checkpoint_id=int(metadata["checkpoint_id"]),
-        timestamp_ms=timestamp_ms,
+        checkpoint_id=metadata.checkpoint_id,
+        timestamp_ms=metadata.timestamp_ms,
         completed_ms=completed_ms,
-        duration_ms=max(completed_ms - timestamp_ms, 0),
+        duration_ms=max(completed_ms - metadata.timestamp_ms, 0),
         path=directory,
-        size_bytes=int(metadata.get("size_bytes", 0)),
+        size_bytes=metadata.size_bytes or 0,
         is_savepoint=False,
         metadata=metadata,
     )

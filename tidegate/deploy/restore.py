@@ -14,7 +14,11 @@ from tidegate.checkpoint.assignment import (
     keyed_handles_for_subtask,
 )
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
-from tidegate.checkpoint.metadata import FORMAT_NAME, FORMAT_VERSION
+from tidegate.checkpoint.metadata import (
+    ChannelStateMetadata,
+    CheckpointMetadata,
+    OperatorMetadata,
+)
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
     CHANNEL_STATE_KEY,
@@ -22,9 +26,9 @@ from tidegate.runtime.restore import (
     RestoredChannelState,
     RestoredOperatorState,
 )
-from tidegate.state.incremental_handles import HANDLE_KEY, uploaded_bytes
+from tidegate.state.handles import ChannelStateHandle, StateHandle
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
-from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
+from tidegate.state.snapshot_format import read_operator_state
 
 log = logging.getLogger("tidegate.restore")
 
@@ -39,59 +43,48 @@ class MaxParallelismError(IncompatibleCheckpointError, ValueError):
 
 def build_metadata(
     graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int, generation: int
-) -> dict[str, Any]:
+) -> CheckpointMetadata:
     """The `_metadata` of a fully acknowledged checkpoint. File names are relative to the
     checkpoint directory, so a checkpoint directory can be moved; every file's handle carries
     the size and checksum it was written with (verified on restore)."""
-    operators: dict[str, Any] = {}
-    channel_state: dict[str, Any] = {}
-    size = 0
+    operators: dict[str, dict[int, StateHandle]] = {}
+    channels: dict[int, dict[int, ChannelStateHandle]] = {}
     for (vertex_id, subtask), state in sorted(pending.acked_states.items()):
-        vertex = graph.vertices[vertex_id]
         for uid, handle in state.items():
-            if uid == CHANNEL_STATE_KEY:
-                # in-flight records of an unaligned checkpoint, by the vertex's head operator
-                entry = channel_state.setdefault(
-                    handle["operator"], {"parallelism": vertex.parallelism, "subtasks": {}}
-                )
-                entry["subtasks"][str(subtask)] = {
-                    k: handle[k] for k in ("file", "size", "checksum", "frames")
-                }
-                entry["inputs"] = [list(c) for c in graph.input_channels(vertex_id, 0)]
-                size += int(handle["size"])
-                continue
-            entry = operators.setdefault(
-                uid,
-                {"name": _op_name(vertex, uid), "parallelism": vertex.parallelism, "subtasks": {}},
+            if uid == CHANNEL_STATE_KEY:  # in-flight records of an unaligned checkpoint
+                channels.setdefault(vertex_id, {})[subtask] = handle
+            else:
+                operators.setdefault(uid, {})[subtask] = handle
+    metadata = CheckpointMetadata(
+        job_id=job_id,
+        job_name=graph.job_name,
+        checkpoint_id=pending.checkpoint_id,
+        timestamp_ms=pending.timestamp_ms,
+        completed_ms=completed_ms,
+        duration_ms=max(completed_ms - pending.timestamp_ms, 0),
+        is_savepoint=pending.is_savepoint,
+        attempt=attempt,
+        generation=generation,
+        max_parallelism=graph.max_parallelism,
+        operators={
+            uid: OperatorMetadata(op.name, vertex.parallelism, handles)
+            for uid, handles in operators.items()
+            for vertex, op in [graph.operator(uid)]
+        },
+        channel_state={
+            # by the vertex's head operator
+            graph.vertices[v].operators[0].uid: ChannelStateMetadata(
+                graph.vertices[v].parallelism, tuple(graph.input_channels(v, 0)), handles
             )
-            entry["subtasks"][str(subtask)] = handle
-            size += int(handle["size"]) + uploaded_bytes(handle)
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "job_id": job_id,
-        "job_name": graph.job_name,
-        "checkpoint_id": pending.checkpoint_id,
-        "timestamp_ms": pending.timestamp_ms,
-        "completed_ms": completed_ms,
-        "duration_ms": max(completed_ms - pending.timestamp_ms, 0),
-        "is_savepoint": pending.is_savepoint,
-        "attempt": attempt,
-        "generation": generation,
-        "max_parallelism": graph.max_parallelism,
-        "size_bytes": size,
-        "operators": operators,
-        "channel_state": channel_state,
-    }
-
-
-def _op_name(vertex, uid: str) -> str:
-    return next((op.name for op in vertex.operators if op.uid == uid), uid)
+            for v, handles in channels.items()
+        },
+    )
+    return metadata.replace(size_bytes=metadata.written_bytes())
 
 
 def plan_restore(
     graph: JobGraph,
-    metadata: dict[str, Any],
+    metadata: CheckpointMetadata,
     directory: str,
     allow_non_restored_state: bool = False,
     *,
@@ -111,22 +104,21 @@ def plan_restore(
     metadata = _matched_state(graph, metadata, directory, allow_non_restored_state)
     channel_plan = _plan_channel_state(graph, metadata, directory)
     plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
-    for uid, entry in metadata["operators"].items():
+    for uid, entry in metadata.operators.items():
         vertex, _op = graph.operator(uid)
-        old_subtasks = sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0]))
         keyed = [
-            (range(*h["key_group_range"]), (f"{directory}/{h['file']}", h))
-            for _, h in old_subtasks
-            if h.get("key_group_range")
+            (h.key_group_range, (f"{directory}/{h.file}", h))
+            for h in entry.handles()
+            if h.key_group_range is not None
         ]
-        operator_states: list[dict[str, Any]] = [{} for _ in range(int(entry["parallelism"]))]
-        for index, h in old_subtasks:
-            operator_states[int(index)] = _read_operator_state(directory, h)
+        operator_states: list[dict[str, Any]] = [{} for _ in range(entry.parallelism)]
+        for index, h in entry.subtasks.items():
+            operator_states[index] = _read_operator_state(directory, h)
         per_subtask = assign_operator_state(operator_states, vertex.parallelism)
         for i in range(vertex.parallelism):
             handles = tuple(
                 keyed_restore_handle(
-                    path, h, r, directory, int(metadata["checkpoint_id"]), reuse_shared_files
+                    path, h, r, directory, metadata.checkpoint_id, reuse_shared_files
                 )
                 for r, (path, h) in keyed_handles_for_subtask(keyed, i, vertex.parallelism, max_p)
             )
@@ -138,13 +130,18 @@ def plan_restore(
     return plan, max_p
 
 
-def _restore_max_parallelism(graph: JobGraph, metadata: dict[str, Any], directory: str) -> int:
+def _restore_max_parallelism(graph: JobGraph, metadata: CheckpointMetadata, directory: str) -> int:
     """The snapshot's max parallelism, if the job's (configured) max parallelism and the
     parallelism of every operator fit it; else a MaxParallelismError naming the operator."""
     widest = max(graph.vertices.values(), key=lambda v: v.parallelism)
+    if metadata.max_parallelism is None:
+        raise IncompatibleCheckpointError(
+            f"cannot restore {directory}: its _metadata records no max parallelism (it was not "
+            "written by a complete tidegate job); restore from another checkpoint or savepoint."
+        )
     try:
         return check_max_parallelism(
-            int(metadata["max_parallelism"]),
+            metadata.max_parallelism,
             widest.parallelism,
             graph.max_parallelism if graph.max_parallelism_configured else None,
         )
@@ -156,27 +153,22 @@ def _restore_max_parallelism(graph: JobGraph, metadata: dict[str, Any], director
 
 
 def keyed_restore_handle(
-    path: str, h: dict[str, Any], r: range, directory: str, checkpoint_id: int, reusable: bool
+    path: str, h: StateHandle, r: range, directory: str, checkpoint_id: int, reusable: bool
 ) -> KeyedStateHandle | IncrementalKeyedStateHandle:
     """What a new subtask reads from an old subtask's handle `h` for key groups `r`."""
-    if HANDLE_KEY in h:
-        return IncrementalKeyedStateHandle(directory, checkpoint_id, h[HANDLE_KEY], r, reusable)
-    return KeyedStateHandle(path, h["index"], r, h.get("size"), h.get("checksum"))
+    if h.incremental is not None:
+        return IncrementalKeyedStateHandle(directory, checkpoint_id, h.incremental, r, reusable)
+    return KeyedStateHandle(path, h.index, r, h.size, h.checksum)
 
 
 def _matched_state(
-    graph: JobGraph, metadata: dict[str, Any], directory: str, allow_non_restored_state: bool
-) -> dict[str, Any]:
+    graph: JobGraph, metadata: CheckpointMetadata, directory: str, allow_non_restored_state: bool
+) -> CheckpointMetadata:
     """`metadata` without the state of operators `graph` does not have (which is an error
     unless non-restored state is allowed)."""
     known = {op.uid for v in graph.vertices.values() for op in v.operators}
-    sections = ("operators", "channel_state")
-    unmatched = {
-        uid: entry.get("name", uid)
-        for section in sections
-        for uid, entry in metadata.get(section, {}).items()
-        if uid not in known
-    }
+    unmatched = {uid: e.name for uid, e in metadata.operators.items() if uid not in known}
+    unmatched |= {uid: uid for uid in metadata.channel_state if uid not in known}
     if not unmatched:
         return metadata
     listing = ", ".join(f"uid {uid!r} ({name})" for uid, name in sorted(unmatched.items()))
@@ -196,13 +188,10 @@ def _matched_state(
         len(unmatched),
         listing,
     )
-    return {
-        **metadata,
-        **{
-            section: {u: e for u, e in metadata.get(section, {}).items() if u in known}
-            for section in sections
-        },
-    }
+    return metadata.replace(
+        operators={u: e for u, e in metadata.operators.items() if u in known},
+        channel_state={u: e for u, e in metadata.channel_state.items() if u in known},
+    )
 
 
 def warn_generated_uids(graph: JobGraph, stateful_uids: Any, action: str) -> None:
@@ -225,17 +214,17 @@ def warn_generated_uids(graph: JobGraph, stateful_uids: Any, action: str) -> Non
 
 
 def _plan_channel_state(
-    graph: JobGraph, metadata: dict[str, Any], directory: str
+    graph: JobGraph, metadata: CheckpointMetadata, directory: str
 ) -> dict[tuple[int, int], RestoredChannelState]:
     """Each subtask gets back its own in-flight records (channel indices name the upstream
     subtasks, so the vertex and its inputs must keep their parallelism)."""
     plan = {}
-    for uid, entry in metadata.get("channel_state", {}).items():
+    for uid, entry in metadata.channel_state.items():
         vertex, _op = graph.operator(uid)
         if (
             vertex.operators[0].uid != uid
-            or int(entry["parallelism"]) != vertex.parallelism
-            or (entry["inputs"] != [list(c) for c in graph.input_channels(vertex.vertex_id, 0)])
+            or entry.parallelism != vertex.parallelism
+            or entry.inputs != tuple(graph.input_channels(vertex.vertex_id, 0))
         ):
             raise IncompatibleCheckpointError(
                 f"the checkpoint in {directory} is unaligned and holds in-flight records for "
@@ -243,20 +232,18 @@ def _plan_channel_state(
                 "only be restored into the same topology: restore at the old parallelism, or "
                 "take a savepoint (always aligned) and rescale from that."
             )
-        for subtask, handle in entry["subtasks"].items():
-            path = f"{directory}/{handle['file']}"
-            plan[(vertex.vertex_id, int(subtask))] = RestoredChannelState(path)
+        for subtask, handle in entry.subtasks.items():
+            plan[(vertex.vertex_id, subtask)] = RestoredChannelState(f"{directory}/{handle.file}")
     return plan
 
 
-def _read_operator_state(directory: str, handle: dict[str, Any]) -> dict[str, Any]:
-    index = StateFileIndex.from_json(handle["index"])
-    if index.operator_offset is None:
+def _read_operator_state(directory: str, handle: StateHandle) -> dict[str, Any]:
+    if handle.index.operator_offset is None:
         return {}
-    path = f"{directory}/{handle['file']}"
+    path = f"{directory}/{handle.file}"
     try:
         with fsspec.open(path, "rb") as f:
-            return read_operator_state(f, index)
+            return read_operator_state(f, handle.index)
     except FileNotFoundError:
         raise MissingCheckpointFileError(
             f"state file {path} of the checkpoint is missing; the checkpoint is incomplete. "

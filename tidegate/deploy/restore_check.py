@@ -21,15 +21,15 @@ from typing import Any
 
 import fsspec
 
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.deploy.restore import plan_restore
 from tidegate.deploy.state_probe import DeclaredState, probe_declared_state
 from tidegate.runtime.connector_operators import SinkOperator
 from tidegate.runtime.plan import JobGraph
-from tidegate.runtime.restore import CHANNEL_STATE_KEY
+from tidegate.runtime.restore import CHANNEL_STATE_KEY, KeyedStateHandle
 from tidegate.state.snapshot_format import (
     OperatorStateData,
-    StateFileIndex,
     describe_key_groups,
     read_operator_state,
 )
@@ -84,7 +84,7 @@ class RestoreReport:
 
 def check_restore(
     graph: JobGraph,
-    metadata: dict[str, Any],
+    metadata: CheckpointMetadata,
     directory: str,
     *,
     allow_non_restored_state: bool = False,
@@ -93,9 +93,9 @@ def check_restore(
     """What restoring `graph` from the snapshot in `directory` (with `metadata`) would do."""
     report = RestoreReport(
         directory,
-        int(metadata["checkpoint_id"]),
-        bool(metadata.get("is_savepoint")),
-        int(metadata["max_parallelism"]),
+        metadata.checkpoint_id,
+        metadata.is_savepoint,
+        metadata.max_parallelism,
         graph.max_parallelism if graph.max_parallelism_configured else None,
     )
     # Step 1: the whole plan, as the JobMaster makes it (the authoritative verdict)
@@ -108,9 +108,8 @@ def check_restore(
     # Step 3: one report per operator uid, of the job and of the snapshot
     graph_uids = {op.uid: (v, op) for v in graph.vertices.values() for op in v.operators}
     for uid, (vertex, op) in graph_uids.items():
-        entry = metadata["operators"].get(uid)
         item = OperatorReport(uid, op.name, NEW, new_parallelism=vertex.parallelism)
-        if entry is not None or uid in metadata.get("channel_state", {}):
+        if uid in metadata.operators or uid in metadata.channel_state:
             _restored(item, graph, metadata, directory, snapshot)
         _add_declared(item, declared[uid])
         if op.uid_generated and item.status != NEW:
@@ -119,10 +118,10 @@ def check_restore(
                 "the job is edited; set .uid(...) on every stateful operator"
             )
         report.operators.append(item)
-    for uid, entry in sorted(metadata["operators"].items()):
+    for uid, entry in sorted(metadata.operators.items()):
         if uid not in graph_uids:
-            item = OperatorReport(uid, entry.get("name", uid), DROPPED)
-            item.old_parallelism = int(entry["parallelism"])
+            item = OperatorReport(uid, entry.name, DROPPED)
+            item.old_parallelism = entry.parallelism
             _snapshot_state_list(item, kinds.get(uid, {}), modes.get(uid, {}))
             for state in item.states:
                 state["declared"] = None  # no operator declares anything for it
@@ -141,7 +140,7 @@ def check_restore(
 
 
 def _plan(
-    graph: JobGraph, metadata: dict[str, Any], directory: str, allow: bool, problems: list[str]
+    graph: JobGraph, metadata: CheckpointMetadata, directory: str, allow: bool, problems: list[str]
 ) -> int | None:
     """The max parallelism the restore runs with, or None (and why in `problems`)."""
     try:
@@ -163,25 +162,24 @@ class _SnapshotStates:
     unreadable: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, metadata: dict[str, Any], directory: str) -> _SnapshotStates:
+    def read(cls, metadata: CheckpointMetadata, directory: str) -> _SnapshotStates:
         found = cls()
-        for uid, entry in metadata["operators"].items():
+        for uid, entry in metadata.operators.items():
             key_groups, size = 0, 0
             kinds = found.kinds.setdefault(uid, {})
             modes = found.modes.setdefault(uid, {})
             states = found.operator_states.setdefault(uid, [])
             try:
-                for _, handle in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0])):
-                    if "index" not in handle:
+                for handle in entry.handles():
+                    if handle.kind is not None:
                         continue  # not a canonical state file: no index
-                    index = StateFileIndex.from_json(handle["index"])
-                    kinds.update(index.state_kinds)
+                    index = handle.index
                     # incremental rocksdb state: the state file holds operator state only
-                    kinds.update((handle.get("incremental") or {}).get("state_kinds", {}))
+                    kinds.update(handle.state_kinds)
                     key_groups += len(index.key_group_offsets)
                     size += sum(n for _, n in index.key_group_offsets.values())
                     if index.operator_offset is not None:
-                        with fsspec.open(f"{directory}/{handle['file']}", "rb") as f:
+                        with fsspec.open(f"{directory}/{handle.file}", "rb") as f:
                             states.append(read_operator_state(f, index))
             except Exception as exc:
                 found.unreadable[uid] = _one_line(exc)
@@ -194,16 +192,16 @@ class _SnapshotStates:
 def _restored(
     item: OperatorReport,
     graph: JobGraph,
-    metadata: dict[str, Any],
+    metadata: CheckpointMetadata,
     directory: str,
     snapshot: _SnapshotStates,
 ) -> None:
     """Plan `uid` alone, so a refusal is attributed to it; then how its state is spread."""
     uid = item.uid
-    entry = metadata["operators"].get(uid)
+    entry = metadata.operators.get(uid)
     item.status = RESTORED
     if entry is not None:
-        item.old_parallelism = int(entry["parallelism"])
+        item.old_parallelism = entry.parallelism
         item.key_groups, item.bytes = snapshot.sizes[uid]
         item.pending_transactions = _pending_transactions(snapshot.operator_states[uid])
     _snapshot_state_list(item, snapshot.kinds.get(uid, {}), snapshot.modes.get(uid, {}))
@@ -211,11 +209,10 @@ def _restored(
         item.status = REFUSED
         item.reasons.append(snapshot.unreadable[uid])
         return
-    only = {
-        **metadata,
-        "operators": {uid: entry} if entry is not None else {},
-        "channel_state": {u: e for u, e in metadata.get("channel_state", {}).items() if u == uid},
-    }
+    only = metadata.replace(
+        operators={uid: entry} if entry is not None else {},
+        channel_state={u: e for u, e in metadata.channel_state.items() if u == uid},
+    )
     try:
         plan, _max_p = plan_restore(graph, only, directory, False)
     except Exception as exc:
@@ -292,8 +289,9 @@ def _distribution(item: OperatorReport, plan: dict[tuple[int, int], Any], graph:
             continue
         size = 0
         for handle in state.keyed:
-            offsets = StateFileIndex.from_json(handle.index).key_group_offsets
-            size += sum(n for kg, (_, n) in offsets.items() if kg in handle.key_groups)
+            if isinstance(handle, KeyedStateHandle):  # incremental handles: sizes unknown here
+                offsets = handle.index.key_group_offsets
+                size += sum(n for kg, (_, n) in offsets.items() if kg in handle.key_groups)
         ranges = [h.key_groups for h in state.keyed]
         item.distribution.append(
             {
@@ -306,7 +304,7 @@ def _distribution(item: OperatorReport, plan: dict[tuple[int, int], Any], graph:
         )
 
 
-def _verify(report: RestoreReport, metadata: dict[str, Any], directory: str) -> None:
+def _verify(report: RestoreReport, metadata: CheckpointMetadata, directory: str) -> None:
     uids = {i.uid for i in report.operators if i.status in (RESTORED, REFUSED)}
     verification = verify_checkpoint(metadata, directory, uids=uids)
     for problem in verification.problems:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import posixpath
-from typing import Any
 
 from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.pending import PendingCheckpoint
 from tidegate.checkpoint.storage import (
     CheckpointStorage,
@@ -15,12 +15,8 @@ from tidegate.checkpoint.storage import (
     read_checkpoint_metadata,
 )
 from tidegate.checkpoint.store import CompletedCheckpoint
-from tidegate.state.incremental_handles import (
-    checkpoint_references,
-    shared_dir,
-    state_references,
-)
-from tidegate.state.shared_registry import SharedStateRegistry
+from tidegate.state.incremental_handles import shared_dir, state_references
+from tidegate.state.shared_registry import CheckpointReferences, SharedStateRegistry
 
 log = logging.getLogger("tidegate.jobmaster")
 
@@ -41,19 +37,25 @@ def discard_references(
     """Files uploaded by a checkpoint that did not complete (or completed too late to be
     retained) which no retained checkpoint uses: to delete with its directory."""
     if isinstance(cp, CompletedCheckpoint):
-        refs = checkpoint_references(cp.metadata, directory)
+        refs = (
+            cp.metadata.references(directory)
+            if cp.metadata is not None
+            else CheckpointReferences(cp.checkpoint_id)
+        )
     else:
         refs = state_references(cp.checkpoint_id, cp.acked_states, directory)
     return registry.discard_uncompleted(refs)
 
 
-def check_references(registry: SharedStateRegistry, metadata: dict[str, Any], directory: str):
+def check_references(
+    registry: SharedStateRegistry, metadata: CheckpointMetadata, directory: str
+) -> None:
     """Refuse to complete a checkpoint that reuses shared files no retained checkpoint has
     (they may be deleted already)."""
-    unknown = registry.references_unknown(checkpoint_references(metadata, directory))
+    unknown = registry.references_unknown(metadata.references(directory))
     if unknown:
         raise CheckpointError(
-            f"checkpoint {metadata['checkpoint_id']} reuses shared file(s) no retained "
+            f"checkpoint {metadata.checkpoint_id} reuses shared file(s) no retained "
             f"checkpoint references ({', '.join(unknown[:3])}); it is not completed, the "
             "next checkpoint uploads them again"
         )
@@ -75,7 +77,7 @@ def pin_retained_snapshots(
             continue
         try:
             metadata = read_checkpoint_metadata(directory)
-            registry.pin(checkpoint_references(metadata, directory).paths)
+            registry.pin(metadata.references(directory).paths)
         except (CheckpointError, OSError, KeyError, ValueError) as e:
             log.warning("cannot read %s (%s): no file of %s is deleted", directory, e, job_dir)
             registry.protect(shared_dir(job_dir))

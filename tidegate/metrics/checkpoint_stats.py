@@ -21,6 +21,7 @@ from typing import Any
 from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.runtime.messages import AcknowledgeCheckpoint, SubtaskId
+from tidegate.state.handles import StateHandle
 
 #: checkpoints kept in the history unless configured (`web.checkpoints.history`, as in Flink)
 DEFAULT_HISTORY_SIZE = 10
@@ -234,9 +235,9 @@ def _now_ms() -> int:
 
 
 def state_size_of(state: dict[str, Any]) -> int:
-    """Bytes of the operator state files named by an ack's handles (channel state, which has
-    no `index`, is counted as persisted in-flight data instead)."""
-    return sum(int(h.get("index", {}).get("size", 0)) for h in state.values())
+    """Bytes of the state files named by an ack's handles (channel state is counted as
+    persisted in-flight data instead)."""
+    return sum(h.index.size for h in state.values() if isinstance(h, StateHandle) and h.index)
 
 
 class CheckpointStatsTracker:

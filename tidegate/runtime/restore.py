@@ -26,7 +26,7 @@ CHANNEL_STATE_KEY = "__channel_state__"
 @dataclass(frozen=True)
 class KeyedStateHandle:
     path: str  # absolute path or URI of an old subtask's state file
-    index: dict[str, Any]  # StateFileIndex.to_json()
+    index: StateFileIndex
     key_groups: range  # the key groups to read from it (its range ∩ the new subtask's)
     size: int | None = None  # as recorded in _metadata (task-local recovery compares them)
     checksum: str | None = None
@@ -39,9 +39,8 @@ class KeyedStateHandle:
 
     def read(self, path: str) -> Iterator[tuple[int, KeyGroupData]]:
         """The key groups this handle contributes, from `path` (see `source`)."""
-        index = StateFileIndex.from_json(self.index)
         with fsspec.open(path, "rb") as f:
-            yield from read_key_groups(f, index, self.key_groups)
+            yield from read_key_groups(f, self.index, self.key_groups)
 
 
 @dataclass(frozen=True)

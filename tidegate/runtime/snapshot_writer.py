@@ -11,13 +11,9 @@ from tidegate.runtime.operators import OperatorSnapshot
 from tidegate.runtime.restore import CHANNEL_STATE_KEY
 from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.channel_state import write_channel_state
+from tidegate.state.handles import ChannelStateHandle, StateHandle, file_safe
 from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.snapshot_format import write_state_file
-
-
-def file_safe(uid: str) -> str:
-    """`uid` as a part of a file name (docs/checkpoint-format.md)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)[:80]
 
 
 def write_snapshot(
@@ -29,12 +25,12 @@ def write_snapshot(
     frames: list[bytes] | None,
     target: str | None,
     head_uid: str,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[str, StateHandle | ChannelStateHandle], int]:
     """(the handles by operator uid, the bytes of channel state written). `key_group_ranges`:
     the keyed operators' key groups; `target`: a savepoint's own directory (None: the
     checkpoint's); `frames`: the in-flight frames of an unaligned checkpoint."""
     directory = target or env.storage.checkpoint_dir(checkpoint_id)
-    state: dict[str, Any] = {}
+    state: dict[str, StateHandle | ChannelStateHandle] = {}
     for uid, snap in snapshots:
         if snap is not None:
             state[uid] = _write_operator_state(
@@ -45,7 +41,9 @@ def write_snapshot(
         stem = f"channels-{file_safe(head_uid)}-{subtask}"
         with env.storage.create_artifact(directory, stem, ".inflight") as f:
             channel_state_bytes = write_channel_state(f, frames)
-        state[CHANNEL_STATE_KEY] = {**f.handle, "frames": len(frames), "operator": head_uid}
+        state[CHANNEL_STATE_KEY] = ChannelStateHandle(
+            file=f.name, size=f.size, checksum=f.checksum, frames=len(frames)
+        )
     return state, channel_state_bytes
 
 
@@ -58,7 +56,7 @@ def _write_operator_state(
     key_groups: range | None,
     directory: str,
     target: str | None,
-) -> dict[str, Any]:
+) -> StateHandle:
     """One operator's state file (and SST uploads); its handle for `_metadata`."""
     stem = f"{file_safe(uid)}-{subtask}"
     # incremental rocksdb (not savepoints): the state file holds no keyed state
@@ -67,14 +65,19 @@ def _write_operator_state(
         if env.local_state is not None and target is None:
             _mirror_locally(env, f, checkpoint_id)
         index = write_state_file(f, None if incremental else snap.keyed, snap.operator)
-    handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
+    uploaded = None
     if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
-        handle["incremental"] = upload_snapshot(
+        uploaded = upload_snapshot(
             snap.keyed, env.storage, directory, stem, checkpoint_id, env.local_state
         )
-    if key_groups is not None:
-        handle["key_group_range"] = [key_groups.start, key_groups.stop]
-    return handle
+    return StateHandle(
+        file=f.name,
+        size=f.size,
+        checksum=f.checksum,
+        index=index,
+        key_group_range=key_groups,
+        incremental=uploaded,
+    )
 
 
 def _mirror_locally(env: TaskEnvironment, artifact: Any, checkpoint_id: int) -> None:

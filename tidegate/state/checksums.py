@@ -117,11 +117,6 @@ class ChecksummingWriter:
     def checksum(self) -> str:
         return format_checksum(self._crc)
 
-    @property
-    def handle(self) -> dict[str, Any]:
-        """`{"file", "size", "checksum"}`: the part of a state handle that names the file."""
-        return {"file": self.name, "size": self.size, "checksum": self.checksum}
-
     def __enter__(self) -> ChecksummingWriter:
         return self
 

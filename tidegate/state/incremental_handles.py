@@ -1,5 +1,6 @@
-"""Incremental keyed-state handles in `_metadata`: paths of their files and the shared-file
-references the SharedStateRegistry counts (the format is in docs/checkpoint-format.md).
+"""Incremental keyed-state handles (`state/handles.py: IncrementalHandle`): where their files
+are, and the shared-file references the SharedStateRegistry counts (the format is in
+docs/checkpoint-format.md).
 
 An operator subtask's handle keeps its usual `file` (the state file, holding the operator state
 only) and adds `incremental`::
@@ -18,13 +19,12 @@ to the checkpoint directory (`..` leads to the job directory's `shared/`), or ab
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tidegate.state.handles import StateHandle
 from tidegate.state.shared_registry import CheckpointReferences, SharedReference
 
-HANDLE_KEY = "incremental"
-HANDLE_VERSION = 1
 SHARED_DIR_NAME = "shared"
 
 
@@ -51,49 +51,34 @@ def relative_to(directory: str, path: str) -> str:
     return posixpath.relpath("/" + p_rest, "/" + d_rest)
 
 
-def uploaded_bytes(handle: Mapping[str, Any]) -> int:
-    """Bytes a subtask handle's incremental part wrote in its checkpoint (new shared files and
-    private files; reused files are not counted): the checkpoint's incremental size."""
-    inc = handle.get(HANDLE_KEY) or {}
-    shared = sum(int(f["size"]) for f in inc.get("shared", ()) if f.get("uploaded"))
-    return shared + sum(int(f["size"]) for f in inc.get("private", ()))
-
-
 def shared_dir(job_dir: str) -> str:
     return f"{job_dir.rstrip('/')}/{SHARED_DIR_NAME}"
 
 
-def incremental_handles(metadata: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(uid, subtask, incremental handle) of every incremental subtask handle."""
-    for uid, entry in sorted(metadata.get("operators", {}).items()):
-        for subtask, handle in sorted(entry["subtasks"].items(), key=lambda kv: int(kv[0])):
-            inc = handle.get(HANDLE_KEY)
-            if inc is not None:
-                yield uid, int(subtask), inc
-
-
-def checkpoint_references(metadata: Mapping[str, Any], directory: str) -> CheckpointReferences:
-    """The shared files a checkpoint's `_metadata` references (empty for full snapshots and
-    savepoints), resolved against its `directory`."""
+def checkpoint_references(
+    checkpoint_id: int, handles: Iterable[StateHandle], directory: str
+) -> CheckpointReferences:
+    """The shared files the state `handles` of checkpoint `checkpoint_id` reference (none for
+    full snapshots and savepoints), resolved against its `directory`."""
     refs: list[SharedReference] = []
     bases: dict[str, int | None] = {}
-    for _uid, _subtask, inc in incremental_handles(metadata):
-        backend_id = str(inc["backend_id"])
-        bases[backend_id] = inc.get("base_checkpoint_id")
-        for f in inc.get("shared", ()):
-            path = resolve(directory, f["file"])
-            refs.append(SharedReference(path, backend_id, bool(f.get("uploaded"))))
-    return CheckpointReferences(int(metadata["checkpoint_id"]), tuple(refs), bases)
+    for handle in handles:
+        inc = handle.incremental
+        if inc is None:
+            continue
+        bases[inc.backend_id] = inc.base_checkpoint_id
+        for f in inc.shared:
+            refs.append(
+                SharedReference(resolve(directory, f.file), inc.backend_id, bool(f.uploaded))
+            )
+    return CheckpointReferences(checkpoint_id, tuple(refs), bases)
 
 
-def state_references(checkpoint_id: int, acked_states: Mapping[Any, Any], directory: str):
+def state_references(
+    checkpoint_id: int, acked_states: Mapping[Any, Mapping[str, Any]], directory: str
+) -> CheckpointReferences:
     """The references of a pending checkpoint's acks (`PendingCheckpoint.acked_states`)."""
-    operators: dict[str, Any] = {}
-    for (_vertex, subtask), state in acked_states.items():
-        for uid, handle in state.items():
-            if isinstance(handle, dict) and HANDLE_KEY in handle:
-                entry = operators.setdefault(uid, {"subtasks": {}})
-                entry["subtasks"][str(subtask)] = handle
-    return checkpoint_references(
-        {"checkpoint_id": checkpoint_id, "operators": operators}, directory
-    )
+    handles = [
+        h for state in acked_states.values() for h in state.values() if isinstance(h, StateHandle)
+    ]
+    return checkpoint_references(checkpoint_id, handles, directory)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidegate.state.checksums import read_checksum
+from tidegate.state.handles import IncrementalFile
 from tidegate.state.local_recovery import LocalStateStore
 
 log = logging.getLogger("tidegate.local_recovery")
@@ -79,28 +80,28 @@ def with_local_copies(handles: list[Any], local: LocalStateStore | None) -> list
     reads = FileReads()
     out = []
     for h in handles:
-        backend_id = h.handle.get("backend_id")
+        backend_id = h.handle.backend_id
         local_dir = None
         if local is not None and backend_id:
-            local_dir = local_copy_dir(local, h.checkpoint_id, str(backend_id))
+            local_dir = local_copy_dir(local, h.checkpoint_id, backend_id)
         out.append(replace(h, local_dir=local_dir, reads=reads))
     return out
 
 
-def restore_from_local(local_dir: str | None, entry: dict[str, Any], target: str) -> bool:
-    """Put the local copy of file `entry` (a handle's shared or private entry) at `target` if
+def restore_from_local(local_dir: str | None, entry: IncrementalFile, target: str) -> bool:
+    """Put the local copy of file `entry` (a handle's shared or private file) at `target` if
     it is intact; whether it did (False: download it)."""
-    if local_dir is None or entry.get("checksum") is None:
+    if local_dir is None or entry.checksum is None:
         return False  # a copy without a recorded checksum to compare with is never trusted
-    path = os.path.join(local_dir, entry["name"])
+    path = os.path.join(local_dir, entry.name)
     try:
         size = os.path.getsize(path)
-        if entry.get("size") is not None and size != entry["size"]:
-            raise ValueError(f"size {size}, expected {entry['size']}")
+        if entry.size is not None and size != entry.size:
+            raise ValueError(f"size {size}, expected {entry.size}")
         with open(path, "rb") as f:
             _, actual = read_checksum(f)
-        if actual != entry["checksum"]:
-            raise ValueError(f"checksum {actual}, expected {entry['checksum']}")
+        if actual != entry.checksum:
+            raise ValueError(f"checksum {actual}, expected {entry.checksum}")
     except FileNotFoundError:
         return False
     except (OSError, ValueError) as e:
@@ -108,13 +109,13 @@ def restore_from_local(local_dir: str | None, entry: dict[str, Any], target: str
             "task-local recovery: the local copy %s is damaged (%s); downloading %s instead",
             path,
             e,
-            entry["file"],
+            entry.file,
         )
         with contextlib.suppress(OSError):
             os.remove(path)  # so the next restore does not check it again
         return False
     try:
-        _link_or_copy(path, target, link=entry["name"].endswith(".sst"))
+        _link_or_copy(path, target, link=entry.name.endswith(".sst"))
     except OSError as e:
         log.warning("task-local recovery: cannot restore from %s (%s): downloading", path, e)
         with contextlib.suppress(OSError):

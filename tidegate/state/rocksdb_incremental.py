@@ -27,12 +27,8 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import CheckpointError
-from tidegate.state.incremental_handles import (
-    HANDLE_VERSION,
-    relative_to,
-    resolve,
-    shared_dir,
-)
+from tidegate.state.handles import IncrementalFile, IncrementalHandle
+from tidegate.state.incremental_handles import relative_to, resolve, shared_dir
 from tidegate.state.local_incremental import FileReads, keep_local_copy, restore_from_local
 from tidegate.state.local_recovery import LocalStateStore
 
@@ -88,15 +84,15 @@ def upload_incremental(
     stem: str,
     checkpoint_id: int,
     tracker: IncrementalTracker,
-    description: dict[str, Any],
-) -> dict[str, Any]:
+    snapshot: Any,
+) -> IncrementalHandle:
     """Upload the RocksDB checkpoint in `snapshot_dir` incrementally; return the handle's
-    `incremental` part (`description` holds key_group_range, max_parallelism, state_kinds).
-    On failure the files uploaded so far are deleted again (nothing references them)."""
+    incremental part (`snapshot` gives key groups, max parallelism and state kinds). On
+    failure the files uploaded so far are deleted again (nothing references them)."""
     base_id, base = tracker.current_base()
     shared_root = shared_dir(storage.job_dir)
-    shared: list[dict[str, Any]] = []
-    private: list[dict[str, Any]] = []
+    shared: list[IncrementalFile] = []
+    private: list[IncrementalFile] = []
     files: dict[str, dict[str, Any]] = {}
     uploaded: list[str] = []
     try:
@@ -104,37 +100,42 @@ def upload_incremental(
             local = os.path.join(snapshot_dir, name)
             if not name.endswith(".sst"):
                 written = _upload(storage, checkpoint_dir, f"{stem}-{name}", "", local)
-                private.append({"name": name, **written})
+                private.append(
+                    IncrementalFile(
+                        name=name, file=written.name, size=written.size, checksum=written.checksum
+                    )
+                )
                 continue
             known = base.get(name)
             if known is None:
                 written = _upload(storage, shared_root, f"{stem}-{name[:-4]}", ".sst", local)
-                path = f"{shared_root}/{written['file']}"
+                path = f"{shared_root}/{written.name}"
                 uploaded.append(path)
-                known = {"path": path, "size": written["size"], "checksum": written["checksum"]}
+                known = {"path": path, "size": written.size, "checksum": written.checksum}
             files[name] = known
             shared.append(
-                {
-                    "name": name,
-                    "file": relative_to(checkpoint_dir, known["path"]),
-                    "size": known["size"],
-                    "checksum": known["checksum"],
-                    "uploaded": name not in base,
-                }
+                IncrementalFile(
+                    name=name,
+                    file=relative_to(checkpoint_dir, known["path"]),
+                    size=known["size"],
+                    checksum=known["checksum"],
+                    uploaded=name not in base,
+                )
             )
     except BaseException:
         for path in uploaded:
             _delete_quietly(storage, path)
         raise
     tracker.record(checkpoint_id, files)
-    return {
-        "version": HANDLE_VERSION,
-        "backend_id": tracker.backend_id,
-        "base_checkpoint_id": base_id,
-        **description,
-        "shared": shared,
-        "private": private,
-    }
+    return IncrementalHandle(
+        backend_id=tracker.backend_id,
+        base_checkpoint_id=base_id,
+        key_group_range=snapshot.key_group_range,
+        max_parallelism=snapshot.max_parallelism,
+        state_kinds=dict(snapshot.state_kinds),
+        shared=tuple(shared),
+        private=tuple(private),
+    )
 
 
 def upload_snapshot(
@@ -144,24 +145,13 @@ def upload_snapshot(
     stem: str,
     checkpoint_id: int,
     local: LocalStateStore | None = None,
-) -> dict[str, Any]:
+) -> IncrementalHandle:
     """The asynchronous phase of an incremental checkpoint of a `RocksDBKeyedStateSnapshot`
     (whose `tracker` is set); its hard-linked directory is deleted afterwards, or, with
     task-local recovery (`local`), kept as the local copy (local_incremental)."""
-    r = snapshot.key_group_range
     try:
         inc = upload_incremental(
-            snapshot.path,
-            storage,
-            checkpoint_dir,
-            stem,
-            checkpoint_id,
-            snapshot.tracker,
-            {
-                "key_group_range": [r.start, r.stop],
-                "max_parallelism": snapshot.max_parallelism,
-                "state_kinds": snapshot.state_kinds,
-            },
+            snapshot.path, storage, checkpoint_dir, stem, checkpoint_id, snapshot.tracker, snapshot
         )
         if local is not None:
             keep_local_copy(local, snapshot.path, checkpoint_id, snapshot.tracker.backend_id)
@@ -170,10 +160,11 @@ def upload_snapshot(
         snapshot.discard()
 
 
-def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) -> dict[str, Any]:
+def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) -> Any:
+    """Copy `local` into a new checkpoint file; the closed writer (name, size, checksum)."""
     with open(local, "rb") as src, storage.create_artifact(directory, stem, suffix) as out:
         shutil.copyfileobj(src, out, _CHUNK)
-    return out.handle
+    return out
 
 
 def _delete_quietly(storage: Any, path: str) -> None:
@@ -181,21 +172,17 @@ def _delete_quietly(storage: Any, path: str) -> None:
         storage.delete_file(path)
 
 
-def shared_base(checkpoint_dir: str, inc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def shared_base(checkpoint_dir: str, inc: IncrementalHandle) -> dict[str, dict[str, Any]]:
     """A handle's shared files as a tracker base (SST name -> absolute path, size, checksum)."""
     return {
-        f["name"]: {
-            "path": resolve(checkpoint_dir, f["file"]),
-            "size": f["size"],
-            "checksum": f["checksum"],
-        }
-        for f in inc.get("shared", ())
+        f.name: {"path": resolve(checkpoint_dir, f.file), "size": f.size, "checksum": f.checksum}
+        for f in inc.shared
     }
 
 
 def download(
     checkpoint_dir: str,
-    inc: dict[str, Any],
+    inc: IncrementalHandle,
     target: str,
     local_dir: str | None = None,
     reads: FileReads | None = None,
@@ -205,18 +192,18 @@ def download(
     With a task-local copy (`local_dir`), each intact file is taken from there instead;
     `reads` counts the files taken locally and downloaded."""
     os.makedirs(target, exist_ok=True)
-    entries = [*inc.get("shared", ()), *inc.get("private", ())]
+    entries = inc.files
 
-    def fetch(entry: dict[str, Any]) -> None:
-        is_local = restore_from_local(local_dir, entry, os.path.join(target, entry["name"]))
+    def fetch(entry: IncrementalFile) -> None:
+        is_local = restore_from_local(local_dir, entry, os.path.join(target, entry.name))
         if reads is not None:
             reads.count(is_local)
         if is_local:
             return
-        source = resolve(checkpoint_dir, entry["file"])
+        source = resolve(checkpoint_dir, entry.file)
         with (
             fsspec.open(source, "rb") as src,
-            open(os.path.join(target, entry["name"]), "wb") as out,
+            open(os.path.join(target, entry.name), "wb") as out,
         ):
             shutil.copyfileobj(src, out, _CHUNK)
 
@@ -232,8 +219,8 @@ class IncrementalKeyedStateHandle:
     #: the checkpoint directory the handle's relative paths start from
     checkpoint_dir: str
     checkpoint_id: int
-    #: the handle's `incremental` part (see state/incremental_handles.py)
-    handle: dict[str, Any]
+    #: the handle's incremental part
+    handle: IncrementalHandle
     #: the key groups to take from it (its range ∩ the new subtask's)
     key_groups: range
     #: the job owns the restored checkpoint (its own, or claimed): its files may be reused
@@ -245,4 +232,4 @@ class IncrementalKeyedStateHandle:
 
     @property
     def key_group_range(self) -> range:
-        return range(*self.handle["key_group_range"])
+        return self.handle.key_group_range

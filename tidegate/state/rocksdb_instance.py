@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import rocksdict
 
+from tidegate.state.handles import file_safe
 from tidegate.state.rocksdb_buffer import WriteBuffer
 
 MIB = 1024 * 1024
@@ -135,8 +136,6 @@ def write_options() -> rocksdict.WriteOptions:
 
 
 # Step 1: instance directories ----------------------------------------------------------------
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
 def create_instance_dir(
@@ -144,8 +143,8 @@ def create_instance_dir(
 ) -> str:
     """A fresh, empty instance directory; older attempts' directories of this subtask go."""
     local_dir = options.local_dir or tempfile.gettempdir()
-    job_dir = os.path.join(local_dir, ROOT_NAME, _safe(job_id or "job"))
-    stem = f"{_safe(operator_uid)}-{subtask}-a"
+    job_dir = os.path.join(local_dir, ROOT_NAME, file_safe(job_id or "job"))
+    stem = f"{file_safe(operator_uid)}-{subtask}-a"
     try:
         os.makedirs(job_dir, exist_ok=True)
         _delete_older_attempts(job_dir, stem, attempt)

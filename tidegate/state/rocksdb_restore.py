@@ -31,7 +31,7 @@ COPY_BATCH = 10_000
 
 
 def _check_max_parallelism(handle: IncrementalKeyedStateHandle, max_parallelism: int) -> None:
-    recorded = int(handle.handle["max_parallelism"])
+    recorded = handle.handle.max_parallelism
     if recorded != max_parallelism:
         raise ValueError(
             f"the incremental state in {handle.checkpoint_dir} was written with max parallelism "
@@ -45,7 +45,7 @@ def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHan
     backend.buffer.flush()  # restored entries are written directly, after anything buffered
     for h in handles:
         _check_max_parallelism(h, backend.max_parallelism)
-        for name, kind in h.handle.get("state_kinds", {}).items():
+        for name, kind in h.handle.state_kinds.items():
             backend._kinds.setdefault(name, StateKind(kind))
     whole = (
         len(handles) == 1
@@ -75,7 +75,7 @@ def _copy_range(backend: Any, path: str, h: IncrementalKeyedStateHandle) -> None
     )
     db = open_read_only(path, backend.options)
     try:
-        for name in h.handle.get("state_kinds", {}):
+        for name in h.handle.state_kinds:
             backend._column_family(name)
             target = backend.instance.handle(name)
             cf = db.get_column_family(CF_PREFIX + name)
@@ -105,9 +105,9 @@ def read_incremental_key_groups(
     try:
         download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads)
         snapshot = RocksDBKeyedStateSnapshot(
-            int(h.handle["max_parallelism"]),
+            h.handle.max_parallelism,
             h.key_group_range,
-            dict(h.handle.get("state_kinds", {})),
+            dict(h.handle.state_kinds),
             tmp,
             options or RocksDBOptions(),
         )

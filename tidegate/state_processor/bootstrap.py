@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import key_group_range, stable_hash, subtask_for_key_group
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
 
@@ -91,7 +92,7 @@ def keyed_records(
 
 def write_subtask_file(
     files: SubtaskFiles, subtask: int, records: Iterable[tuple[int, tuple[str, Any, Any, Any]]]
-) -> Iterator[tuple[int, dict[str, Any]]]:
+) -> Iterator[tuple[int, StateHandle]]:
     """Write the state file of new subtask `subtask` from its records (all its key groups);
     yields (subtask, state handle) for `_metadata`. Runs in the Spark task of the subtask."""
     tables = _build_tables(files.keyed_kinds, (record for _, record in records))
@@ -101,13 +102,19 @@ def write_subtask_file(
     r = key_group_range(subtask, files.parallelism, files.max_parallelism)
     keyed = KeyedStateSnapshot(files.max_parallelism, r, tables) if tables else None
     storage = CheckpointStorage(files.directory, "state-processor", files.storage_options)
-    stem = f"{_file_safe(files.uid)}-{subtask}"
+    stem = f"{file_safe(files.uid)}-{subtask}"
     with storage.create_artifact(files.directory, stem, ".state") as f:
         index = write_state_file(f, keyed, operator)
-    handle: dict[str, Any] = {**f.handle, "index": index.to_json()}
-    if keyed is not None:
-        handle["key_group_range"] = [r.start, r.stop]
-    yield subtask, handle
+    yield (
+        subtask,
+        StateHandle(
+            file=f.name,
+            size=f.size,
+            checksum=f.checksum,
+            index=index,
+            key_group_range=r if keyed is not None else None,
+        ),
+    )
 
 
 def _build_tables(
@@ -174,8 +181,3 @@ def _to_key(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return tuple(_to_key(v) for v in value)
     return value
-
-
-def _file_safe(uid: str) -> str:
-    """The uid as state files name it (runtime/task.py's rule)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)[:80]

@@ -18,40 +18,23 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.storage import CheckpointStorage
-from tidegate.state.incremental_handles import HANDLE_KEY
+from tidegate.state.handles import StateHandle
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.rocksdb_restore import read_incremental_key_groups
 from tidegate.state.snapshot_format import (
     KeyGroupData,
-    StateFileIndex,
     read_operator_state,
     write_state_file,
 )
 
-__all__ = [
-    "IncrementalSource",
-    "is_incremental",
-    "key_group_range",
-    "rewrite_canonical",
-    "stored_bytes",
-]
+__all__ = ["IncrementalSource", "rewrite_canonical", "stored_bytes"]
 
 
-def is_incremental(handle: Mapping[str, Any]) -> bool:
-    """The subtask handle keeps its keyed state in incremental RocksDB files."""
-    return HANDLE_KEY in handle
-
-
-def key_group_range(handle: Mapping[str, Any]) -> range:
-    """The key groups an incremental handle holds (its RocksDB checkpoint's range)."""
-    return range(*handle[HANDLE_KEY]["key_group_range"])
-
-
-def stored_bytes(handle: Mapping[str, Any]) -> int:
+def stored_bytes(handle: StateHandle) -> int:
     """Bytes of the files an incremental handle's keyed state is made of (shared and private,
     reused files included: what a reader downloads)."""
-    inc = handle[HANDLE_KEY]
-    return sum(int(f["size"]) for f in (*inc.get("shared", ()), *inc.get("private", ())))
+    assert handle.incremental is not None
+    return sum(f.size or 0 for f in handle.incremental.files)
 
 
 @dataclass(frozen=True)
@@ -62,38 +45,54 @@ class IncrementalSource:
     #: the checkpoint directory the handle's relative paths start from
     directory: str
     checkpoint_id: int
-    #: the whole subtask handle (`file`, `index` and `incremental`)
-    handle: dict[str, Any]
+    #: the whole subtask handle (its state file and its incremental part)
+    handle: StateHandle
+
+    @property
+    def incremental(self) -> Any:
+        assert self.handle.incremental is not None, "not an incremental handle"
+        return self.handle.incremental
+
+    @property
+    def key_group_range(self) -> range:
+        """The key groups the handle holds (its RocksDB checkpoint's range)."""
+        return self.incremental.key_group_range
 
     @property
     def max_parallelism(self) -> int:
-        return int(self.handle[HANDLE_KEY]["max_parallelism"])
+        return self.incremental.max_parallelism
 
     @property
     def state_kinds(self) -> dict[str, str]:
-        return dict(self.handle[HANDLE_KEY].get("state_kinds", {}))
+        return dict(self.incremental.state_kinds)
 
     def key_groups(self) -> Iterator[tuple[int, KeyGroupData]]:
         """The handle's non-empty key groups, ascending, canonical (downloads its files into
         a temporary directory, removed when the iteration ends)."""
-        inc, r = self.handle[HANDLE_KEY], key_group_range(self.handle)
-        h = IncrementalKeyedStateHandle(self.directory, self.checkpoint_id, inc, r)
+        inc = self.incremental
+        h = IncrementalKeyedStateHandle(
+            self.directory, self.checkpoint_id, inc, inc.key_group_range
+        )
         yield from read_incremental_key_groups(h)
 
 
 def rewrite_canonical(
     source: IncrementalSource, stem: str, target_dir: str, storage_options: Mapping[str, Any]
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, StateHandle]:
     """Write `source`'s keyed state (read from its RocksDB files) and operator state (read
     from its state file) as one canonical state file `<stem>-...state` in `target_dir`;
     returns (subtask, handle). Runs in a Spark task."""
-    index = StateFileIndex.from_json(source.handle["index"])
-    path = f"{source.directory.rstrip('/')}/{source.handle['file']}"
+    path = f"{source.directory.rstrip('/')}/{source.handle.file}"
     with fsspec.open(path, "rb", **storage_options) as f:
-        operator = read_operator_state(f, index) or None
+        operator = read_operator_state(f, source.handle.index) or None
     storage = CheckpointStorage(target_dir, "state-processor", storage_options)
     with storage.create_artifact(target_dir, stem, ".state") as out:
         new_index = write_state_file(out, source, operator)
-    r = key_group_range(source.handle)
-    handle = {**out.handle, "index": new_index.to_json(), "key_group_range": [r.start, r.stop]}
+    handle = StateHandle(
+        file=out.name,
+        size=out.size,
+        checksum=out.checksum,
+        index=new_index,
+        key_group_range=source.key_group_range,
+    )
     return source.subtask, handle

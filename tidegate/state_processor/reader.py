@@ -24,7 +24,7 @@ from tidegate.state.snapshot_format import (
     StateFileIndex,
     read_key_groups,
 )
-from tidegate.state_processor.incremental import IncrementalSource, is_incremental
+from tidegate.state_processor.incremental import IncrementalSource
 from tidegate.state_processor.rows import (
     TIMER_STATE,
     columns_for,
@@ -210,15 +210,15 @@ class SavepointReader:
             for s in self.snapshot.incremental_sources(uid)
         ]
         files = [
-            (subtask, state_file_path(self.directory, h), h["index"])
+            (subtask, state_file_path(self.directory, h), h.index)
             for subtask, h in self.snapshot.handles(uid)
-            if not is_incremental(h)
+            if h.incremental is None
         ]
-        total = sum(len(index["key_groups"]) for _, _, index in files)
+        total = sum(len(index.key_group_offsets) for _, _, index in files)
         target = max(1, self.spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
         per_task = max(1, -(-total // target))
         for subtask, path, index in files:
-            sections = [tuple(s) for s in index["key_groups"]]
+            sections = [(kg, off, n) for kg, (off, n) in sorted(index.key_group_offsets.items())]
             for start in range(0, len(sections), per_task):
                 chunk = tuple(sections[start : start + per_task])
                 tasks.append(_ReadTask(subtask, path, self.max_parallelism, chunk))  # type: ignore[arg-type]

@@ -14,11 +14,11 @@ from typing import Any
 import fsspec
 
 from tidegate.checkpoint.errors import CheckpointError
+from tidegate.checkpoint.metadata import CheckpointMetadata, OperatorMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
-from tidegate.state.incremental_handles import HANDLE_KEY
-from tidegate.state.snapshot_format import StateFileIndex, read_operator_state
-from tidegate.state_processor.incremental import IncrementalSource, is_incremental, stored_bytes
-from tidegate.state_processor.incremental import key_group_range as incremental_range
+from tidegate.state.handles import StateHandle
+from tidegate.state.snapshot_format import read_operator_state
+from tidegate.state_processor.incremental import IncrementalSource, stored_bytes
 
 __all__ = [
     "KEYED",
@@ -70,9 +70,9 @@ class StateInfo:
     incremental: bool = False
 
 
-def state_file_path(directory: str, handle: Mapping[str, Any]) -> str:
+def state_file_path(directory: str, handle: StateHandle) -> str:
     """The full path or URI of the state file a handle names (names are relative)."""
-    return f"{directory.rstrip('/')}/{handle['file']}"
+    return f"{directory.rstrip('/')}/{handle.file}"
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class SnapshotView:
     """The `_metadata` of one completed checkpoint or savepoint, and its directory."""
 
     directory: str
-    metadata: dict[str, Any]
+    metadata: CheckpointMetadata
     storage_options: dict[str, Any]
 
     @classmethod
@@ -93,13 +93,18 @@ class SnapshotView:
 
     @property
     def max_parallelism(self) -> int:
-        return int(self.metadata["max_parallelism"])
+        if self.metadata.max_parallelism is None:
+            raise UnsupportedSnapshotError(
+                f"{self._what()} records no max parallelism in its _metadata, so its key "
+                "groups cannot be interpreted; read a checkpoint or savepoint a job wrote"
+            )
+        return self.metadata.max_parallelism
 
     @property
-    def operators(self) -> dict[str, Any]:
-        return self.metadata["operators"]
+    def operators(self) -> Mapping[str, OperatorMetadata]:
+        return self.metadata.operators
 
-    def operator(self, uid: str) -> dict[str, Any]:
+    def operator(self, uid: str) -> OperatorMetadata:
         """The metadata entry of operator `uid`; StateNotFoundError lists the uids there are."""
         entry = self.operators.get(uid)
         if entry is None:
@@ -110,17 +115,16 @@ class SnapshotView:
             )
         return entry
 
-    def handles(self, uid: str) -> list[tuple[int, dict[str, Any]]]:
+    def handles(self, uid: str) -> list[tuple[int, StateHandle]]:
         """(subtask, state handle) of operator `uid`, by subtask. Incremental RocksDB handles
         are included (their keyed state is read from their RocksDB files, incremental.py);
         a handle without the index of a canonical state file is refused."""
-        entry = self.operator(uid)
-        handles = sorted(((int(s), h) for s, h in entry["subtasks"].items()), key=lambda t: t[0])
+        handles = sorted(self.operator(uid).subtasks.items())
         for subtask, handle in handles:
-            if "index" not in handle:
+            if handle.index is None:
                 raise UnsupportedSnapshotError(
                     f"{self._what()} holds the state of operator {uid!r} (subtask {subtask}) as "
-                    f"{handle.get('type') or 'non-canonical'} state-backend files without the "
+                    f"{handle.kind or 'non-canonical'} state-backend files without the "
                     "index of a canonical state file, which the state processor cannot read. "
                     "Take a savepoint of the job (`tidegate savepoint`, or stop it with a "
                     "savepoint) and read that instead: savepoints are always canonical."
@@ -129,14 +133,14 @@ class SnapshotView:
 
     @property
     def checkpoint_id(self) -> int:
-        return int(self.metadata.get("checkpoint_id", 0))
+        return self.metadata.checkpoint_id
 
     def incremental_sources(self, uid: str) -> list[IncrementalSource]:
         """The incremental RocksDB handles of operator `uid` (empty for canonical snapshots)."""
         return [
             IncrementalSource(subtask, self.directory, self.checkpoint_id, handle)
             for subtask, handle in self.handles(uid)
-            if is_incremental(handle)
+            if handle.incremental is not None
         ]
 
     def keyed_kinds(self, uid: str) -> dict[str, str]:
@@ -144,9 +148,7 @@ class SnapshotView:
         from the incremental handles' `state_kinds`)."""
         kinds: dict[str, str] = {}
         for _, handle in self.handles(uid):
-            kinds.update(handle["index"].get("state_kinds", {}))
-            if is_incremental(handle):
-                kinds.update(handle[HANDLE_KEY].get("state_kinds", {}))
+            kinds.update(handle.state_kinds)
         return kinds
 
     def operator_state(self, uid: str) -> list[tuple[int, dict[str, tuple[str, list[Any]]]]]:
@@ -154,12 +156,11 @@ class SnapshotView:
         section per subtask, read here on the driver)."""
         found = []
         for subtask, handle in self.handles(uid):
-            index = StateFileIndex.from_json(handle["index"])
-            if index.operator_offset is None:
+            if handle.index is None or handle.index.operator_offset is None:
                 continue
             path = state_file_path(self.directory, handle)
             with fsspec.open(path, "rb", **self.storage_options) as f:
-                found.append((subtask, read_operator_state(f, index)))
+                found.append((subtask, read_operator_state(f, handle.index)))
         return found
 
     def operator_modes(self, uid: str) -> dict[str, str]:
@@ -180,11 +181,11 @@ class SnapshotView:
                 found.append(
                     StateInfo(
                         uid,
-                        entry.get("name", uid),
+                        entry.name,
                         name,
                         KEYED,
                         kind,
-                        int(entry["parallelism"]),
+                        entry.parallelism,
                         key_groups=key_groups,
                         size_bytes=size,
                         key_group_ranges=ranges,
@@ -202,11 +203,11 @@ class SnapshotView:
                 found.append(
                     StateInfo(
                         uid,
-                        entry.get("name", uid),
+                        entry.name,
                         name,
                         OPERATOR,
                         mode,
-                        int(entry["parallelism"]),
+                        entry.parallelism,
                         key_groups=0,
                         size_bytes=0,
                         entries=count,
@@ -222,18 +223,18 @@ class SnapshotView:
         ranges: list[tuple[int, int]] = []
         incremental = False
         for _, handle in self.handles(uid):
-            if is_incremental(handle):
-                r = incremental_range(handle)
+            if handle.incremental is not None:
+                r = handle.incremental.key_group_range
                 incremental = True
                 key_groups += len(r)
                 size += stored_bytes(handle)
                 ranges.append((r.start, r.stop))
                 continue
-            sections = handle["index"]["key_groups"]
+            sections = handle.index.key_group_offsets
             key_groups += len(sections)
-            size += sum(length for _kg, _off, length in sections)
-            if sections and "key_group_range" in handle:
-                ranges.append(tuple(handle["key_group_range"]))  # type: ignore[arg-type]
+            size += sum(length for _off, length in sections.values())
+            if sections and handle.key_group_range is not None:
+                ranges.append((handle.key_group_range.start, handle.key_group_range.stop))
         return key_groups, size, tuple(ranges), incremental
 
     def require_keyed_state(self, uid: str, state_name: str) -> str:
@@ -265,10 +266,8 @@ class SnapshotView:
     def _describe_operators(self) -> str:
         if not self.operators:
             return "no operator at all"
-        return ", ".join(
-            f"{uid!r} ({entry.get('name', uid)})" for uid, entry in sorted(self.operators.items())
-        )
+        return ", ".join(f"{uid!r} ({entry.name})" for uid, entry in sorted(self.operators.items()))
 
     def _what(self) -> str:
-        kind = "savepoint" if self.metadata.get("is_savepoint") else "checkpoint"
+        kind = "savepoint" if self.metadata.is_savepoint else "checkpoint"
         return f"the {kind} {self.directory}"

@@ -37,21 +37,20 @@ from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.assignment import redistribute_list_state
 from tidegate.checkpoint.errors import ChecksumMismatchError
-from tidegate.checkpoint.metadata import METADATA_FILE_NAME
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, OperatorMetadata
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.state.checksums import ChecksummingWriter
+from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from tidegate.state_processor.bootstrap import (
     KEYED_KINDS,
     KeyedSpec,
     SubtaskFiles,
-    _file_safe,
     keyed_records,
     write_subtask_file,
 )
 from tidegate.state_processor.incremental import (
     IncrementalSource,
-    is_incremental,
     rewrite_canonical,
 )
 from tidegate.state_processor.snapshot import SnapshotView, UnsupportedSnapshotError
@@ -111,7 +110,7 @@ class SavepointWriter:
         """A savepoint holding the state of the snapshot at `path` (a savepoint, a `chk-<n>`,
         or a job directory), to add, replace or remove operators' state."""
         base = SnapshotView.open(path, storage_options)
-        if base.metadata.get("channel_state"):
+        if base.metadata.channel_state:
             raise UnsupportedSnapshotError(
                 f"{base.directory} is an unaligned checkpoint with in-flight records, which a "
                 "savepoint cannot hold: take a savepoint of the job and start from that"
@@ -216,7 +215,7 @@ class SavepointWriter:
             )
         fs.makedirs(fs_dir, exist_ok=True)
         try:
-            operators: dict[str, Any] = {}
+            operators: dict[str, OperatorMetadata] = {}
             # Step 2: the bootstrapped operators, written by Spark tasks
             for uid, op in self._new.items():
                 operators[uid] = self._write_operator(uid, op, directory)
@@ -254,10 +253,10 @@ class SavepointWriter:
     def _default_parallelism(self, uid: str) -> int:
         """The operator's parallelism in the existing snapshot, else a job's default."""
         if self._base is not None and uid in self._base.operators:
-            return int(self._base.operators[uid]["parallelism"])
+            return self._base.operators[uid].parallelism
         return min(os.cpu_count() or 1, 4, self.max_parallelism)
 
-    def _write_operator(self, uid: str, op: _Operator, directory: str) -> dict[str, Any]:
+    def _write_operator(self, uid: str, op: _Operator, directory: str) -> OperatorMetadata:
         p, m = op.parallelism, self.max_parallelism
         shares: list[dict[str, tuple[str, list[Any]]]] = [{} for _ in range(p)]
         for name, (mode, entries) in op.operator_state.items():
@@ -286,13 +285,9 @@ class SavepointWriter:
             .mapPartitionsWithIndex(functools.partial(write_subtask_file, files))
             .collect()
         )
-        return {
-            "name": self._operator_name(uid),
-            "parallelism": p,
-            "subtasks": {str(subtask): handle for subtask, handle in sorted(handles)},
-        }
+        return OperatorMetadata(self._operator_name(uid), p, dict(handles))
 
-    def _kept(self) -> dict[str, Any]:
+    def _kept(self) -> dict[str, OperatorMetadata]:
         if self._base is None:
             return {}
         return {
@@ -301,16 +296,16 @@ class SavepointWriter:
             if uid not in self._removed and uid not in self._new
         }
 
-    def _copy_operator(self, uid: str, entry: dict[str, Any], directory: str) -> dict[str, Any]:
+    def _copy_operator(self, uid: str, entry: OperatorMetadata, directory: str) -> OperatorMetadata:
         """Copy the operator's files from the existing snapshot, checking each one's size and
         checksum on the way (the copy is the only read). Subtasks of an incremental checkpoint
         are rewritten canonically instead (a savepoint must not reference the checkpoint's
         shared RocksDB files, which its job deletes): one Spark task per subtask reads its
         RocksDB files and operator state and writes one state file."""
         assert self._base is not None
-        subtasks = dict(entry["subtasks"])
+        subtasks = dict(entry.subtasks)
         for _subtask, handle in self._base.handles(uid):
-            if not is_incremental(handle):
+            if handle.incremental is None:
                 self._copy_file(uid, handle, directory)
         sources = self._base.incremental_sources(uid)
         if sources:
@@ -318,31 +313,31 @@ class SavepointWriter:
                 _rewrite_subtask, uid=uid, directory=directory, storage=self._storage_options
             )
             rdd = self.spark.sparkContext.parallelize(sources, len(sources))
-            subtasks.update((str(s), h) for s, h in rdd.map(rewrite).collect())
-        return {**entry, "subtasks": subtasks}
+            subtasks.update(rdd.map(rewrite).collect())
+        return OperatorMetadata(entry.name, entry.parallelism, subtasks)
 
-    def _copy_file(self, uid: str, handle: dict[str, Any], directory: str) -> None:
+    def _copy_file(self, uid: str, handle: StateHandle, directory: str) -> None:
         assert self._base is not None
-        source = f"{self._base.directory.rstrip('/')}/{handle['file']}"
-        target = f"{directory.rstrip('/')}/{handle['file']}"
+        source = f"{self._base.directory.rstrip('/')}/{handle.file}"
+        target = f"{directory.rstrip('/')}/{handle.file}"
         with (
             fsspec.open(source, "rb", **self._storage_options) as src,
             fsspec.open(target, "wb", **self._storage_options) as raw,
         ):
-            out = ChecksummingWriter(raw, handle["file"])
+            out = ChecksummingWriter(raw, handle.file)
             while chunk := src.read(1 << 20):
                 out.write(chunk)
-        if (out.size, out.checksum) != (handle.get("size"), handle.get("checksum")):
+        if (out.size, out.checksum) != (handle.size, handle.checksum):
             raise ChecksumMismatchError(
                 f"state file {source} of operator {uid!r} has {out.size} bytes and checksum "
-                f"{out.checksum}, but {handle.get('size')} bytes and "
-                f"{handle.get('checksum')} were written: the file is damaged. Start from "
+                f"{out.checksum}, but {handle.size} bytes and "
+                f"{handle.checksum} were written: the file is damaged. Start from "
                 "another snapshot."
             )
 
     def _operator_name(self, uid: str) -> str:
         if self._base is not None and uid in self._base.operators:
-            return str(self._base.operators[uid].get("name", uid))
+            return self._base.operators[uid].name
         return f"Bootstrapped: {uid}"
 
     def _known_uids(self) -> str:
@@ -350,34 +345,31 @@ class SavepointWriter:
             return "a new savepoint has none"
         return f"the snapshot has {', '.join(sorted(map(repr, self._base.operators))) or 'none'}"
 
-    def _metadata(self, operators: dict[str, Any]) -> dict[str, Any]:
+    def _metadata(self, operators: dict[str, OperatorMetadata]) -> CheckpointMetadata:
         now = int(time.time() * 1000)
-        base = self._base.metadata if self._base is not None else {}
-        size = sum(
-            int(h["size"]) for entry in operators.values() for h in entry["subtasks"].values()
+        base = self._base.metadata if self._base is not None else None
+        base_name = base.job_name if base is not None and base.job_name else None
+        metadata = CheckpointMetadata(
+            job_id=uuid.uuid4().hex,
+            job_name=f"state processor: {base_name or 'bootstrapped savepoint'}",
+            checkpoint_id=base.checkpoint_id if base is not None else 0,
+            timestamp_ms=now,
+            completed_ms=now,
+            duration_ms=0,
+            is_savepoint=True,
+            attempt=0,
+            generation=0,
+            max_parallelism=self.max_parallelism,
+            operators=operators,
         )
-        return {
-            "job_id": uuid.uuid4().hex,
-            "job_name": f"state processor: {base.get('job_name', 'bootstrapped savepoint')}",
-            "checkpoint_id": int(base.get("checkpoint_id", 0)),
-            "timestamp_ms": now,
-            "completed_ms": now,
-            "duration_ms": 0,
-            "is_savepoint": True,
-            "attempt": 0,
-            "generation": 0,
-            "max_parallelism": self.max_parallelism,
-            "size_bytes": size,
-            "operators": operators,
-            "channel_state": {},
-        }
+        return metadata.replace(size_bytes=metadata.written_bytes())
 
 
 def _rewrite_subtask(
     source: IncrementalSource, *, uid: str, directory: str, storage: Mapping[str, Any]
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, StateHandle]:
     """One incremental subtask of a kept operator, as a canonical state file (a Spark task)."""
-    return rewrite_canonical(source, f"{_file_safe(uid)}-{source.subtask}", directory, storage)
+    return rewrite_canonical(source, f"{file_safe(uid)}-{source.subtask}", directory, storage)
 
 
 def _identity(subtask: int) -> int:
