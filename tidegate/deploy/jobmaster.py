@@ -38,12 +38,8 @@ from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
-from tidegate.deploy.attempt import (
-    Cancel,
-    JobAttempt,
-    JobFailure,
-    RunnerEnded,
-)
+from tidegate.deploy.attempt import JobAttempt, JobFailure
+from tidegate.deploy.attempt_events import Cancel, RunnerEnded
 from tidegate.deploy.control_server import ControlServer
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
 from tidegate.deploy.restore import plan_restore, warn_generated_uids
