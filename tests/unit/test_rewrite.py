@@ -43,7 +43,9 @@ def write_snapshot(directory: Path) -> str:
                 f, KeyedStateSnapshot(OLD_M, groups, tables), OPERATOR_STATE[i]
             )
         subtasks[str(i)] = {
-            **f.handle,
+            "file": f.name,
+            "size": f.size,
+            "checksum": f.checksum,
             "index": index.to_json(),
             "key_group_range": [groups.start, groups.stop],
         }
