@@ -332,6 +332,18 @@ def test_while_blaming_only_failures_of_this_attempt_count_and_all_else_is_dropp
     assert not state.runner_ended  # so the teardown still cancels the runner
 
 
+def test_a_snapshot_request_while_blaming_is_routed_so_that_its_future_settles() -> None:
+    state = running()
+    state.handle(failed(1, "ConnectionResetError: a"), 5.0)
+    request = SnapshotRequest(SnapshotKind.SAVEPOINT)
+    assert state.handle(request, 5.1) == [RouteSnapshotRequest(request)]
+    # routed even when the window closes with it: then the attempt fails right after
+    late = SnapshotRequest(SnapshotKind.CHECKPOINT)
+    commands = state.handle(late, 6.0)
+    assert commands[0] == RouteSnapshotRequest(late)
+    assert failure(commands[1:]).message == "slot 1 failed: ConnectionResetError: a"
+
+
 def test_a_slot_that_cannot_load_the_job_fails_it_for_good() -> None:
     state = running()
     state.handle(failed(0, f"{LOAD_FAILURE}: ModuleNotFoundError: x"), 1.0)

@@ -16,7 +16,8 @@ The phases of an attempt (DESIGN §3):
 3. Two phases read the queue a moment longer before the attempt ends:
    - BLAMING: a slot failed. Its peers fail too (their connections to it break), so for
      `root_cause_window_s` only failures of this attempt's slots are collected (anything else
-     is dropped); the attempt then fails with the first that is not such a consequence.
+     but a user's snapshot request is dropped); the attempt then fails with the first that is
+     not such a consequence.
    - DRAINING: the runner ended. It can see the slots end before their last messages (sent
      just before they return) were read off the sockets, so events are handled as usual for
      `slot_message_grace_s`, without heartbeat checks; an outcome reached meanwhile wins, else
@@ -251,13 +252,18 @@ class AttemptState:
         return []
 
     def _blaming(self, event: Event, now: float) -> list[Command]:
-        """Step 3, after a slot failed: collect its peers' failures, then blame the root."""
+        """Step 3, after a slot failed: collect its peers' failures, then blame the root. A
+        user's snapshot request is routed as usual, so that its future settles (its checkpoint
+        fails with the attempt, or it is refused) instead of waiting forever."""
+        commands: list[Command] = []
         if isinstance(event, SlotFailed) and event.attempt == self.config.attempt:
             self._failures.append(event)
+        elif isinstance(event, SnapshotRequest):
+            commands.append(RouteSnapshotRequest(event))
         if now < self.deadline:
-            return []
+            return commands
         root = next((f for f in self._failures if not is_consequence(f.error)), self._failures[0])
-        return self._fail(
+        return commands + self._fail(
             f"slot {root.slot} failed: {root.error}",
             root.traceback,
             recoverable=not root.error.startswith(LOAD_FAILURE),
