@@ -171,9 +171,9 @@ class _SnapshotStates:
             states = found.operator_states.setdefault(uid, [])
             try:
                 for handle in entry.handles():
-                    if handle.kind is not None:
-                        continue  # not a canonical state file: no index
                     index = handle.index
+                    if index is None:
+                        continue  # not a canonical state file
                     # incremental rocksdb state: the state file holds operator state only
                     kinds.update(handle.state_kinds)
                     key_groups += len(index.key_group_offsets)
