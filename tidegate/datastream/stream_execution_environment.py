@@ -42,7 +42,7 @@ from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.datastream.data_stream import DataStream
 from tidegate.datastream.event_time import check_strategy
 from tidegate.datastream.state_backend import STATE_BACKENDS, resolve_state_backend
-from tidegate.deploy.job_spec import JobSpec, RestoreMode
+from tidegate.deploy.job_spec import CheckpointSettings, JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
@@ -183,24 +183,17 @@ class StreamExecutionEnvironment:
 
     # execution ---------------------------------------------------------------------------------
     def _job_spec(self, job_name: str | None) -> JobSpec:
+        """The job as the JobMaster runs it: its graph and every setting, the CLI's overrides
+        (`tidegate run -p ...`) taking precedence over the configuration."""
         overrides = self.cli_overrides
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
-        settings = self._checkpoint_config.settings
         cfg = self._config
-        if settings.storage is None:
-            settings = replace(
-                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
-            )
-        if settings.savepoint_dir is None:
-            configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)
-            if configured:
-                settings = replace(settings, savepoint_dir=configured)
         return JobSpec(
             job_name=name,
             graph=graph,
-            checkpoint=settings,
+            checkpoint=self._checkpoint_settings(),
             restart_strategy=self.get_restart_strategy(),
             runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
@@ -212,21 +205,7 @@ class StreamExecutionEnvironment:
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
-            restore_fallback=bool(overrides.get("restore_fallback"))
-            or cfg.get_boolean(RESTORE_FALLBACK, False),
             job_id=cfg.get_string(JOB_ID),
-            restore_path=overrides.get("restore_path")
-            or cfg.get_string(STATE_RECOVERY_PATH)
-            or cfg.get_string(SAVEPOINT_PATH),
-            allow_non_restored_state=overrides.get("allow_non_restored_state")
-            or cfg.get_boolean(IGNORE_UNCLAIMED_STATE, False)
-            or cfg.get_boolean(SAVEPOINT_IGNORE_UNCLAIMED_STATE, False),
-            restore_mode=RestoreMode.parse(
-                overrides.get("restore_mode")
-                or cfg.get_string(CLAIM_MODE)
-                or cfg.get_string(SAVEPOINT_RESTORE_MODE)
-                or RestoreMode.NO_CLAIM
-            ),
             spark_session=self._spark_session,
             local_recovery_dir=(
                 cfg.get_string(LOCAL_RECOVERY_DIRS) or default_local_root()
@@ -234,7 +213,45 @@ class StreamExecutionEnvironment:
                 else None
             ),
             state_backend=self.get_state_backend(),
+            **self._restore_settings(),
         )
+
+    def _checkpoint_settings(self) -> CheckpointSettings:
+        """The checkpoint config's settings with the defaults filled in: a checkpoint directory
+        in the temp dir, the configured savepoint directory."""
+        settings, cfg = self._checkpoint_config.settings, self._config
+        if settings.storage is None:
+            settings = replace(
+                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
+            )
+        if settings.savepoint_dir is None:
+            configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)
+            if configured:
+                settings = replace(settings, savepoint_dir=configured)
+        return settings
+
+    def _restore_settings(self) -> dict[str, Any]:
+        """The JobSpec fields that say what to restore from and how (Flink's and tidegate's
+        keys, the CLI's flags first)."""
+        overrides, cfg = self.cli_overrides, self._config
+        return {
+            "restore_fallback": bool(overrides.get("restore_fallback"))
+            or cfg.get_boolean(RESTORE_FALLBACK, False),
+            "restore_path": overrides.get("restore_path")
+            or cfg.get_string(STATE_RECOVERY_PATH)
+            or cfg.get_string(SAVEPOINT_PATH),
+            "allow_non_restored_state": bool(
+                overrides.get("allow_non_restored_state")
+                or cfg.get_boolean(IGNORE_UNCLAIMED_STATE, False)
+                or cfg.get_boolean(SAVEPOINT_IGNORE_UNCLAIMED_STATE, False)
+            ),
+            "restore_mode": RestoreMode.parse(
+                overrides.get("restore_mode")
+                or cfg.get_string(CLAIM_MODE)
+                or cfg.get_string(SAVEPOINT_RESTORE_MODE)
+                or RestoreMode.NO_CLAIM
+            ),
+        }
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         spec = self._job_spec(job_name)

@@ -32,6 +32,9 @@ from tidegate.state.snapshot_format import read_operator_state
 
 log = logging.getLogger("tidegate.restore")
 
+#: what each subtask (vertex id, subtask index) restores, by operator uid (and CHANNEL_STATE_KEY)
+RestorePlan = dict[tuple[int, int], dict[str, RestoredOperatorState | RestoredChannelState]]
+
 
 class IncompatibleCheckpointError(CheckpointError):
     pass
@@ -89,7 +92,7 @@ def plan_restore(
     allow_non_restored_state: bool = False,
     *,
     reuse_shared_files: bool = False,
-) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
+) -> tuple[RestorePlan, int]:
     """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
     returns the max parallelism to run with (the snapshot's: key groups are fixed).
 
@@ -102,8 +105,9 @@ def plan_restore(
     files `checkpoint.selection.choose_checkpoint` verified."""
     max_p = _restore_max_parallelism(graph, metadata, directory)
     metadata = _matched_state(graph, metadata, directory, allow_non_restored_state)
+    _check_readable(metadata, directory)
     channel_plan = _plan_channel_state(graph, metadata, directory)
-    plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
+    plan: RestorePlan = {}
     for uid, entry in metadata.operators.items():
         vertex, _op = graph.operator(uid)
         keyed = [
@@ -128,6 +132,21 @@ def plan_restore(
     for subtask_id, restored in channel_plan.items():
         plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def _check_readable(metadata: CheckpointMetadata, directory: str) -> None:
+    """Refuse a snapshot with a state handle this version cannot read (no state-file index:
+    written by another tidegate version or tool) before any subtask starts."""
+    for uid, entry in metadata.operators.items():
+        for subtask, h in sorted(entry.subtasks.items()):
+            if h.index is None:
+                what = f"a handle of type {h.kind!r}" if h.kind else "a handle without an index"
+                raise IncompatibleCheckpointError(
+                    f"cannot restore {directory}: the state of operator {uid!r} subtask {subtask} "
+                    f"({h.file}) is {what}, not a state file this tidegate version can read. "
+                    "Restore it with the tidegate version that wrote it and take a savepoint "
+                    "there (`tidegate savepoint JOB DIR`), or restore from another snapshot."
+                )
 
 
 def _restore_max_parallelism(graph: JobGraph, metadata: CheckpointMetadata, directory: str) -> int:
