@@ -58,8 +58,9 @@ from tidegate.deploy.attempt_events import (
     TriggerFinalCheckpoint,
 )
 from tidegate.deploy.attempt_state import AttemptConfig, AttemptState, FinalStep
-from tidegate.deploy.restore import build_metadata, warn_generated_uids
+from tidegate.deploy.restore import warn_generated_uids
 from tidegate.deploy.shared_state import check_references, delete_shared_files, discard_references
+from tidegate.deploy.snapshot_metadata import build_metadata
 from tidegate.deploy.snapshot_requests import (
     AttemptRequests,
     SnapshotKind,
