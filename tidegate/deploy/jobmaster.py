@@ -40,10 +40,11 @@ from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
 from tidegate.deploy.attempt import JobAttempt, JobFailure
 from tidegate.deploy.attempt_events import Cancel, RunnerEnded
-from tidegate.deploy.control_server import ControlServer
+from tidegate.deploy.control_server import ControlServer, SlotLost
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
 from tidegate.deploy.restore import RestorePlan, plan_restore, warn_generated_uids
 from tidegate.deploy.shared_state import delete_shared_files, pin_retained_snapshots
+from tidegate.deploy.slot_output import SlotOutputPrinter
 from tidegate.deploy.snapshot_requests import (
     SnapshotKind,
     SnapshotRequest,
@@ -120,6 +121,8 @@ class JobMaster:
         self.status = JobStatus.INITIALIZING
         self.error: JobFailure | None = None
         self.events: queue.Queue = queue.Queue()
+        #: prints the slots' print() and DataStream.print() output, re-emits their log records
+        self.output = SlotOutputPrinter()
         self.secret = secrets.token_bytes(32)
         base = spec.checkpoint.storage
         self.storage = CheckpointStorage(base, self.job_id)
@@ -234,7 +237,7 @@ class JobMaster:
             self.next_checkpoint_id = max(
                 self.next_checkpoint_id, self.storage.highest_checkpoint_id() + 1
             )
-            self.server = ControlServer(self.secret, self.spec.bind_host, self.events.put)
+            self.server = ControlServer(self.secret, self.spec.bind_host, self._on_slot_message)
             while True:
                 outcome = self._run_attempt(restore)
                 if outcome is not None:
@@ -398,7 +401,17 @@ class JobMaster:
             generation=self.storage.generation,
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
+            log_level=logging.getLogger().getEffectiveLevel(),
         )
+
+    def _on_slot_message(self, message: object) -> None:
+        """A message from a slot (on the control server's reader thread of its connection):
+        output is printed at once, in the order the slot wrote it; the rest is an event."""
+        if self.output.handle(message):
+            return
+        if isinstance(message, SlotLost):
+            self.output.slot_ended(message.attempt, message.slot)
+        self.events.put(message)
 
     def _settle_stop(self, outcome: JobStatus | None) -> None:
         """Settle a completed stop-with-savepoint: it succeeded if the job then FINISHED
