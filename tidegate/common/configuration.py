@@ -6,6 +6,7 @@ from typing import Any
 
 #: keys tidegate reads; documented in docs/configuration.md
 RUNNER = "execution.runner"  # "spark" (default) | "local"
+RUNTIME_MODE = "execution.runtime-mode"  # STREAMING (default) | BATCH | AUTOMATIC
 SPARK_MASTER = "spark.master"  # default local[N]
 BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1; 0.0.0.0 for a cluster
 #: the driver's address as workers dial it (default: the driver host's name resolved)

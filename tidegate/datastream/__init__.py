@@ -15,6 +15,7 @@ from tidegate.datastream.data_stream import (
     DataStreamSink,
     KeyedStream,
 )
+from tidegate.datastream.execution_mode import RuntimeExecutionMode
 from tidegate.datastream.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
@@ -92,6 +93,7 @@ __all__ = [
     "ProcessWindowFunction",
     "ReduceFunction",
     "RuntimeContext",
+    "RuntimeExecutionMode",
     "StreamExecutionEnvironment",
     "TimeDomain",
     "TimerService",

@@ -24,6 +24,7 @@ from tidegate.common.configuration import (
     QUEUE_CAPACITY,
     RESTORE_FALLBACK,
     RUNNER,
+    RUNTIME_MODE,
     SAVEPOINT_DIR,
     SAVEPOINT_IGNORE_UNCLAIMED_STATE,
     SAVEPOINT_PATH,
@@ -35,12 +36,13 @@ from tidegate.common.configuration import (
 )
 from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
-from tidegate.connectors.base import Source
+from tidegate.connectors.base import Boundedness, Source
 from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
 from tidegate.datastream.data_stream import DataStream
 from tidegate.datastream.event_time import check_strategy
+from tidegate.datastream.execution_mode import RuntimeExecutionMode
 from tidegate.datastream.state_backend import STATE_BACKENDS, resolve_state_backend
 from tidegate.deploy.job_spec import CheckpointSettings, JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
@@ -149,6 +151,12 @@ class StreamExecutionEnvironment:
         self._spark_session = spark
         return self
 
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
+        """STREAMING (the default), BATCH or AUTOMATIC (datastream/execution_mode.py); the same
+        as the configuration key `execution.runtime-mode`."""
+        self._config.set_string(RUNTIME_MODE, RuntimeExecutionMode.parse(execution_mode).name)
+        return self
+
     # sources -----------------------------------------------------------------------------------
     def from_source(
         self,
@@ -172,6 +180,7 @@ class StreamExecutionEnvironment:
             name=f"Source: {source_name}",
             make_operator=make_operator,
             is_source=True,
+            bounded=source.boundedness is Boundedness.BOUNDED,
         )
         return DataStream(self, [(t, None)])
 
@@ -189,11 +198,15 @@ class StreamExecutionEnvironment:
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
+        checkpoint = self._checkpoint_settings()
+        if self._is_batch():  # no periodic checkpoints: only the final one, where sinks commit
+            graph = replace(graph, batch=True)
+            checkpoint = replace(checkpoint, interval_ms=None)
         cfg = self._config
         return JobSpec(
             job_name=name,
             graph=graph,
-            checkpoint=self._checkpoint_settings(),
+            checkpoint=checkpoint,
             restart_strategy=self.get_restart_strategy(),
             runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
@@ -215,6 +228,23 @@ class StreamExecutionEnvironment:
             state_backend=self.get_state_backend(),
             **self._restore_settings(),
         )
+
+    def _is_batch(self) -> bool:
+        """Whether the job runs in BATCH mode; refuses BATCH with an unbounded source."""
+        mode = RuntimeExecutionMode.parse(self._config.get_string(RUNTIME_MODE) or "STREAMING")
+        unbounded = [
+            t.name for t in self._stream_graph.reachable() if t.is_source and t.bounded is False
+        ]
+        if mode is RuntimeExecutionMode.BATCH and unbounded:
+            raise ValueError(
+                f"the job runs in BATCH mode, but its source(s) {', '.join(unbounded)} are "
+                "unbounded: BATCH mode needs every source to end. Make the source bounded (e.g. "
+                "a FileSource without monitoring, a DataGeneratorSource with a count) or run "
+                "in STREAMING mode (env.set_runtime_mode(RuntimeExecutionMode.STREAMING))"
+            )
+        if mode is RuntimeExecutionMode.AUTOMATIC:
+            return not unbounded
+        return mode is RuntimeExecutionMode.BATCH
 
     def _checkpoint_settings(self) -> CheckpointSettings:
         """The checkpoint config's settings with the defaults filled in: a checkpoint directory
@@ -255,6 +285,7 @@ class StreamExecutionEnvironment:
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         spec = self._job_spec(job_name)
+        self._stream_graph.clear_sinks()  # a later execute() runs only what is added since
         capture = self.cli_overrides.get("capture_job_spec")
         if capture is not None:  # `tidegate check-restore`: build the job, never start it
             capture(spec)

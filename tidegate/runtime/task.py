@@ -145,6 +145,7 @@ class StreamTask:
             env.local_state,
             state_backend=env.state_backend,
             job_id=env.job_id,
+            batch=env.batch,
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
