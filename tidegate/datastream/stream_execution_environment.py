@@ -21,6 +21,8 @@ from tidegate.common.configuration import (
     JOB_ID,
     LOCAL_RECOVERY,
     LOCAL_RECOVERY_DIRS,
+    PYTHON_FILES,
+    PYTHON_REQUIREMENTS,
     QUEUE_CAPACITY,
     RESTORE_FALLBACK,
     RUNNER,
@@ -29,6 +31,7 @@ from tidegate.common.configuration import (
     SAVEPOINT_IGNORE_UNCLAIMED_STATE,
     SAVEPOINT_PATH,
     SAVEPOINT_RESTORE_MODE,
+    SHIP_SCRIPT_DIR,
     SPARK_MASTER,
     STATE_RECOVERY_PATH,
     STATE_SAVEPOINTS_DIR,
@@ -46,6 +49,7 @@ from tidegate.datastream.execution_mode import RuntimeExecutionMode
 from tidegate.datastream.state_backend import STATE_BACKENDS, resolve_state_backend
 from tidegate.deploy.job_spec import CheckpointSettings, JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
+from tidegate.deploy.python_deps import PythonDependencies, script_directory
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.connector_operators import SourceOperator
@@ -66,6 +70,9 @@ class StreamExecutionEnvironment:
         self._restart_strategy = None
         self._state_backend: Any = None  # None: state.backend.type decides
         self._stream_graph = StreamGraph()
+        #: add_python_file paths and set_python_requirements' (file, cache dir)
+        self._python_files: list[str] = []
+        self._python_requirements: tuple[str, str | None] | None = None
         self._spark_session = None
 
     @staticmethod
@@ -157,6 +164,47 @@ class StreamExecutionEnvironment:
         self._config.set_string(RUNTIME_MODE, RuntimeExecutionMode.parse(execution_mode).name)
         return self
 
+    def add_python_file(self, file_path: str) -> None:
+        """Ship a Python file, package or directory to every worker and put it on their
+        `sys.path` (a directory's content is importable, as on PYTHONPATH). The job script's
+        own directory is shipped without this (`tidegate.python.ship-script-dir`)."""
+        self._python_files.append(os.path.abspath(os.path.expanduser(file_path)))
+
+    def set_python_requirements(
+        self, requirements_file_path: str, requirements_cache_dir: str | None = None
+    ) -> None:
+        """Install the packages of a requirements file on every worker (once per host, with
+        `pip install --target`); with `requirements_cache_dir` (a directory of wheels, e.g.
+        from `pip download -d DIR -r FILE`) only from those wheels, for workers without a
+        package index."""
+        self._python_requirements = (
+            os.path.abspath(os.path.expanduser(requirements_file_path)),
+            None if requirements_cache_dir is None else os.path.abspath(requirements_cache_dir),
+        )
+
+    def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> None:
+        """Not supported yet: raises, saying what to use instead."""
+        raise NotImplementedError(
+            "add_python_archive is not supported yet: ship code with add_python_file and "
+            "packages with set_python_requirements, or put the archive's files on storage "
+            "every worker can read"
+        )
+
+    def _python_dependencies(self) -> PythonDependencies:
+        """What the workers need of the job's Python code (deploy/python_deps.py)."""
+        cfg = self._config
+        paths = [p.strip() for p in (cfg.get_string(PYTHON_FILES) or "").split(",") if p.strip()]
+        paths += self._python_files
+        script_dir = script_directory()
+        if script_dir is not None and cfg.get_boolean(SHIP_SCRIPT_DIR, True):
+            paths.insert(0, script_dir)
+        requirements, cache_dir = self._python_requirements or (None, None)
+        configured = cfg.get_string(PYTHON_REQUIREMENTS)
+        if requirements is None and configured:
+            requirements, _, cache = configured.partition("#")
+            cache_dir = cache or None
+        return PythonDependencies.collect(paths, requirements, cache_dir)
+
     # sources -----------------------------------------------------------------------------------
     def from_source(
         self,
@@ -226,6 +274,7 @@ class StreamExecutionEnvironment:
                 else None
             ),
             state_backend=self.get_state_backend(),
+            python=self._python_dependencies(),
             **self._restore_settings(),
         )
 

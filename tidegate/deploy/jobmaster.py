@@ -342,7 +342,9 @@ class JobMaster:
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         graph, plan, restored_id = self._plan_restore(restore)
-        payload = runners.pack_deployment(self._deployment(graph, plan, restored_id))
+        payload = runners.pack_deployment(
+            self._deployment(graph, plan, restored_id), self.spec.python
+        )
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         if self.spec.runner == "local":

@@ -208,8 +208,10 @@ def report_load_failure(header: tuple, slot: int, error: BaseException) -> None:
     if isinstance(error, ModuleNotFoundError | AttributeError | ImportError):
         hint = (
             " — the code that defines your functions must be importable on every worker: "
-            "define them in the job script, install your package on the executors, or ship it "
-            "with spark-submit --py-files"
+            "define them in the job script or a module in its directory (shipped unless "
+            "tidegate.python.ship-script-dir is false), ship other modules with "
+            "env.add_python_file(path) and packages with env.set_python_requirements(file), "
+            "or install them on the executors"
         )
     control = ControlClient(address, secret)
     try:
