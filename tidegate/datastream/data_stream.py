@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
+from tidegate.datastream.aggregations import Aggregation, FieldAggregation
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.connected_streams import ConnectedStreams, IntervalJoin
 from tidegate.datastream.core_functions import (
@@ -18,6 +19,9 @@ from tidegate.datastream.core_functions import (
     MapFunction,
     ProcessFunction,
     ReduceFunction,
+)
+from tidegate.datastream.core_functions import (
+    Partitioner as UserPartitioner,
 )
 from tidegate.graph.stream_graph import Transformation
 from tidegate.runtime.connector_operators import SinkOperator
@@ -31,6 +35,7 @@ from tidegate.runtime.operators import (
 )
 from tidegate.runtime.partitioners import (
     BroadcastPartitioner,
+    CustomPartitioner,
     ForwardPartitioner,
     KeyGroupStreamPartitioner,
     Partitioner,
@@ -240,6 +245,19 @@ class DataStream:
     def forward(self) -> DataStream:
         return self._repartition(ForwardPartitioner())
 
+    def rescale(self) -> DataStream:
+        """Round-robin to the downstream subtasks. Flink sends each upstream subtask's records
+        only to a local subset of them; tidegate's slots all exchange data over the network,
+        so this is `rebalance()`."""
+        return self._repartition(RebalancePartitioner())
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
+        """Each record to the downstream subtask `partitioner.partition(key, n)` picks, `key`
+        being `key_selector`'s (a Partitioner or function; a KeySelector or function)."""
+        _fn, partition = _callable(partitioner, UserPartitioner, "partition", "partition_custom")
+        _fn, select = _callable(key_selector, KeySelector, "get_key", "partition_custom")
+        return self._repartition(CustomPartitioner(partition, select))
+
     # sinks -------------------------------------------------------------------------------------
     def sink_to(self, sink: Sink) -> DataStreamSink:
         if not isinstance(sink, Sink):
@@ -271,6 +289,30 @@ class KeyedStream(DataStream):
         fn, call = _callable(func, ReduceFunction, "reduce", "reduce")
         op = partial(KeyedReduceOperator, fn, call, self._selector)
         return self._add("reduce", "Keyed Reduce", op, keyed=True)
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """Rolling sum of a field per key (datastream/aggregations.py)."""
+        return self._aggregate(Aggregation.SUM, position_to_sum)
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        """Rolling minimum of a field per key; the other fields are the key's first record's."""
+        return self._aggregate(Aggregation.MIN, position_to_min)
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        """Rolling maximum of a field per key; the other fields are the key's first record's."""
+        return self._aggregate(Aggregation.MAX, position_to_max)
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Per key, the record with the smallest field so far (the first one on ties)."""
+        return self._aggregate(Aggregation.MIN_BY, position_to_min_by)
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Per key, the record with the largest field so far (the first one on ties)."""
+        return self._aggregate(Aggregation.MAX_BY, position_to_max_by)
+
+    def _aggregate(self, aggregation: Aggregation, position: int | str) -> DataStream:
+        stream = self.reduce(FieldAggregation(aggregation, position))
+        return stream.name(f"Keyed {aggregation.value.replace('_', ' ').title()}")
 
     def window(self, window_assigner: Any) -> Any:
         """Windows per key (e.g. TumblingEventTimeWindows.of(...)): a WindowedStream."""

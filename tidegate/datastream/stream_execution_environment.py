@@ -158,6 +158,17 @@ class StreamExecutionEnvironment:
         self._spark_session = spark
         return self
 
+    def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
+        """How long a partly filled batch of records may wait before it is sent downstream (ms;
+        0: after every record batch of an operator), the key `execution.buffer-timeout`."""
+        if int(timeout_millis) < 0:
+            raise ValueError(f"the buffer timeout must be >= 0 ms, got {timeout_millis}")
+        self._config.set_integer(BUFFER_TIMEOUT_MS, int(timeout_millis))
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._config.get_integer(BUFFER_TIMEOUT_MS, 10)
+
     def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
         """STREAMING (the default), BATCH or AUTOMATIC (datastream/execution_mode.py); the same
         as the configuration key `execution.runtime-mode`."""
