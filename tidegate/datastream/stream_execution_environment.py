@@ -43,6 +43,7 @@ from tidegate.connectors.base import Boundedness, Source
 from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
+from tidegate.datastream.configured import apply_configuration
 from tidegate.datastream.data_stream import DataStream
 from tidegate.datastream.event_time import check_strategy
 from tidegate.datastream.execution_mode import RuntimeExecutionMode
@@ -74,6 +75,7 @@ class StreamExecutionEnvironment:
         self._python_files: list[str] = []
         self._python_requirements: tuple[str, str | None] | None = None
         self._spark_session = None
+        apply_configuration(self, self._config)
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | None = None):
@@ -81,7 +83,10 @@ class StreamExecutionEnvironment:
 
     # settings ----------------------------------------------------------------------------------
     def configure(self, configuration: Configuration) -> StreamExecutionEnvironment:
+        """Add the entries of `configuration`; the keys of settings that methods also set
+        (parallelism, checkpointing, restart strategy) apply now, overriding earlier calls."""
         self._config.add_all(configuration)
+        apply_configuration(self, Configuration(configuration))
         return self
 
     def get_config(self) -> Configuration:
