@@ -1,5 +1,6 @@
 """PyFlink DataStream calls beyond the basics, on both runners, against references computed
-here: KeyedStream.sum/min/max/min_by/max_by, partition_custom, rescale, set_buffer_timeout."""
+here: KeyedStream.sum/min/max/min_by/max_by, partition_custom, rescale, set_buffer_timeout,
+execute_and_collect."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import cloudpickle
 import pytest
 
 from tidegate.common import Configuration
+from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import MapFunction, Partitioner, StreamExecutionEnvironment
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -96,3 +99,40 @@ def test_rescale_spreads_records_over_every_downstream_subtask(runner, tmp_path,
     assert sorted(v for v, _ in placed) == list(range(40))
     assert {s for _, s in placed} == {0, 1}
     assert env.get_buffer_timeout() == 10
+
+
+def test_execute_and_collect_returns_every_record_once(runner, tmp_path):
+    env = _env(runner, tmp_path)
+    records = env.from_collection(RECORDS).key_by(lambda r: r[0]).sum(1).execute_and_collect()
+    with records:
+        collected = list(records)
+    running: dict[str, tuple] = {}
+    reference = []
+    for key, value, i in RECORDS:  # the rolling sums, the key's first record's other fields
+        first = running.get(key, (key, 0, i))
+        running[key] = (key, first[1] + value, first[2])
+        reference.append(running[key])
+    assert sorted(collected) == sorted(reference)
+    assert not any(p.name.startswith("collect-") for p in (tmp_path / "chk").iterdir())
+
+
+def test_execute_and_collect_with_a_limit_stops_an_endless_job(runner, tmp_path):
+    env = _env(runner, tmp_path)
+    env.enable_checkpointing(100)
+    source = DataGeneratorSource(lambda i: {"n": i}, records_per_second=2000)
+    records = env.from_source(source, None, "endless").execute_and_collect("endless", limit=50)
+    assert len(records) == 50
+    assert all(isinstance(r, dict) for r in records)
+    assert len({r["n"] for r in records}) == 50  # exactly once: no record twice
+
+
+def test_execute_and_collect_raises_the_jobs_failure(tmp_path):
+    env = _env("local", tmp_path)
+
+    def broken(x):
+        raise RuntimeError(f"broken at {x}")
+
+    with pytest.raises(JobExecutionException, match="broken at"):
+        list(env.from_collection([1, 2]).map(broken).execute_and_collect())
+    with pytest.raises(ValueError, match="limit must be"):
+        env.from_collection([1]).execute_and_collect(limit=0)

@@ -268,6 +268,16 @@ class DataStream:
         t = self._add("sink", f"Sink: {type(sink).__name__}", partial(SinkOperator, sink))
         return DataStreamSink(t)
 
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None
+    ) -> Any:
+        """Run the job and return this stream's records to the driver, exactly once: with a
+        `limit`, a list of at most that many (the job is cancelled when they are there);
+        without, a CloseableIterator over all of them (datastream/collect.py)."""
+        from tidegate.datastream.collect import execute_and_collect
+
+        return execute_and_collect(self, job_execution_name, limit)
+
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         t = self._add(
             "sink", "Sink: Print to Std. Out", partial(SinkOperator, PrintSink(sink_identifier))
