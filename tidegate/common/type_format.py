@@ -23,7 +23,9 @@ A value that does not fit its type (a str where INT was declared, a tuple of the
 INT out of 32 bits, a Row missing a declared field name) raises `RecordTypeError` saying where
 in the record and what the type expected, instead of printing a wrong line.
 
-`printer(type_info)` compiles a type once into the function that formats its records.
+`printer(type_info)` compiles a type once into the function that formats its records;
+`converter(type_info)` into the one that gives a value as PyFlink's coders give it back (used for
+`from_collection(collection, type_info)`, whose elements PyFlink converts when the job is built).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from tidegate.common.types import Row, RowKind
 
 __all__ = [
     "RecordTypeError",
+    "converter",
     "java_double",
     "java_float",
     "java_string",
@@ -560,6 +563,15 @@ def _python_row_printer(t: RowTypeInfo) -> Fn:
         return "{}[{}]".format(row.get_row_kind(), ",".join(str(x) for x in row))
 
     return print_row
+
+
+def converter(type_info: TypeInformation | None) -> Fn:
+    """value -> the value as a record of `type_info` reaches the next function in PyFlink (a
+    tuple for a TUPLE, a Row with the declared field names for a ROW, a float for a DOUBLE,
+    ...); RecordTypeError if it does not fit. Undeclared (None, PICKLED_BYTE_ARRAY): as is."""
+    if type_info is None or isinstance(type_info, PickledBytesTypeInfo):
+        return lambda v: v
+    return _norm(type_info)
 
 
 def printer(type_info: TypeInformation | None) -> Callable[[Any], str]:

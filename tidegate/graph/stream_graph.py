@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.common.typeinfo import TypeInformation
 from tidegate.runtime.partitioners import Partitioner
 
 
@@ -29,6 +30,9 @@ class Transformation:
     #: a two-input operator's input (0: first, 1: second) of each entry of `inputs`; empty
     #: for a one-input operator (every entry feeds its only input)
     input_indices: tuple[int, ...] = ()
+    #: the declared type of the records this operator emits (None: none was declared, PyFlink's
+    #: PICKLED_BYTE_ARRAY); it decides how print() writes them
+    output_type: TypeInformation | None = None
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid or 'auto'})"
