@@ -39,6 +39,8 @@ from tidegate.common.configuration import (
 )
 from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
+from tidegate.common.type_format import RecordTypeError, converter
+from tidegate.common.typeinfo import TypeInformation, as_type_info
 from tidegate.connectors.base import Boundedness, Source
 from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
@@ -245,11 +247,20 @@ class StreamExecutionEnvironment:
             make_operator=make_operator,
             is_source=True,
             bounded=source.boundedness is Boundedness.BOUNDED,
+            output_type=as_type_info(type_info, "from_source(type_info=...)"),
         )
         return DataStream(self, [(t, None)])
 
     def from_collection(self, collection: Any, type_info: Any = None) -> DataStream:
-        ds = self.from_source(CollectionSource(list(collection)), None, "Collection Source")
+        """A bounded stream of the elements of `collection` (parallelism 1) whose records are
+        of `type_info` (None: undeclared, PyFlink's PICKLED_BYTE_ARRAY). As in PyFlink, the
+        elements are converted to that type now: tuples become Rows of a ROW type (with its
+        field names), ints floats of a DOUBLE ...; an element that does not fit is an error."""
+        declared = as_type_info(type_info, "from_collection(type_info=...)")
+        elements = list(collection)
+        if declared is not None:
+            elements = _converted(elements, declared)
+        ds = self.from_source(CollectionSource(elements), None, "Collection Source", declared)
         ds._transformation.parallelism = 1
         ds._transformation.non_parallel = True
         return ds
@@ -370,3 +381,16 @@ class StreamExecutionEnvironment:
 
     def close(self) -> None:
         pass
+
+
+def _converted(elements: list[Any], type_info: TypeInformation) -> list[Any]:
+    convert = converter(type_info)
+    out = []
+    for i, element in enumerate(elements):
+        try:
+            out.append(convert(element))
+        except RecordTypeError as e:
+            raise RecordTypeError(
+                f"from_collection: element {i} does not match type_info {type_info!r}: {e}"
+            ) from None
+    return out

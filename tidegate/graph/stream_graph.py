@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.common.typeinfo import TypeInformation
 from tidegate.runtime.partitioners import Partitioner
 
 
@@ -31,6 +32,9 @@ class Transformation:
     input_indices: tuple[int, ...] = ()
     #: a source whose input ends (None for other transformations)
     bounded: bool | None = None
+    #: the declared type of the records this operator emits (None: none was declared, PyFlink's
+    #: PICKLED_BYTE_ARRAY); it decides how print() writes them
+    output_type: TypeInformation | None = None
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid or 'auto'})"
