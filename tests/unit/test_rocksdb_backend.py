@@ -352,3 +352,43 @@ def test_a_backend_dropped_without_dispose_still_deletes_its_directory(options):
     del backend, state  # e.g. its task failed in initialize_state, before it could close
     gc.collect()
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("how", ["dispose", "dropped"])
+def test_the_database_is_shut_down_before_its_directory_is_deleted(options, monkeypatch, how):
+    """Every column family the states hold keeps RocksDB open (rocksdict): closing the instance
+    closes them all, so RocksDB is shut down, not later by the garbage collector, when its
+    shutdown flush fails in the deleted directory (and RocksDB then waits a second, GIL held)."""
+    import gc
+    import shutil
+
+    from tidegate.state import rocksdb_instance
+
+    backend = RocksDBKeyedStateBackend(M, range(M), options, job_id="j")
+    for name in ("v", "w"):
+        state = backend.get_state(ValueStateDescriptor(name))
+        backend.current_key = "k"
+        state.update(1)
+    backend.buffer.flush()  # in the memtables: a RocksDB still open would flush them at shutdown
+    path = backend.instance.path
+    reopened: list[bool] = []  # per deletion: the database reopened, with the state's value
+    rmtree = shutil.rmtree
+
+    def reopen_then_rmtree(target: str, *args, **kwargs) -> None:
+        if target == path:  # only possible once this process no longer holds the database
+            db_path = os.path.join(path, "db")
+            opts = rocksdb_instance.db_options(options)
+            names = rocksdict.Rdict.list_cf(db_path, opts)
+            db = rocksdict.Rdict(db_path, opts, column_families={n: opts for n in names})
+            reopened.append(db.get_column_family("state:v")[codec.key_prefix("k", M)] is not None)
+            db.close()
+        rmtree(target, *args, **kwargs)
+
+    monkeypatch.setattr(rocksdb_instance.shutil, "rmtree", reopen_then_rmtree)
+    if how == "dispose":
+        backend.dispose()
+    else:
+        del backend, state  # e.g. its task failed in initialize_state, before it could close
+        gc.collect()
+    assert reopened == [True]
+    assert not os.path.exists(path)
