@@ -10,9 +10,15 @@ import sys
 import cloudpickle
 import pytest
 
-from tidegate.common import Configuration
+from tidegate.common import Configuration, Types
 from tidegate.common.job_client import JobExecutionException
-from tidegate.datastream import MapFunction, Partitioner, StreamExecutionEnvironment
+from tidegate.datastream import (
+    MapFunction,
+    OutputTag,
+    Partitioner,
+    ProcessFunction,
+    StreamExecutionEnvironment,
+)
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -136,3 +142,31 @@ def test_execute_and_collect_raises_the_jobs_failure(tmp_path):
         list(env.from_collection([1, 2]).map(broken).execute_and_collect())
     with pytest.raises(ValueError, match="limit must be"):
         env.from_collection([1]).execute_and_collect(limit=0)
+
+
+class SplitOdd(ProcessFunction):
+    """PyFlink's side-output form: `yield tag, value` for odd numbers, `yield value` else."""
+
+    def process_element(self, value, ctx):
+        if value % 2:
+            yield ODD, value
+        else:
+            yield value
+
+
+ODD = OutputTag("odd", Types.INT())
+
+
+def test_yielding_a_tag_and_a_value_emits_to_the_side_output(runner, tmp_path, capsys):
+    env = _env(runner, tmp_path)
+    evens = env.from_collection(list(range(10))).process(SplitOdd(), output_type=Types.INT())
+    evens.print("even")
+    evens.get_side_output(ODD).print("odd")
+    env.execute("side outputs")
+    lines = capsys.readouterr().out.splitlines()
+    by_sink = collections.defaultdict(list)
+    for line in lines:
+        sink, _, value = line.partition("> ")
+        by_sink[sink.split(":")[0]].append(int(value))
+    assert sorted(by_sink["even"]) == [0, 2, 4, 6, 8]
+    assert sorted(by_sink["odd"]) == [1, 3, 5, 7, 9]

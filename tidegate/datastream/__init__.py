@@ -43,6 +43,15 @@ from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashM
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 from tidegate.datastream.time_domain import TimeDomain
 from tidegate.datastream.timerservice import TimerService
+from tidegate.datastream.window import (
+    CountWindow,
+    GlobalWindow,
+    MergingWindowAssigner,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    WindowAssigner,
+)
 from tidegate.datastream.window_functions import (
     AllWindowFunction,
     ProcessAllWindowFunction,
@@ -68,6 +77,7 @@ __all__ = [
     "CoMapFunction",
     "CoProcessFunction",
     "ConnectedStreams",
+    "CountWindow",
     "DataStream",
     "DataStreamSink",
     "EmbeddedRocksDBStateBackend",
@@ -76,6 +86,7 @@ __all__ = [
     "FileSystemCheckpointStorage",
     "FilterFunction",
     "FlatMapFunction",
+    "GlobalWindow",
     "HashMapStateBackend",
     "IntervalJoin",
     "IntervalJoined",
@@ -87,6 +98,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "MergingWindowAssigner",
     "OutputTag",
     "Partitioner",
     "ProcessAllWindowFunction",
@@ -98,7 +110,11 @@ __all__ = [
     "RuntimeExecutionMode",
     "StreamExecutionEnvironment",
     "TimeDomain",
+    "TimeWindow",
     "TimerService",
+    "Trigger",
+    "TriggerResult",
+    "WindowAssigner",
     "WindowFunction",
     "WindowedStream",
 ]

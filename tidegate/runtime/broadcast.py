@@ -145,6 +145,8 @@ def _keys_with_state(backend: Any, name: str) -> list[Any]:
 class BroadcastProcessOperator(TwoInputStreamOperator):
     """Runs a (Keyed)BroadcastProcessFunction; see the module docstring."""
 
+    tagged_outputs = True  # `yield tag, value` goes to a side output
+
     stores_watermark = True
 
     def __init__(

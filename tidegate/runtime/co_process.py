@@ -26,6 +26,8 @@ Call = Callable[[Any, Any], Any]
 class CoProcessOperator(TimerServiceMixin, TwoInputStreamOperator):
     """See the module docstring."""
 
+    tagged_outputs = True  # `yield tag, value` goes to a side output
+
     def __init__(
         self,
         function: Any,

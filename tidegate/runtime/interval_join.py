@@ -61,6 +61,8 @@ class _CleanupTimers(OperatorTimers):
 class IntervalJoinOperator(TwoInputStreamOperator):
     """See the module docstring."""
 
+    tagged_outputs = True  # `yield tag, value` goes to a side output
+
     stores_watermark = True
     keyed = True
 

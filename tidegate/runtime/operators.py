@@ -16,7 +16,7 @@ from tidegate.runtime.context import (
 )
 from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
-from tidegate.runtime.side_outputs import SideOutputCollector, split_outputs
+from tidegate.runtime.side_outputs import SideOutputCollector, divert_tagged, split_outputs
 from tidegate.runtime.timer_service import OperatorTimers
 from tidegate.runtime.watermarks import restore_watermark, snapshot_watermark
 from tidegate.state.descriptors import ReducingStateDescriptor
@@ -85,6 +85,8 @@ class StreamOperator:
     keyed = False
     #: checkpoint `current_watermark` (operators that decide on it: timers, windows, sources)
     stores_watermark = False
+    #: runs a process function whose `yield tag, value` outputs go to side outputs
+    tagged_outputs = False
 
     def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
         self.function = function
@@ -209,6 +211,10 @@ class StreamOperator:
             self.function.notify_checkpoint_aborted(checkpoint_id)
 
     def emit(self, records: list) -> None:
+        if self.tagged_outputs:  # `yield tag, value` of a process function: a side output
+            records = divert_tagged(records, self.side_outputs)
+            if not records:
+                return
         for out in self.outputs:
             out.process_batch(records)
 
@@ -357,6 +363,8 @@ class TimerServiceMixin:
 
 class ProcessOperator(TimerServiceMixin, MapOperator):
     """ProcessFunction / KeyedProcessFunction: `process_element(value, ctx)` yields outputs."""
+
+    tagged_outputs = True
 
     def process_batch(self, records: list) -> None:
         ctx = self.process_context

@@ -9,6 +9,11 @@ batch to that tag's selectors. Records are collected per tag while a batch (or a
 of timers) is processed and sent after the regular output, with their timestamps.
 
 A tag nobody reads (no `get_side_output` for it) is dropped, as in Flink.
+
+A process function (and a window, join or timer function) emits to a side output with
+`ctx.output(tag, value)`, or PyFlink's way, `yield tag, value`: operators that run such
+functions (`tagged_outputs = True`) pass their output through `divert_tagged`, which moves
+every `(OutputTag, value)` pair to the collector.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidegate.runtime.records import with_timestamps
+from tidegate.runtime.records import timestamps_of, with_timestamps
 
-__all__ = ["SideOutputCollector", "split_outputs"]
+__all__ = ["SideOutputCollector", "divert_tagged", "split_outputs"]
 
 
 def split_outputs(outputs: Sequence[Any]) -> tuple[list[Any], dict[str, list[Any]]]:
@@ -43,6 +48,34 @@ def _tag_id(tag: Any) -> str:
             "create one with OutputTag('name', type_info)"
         )
     return tag_id
+
+
+def _is_tagged(value: Any) -> bool:
+    """`(OutputTag, value)`: an OutputTag has a str `tag_id`."""
+    return (
+        type(value) is tuple
+        and len(value) == 2
+        and isinstance(getattr(value[0], "tag_id", None), str)
+    )
+
+
+def divert_tagged(records: list, side: SideOutputCollector) -> list:
+    """`records` without the `(OutputTag, value)` pairs, which go to `side` with their
+    record's timestamp (PyFlink's `yield output_tag, value`)."""
+    if not any(map(_is_tagged, records)):
+        return records
+    timestamps = timestamps_of(records)
+    kept: list = []
+    kept_ts: list[int] | None = None if timestamps is None else []
+    for i, record in enumerate(records):
+        t = None if timestamps is None else timestamps[i]
+        if _is_tagged(record):
+            side.collect(record[0], record[1], t)
+        else:
+            kept.append(record)
+            if kept_ts is not None:
+                kept_ts.append(t)
+    return with_timestamps(kept, kept_ts)
 
 
 class SideOutputCollector:

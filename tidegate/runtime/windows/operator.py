@@ -54,6 +54,8 @@ class WindowSpec:
 class WindowOperator(StreamOperator):
     """Windows on a keyed stream (window_all: one constant key, parallelism 1)."""
 
+    tagged_outputs = True  # `yield tag, value` goes to a side output
+
     keyed = True
 
     def __init__(
