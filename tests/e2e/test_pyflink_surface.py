@@ -10,9 +10,10 @@ import sys
 import cloudpickle
 import pytest
 
-from tidegate.common import Configuration, Types
+from tidegate.common import Configuration, TimestampAssigner, Types, WatermarkStrategy
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import (
+    KeyedBroadcastProcessFunction,
     MapFunction,
     OutputTag,
     Partitioner,
@@ -20,6 +21,7 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -170,3 +172,49 @@ def test_yielding_a_tag_and_a_value_emits_to_the_side_output(runner, tmp_path, c
         by_sink[sink.split(":")[0]].append(int(value))
     assert sorted(by_sink["even"]) == [0, 2, 4, 6, 8]
     assert sorted(by_sink["odd"]) == [1, 3, 5, 7, 9]
+
+
+LIMIT = MapStateDescriptor("limit", Types.STRING(), Types.INT())
+
+
+class CountAndReportAtTheEnd(KeyedBroadcastProcessFunction):
+    """Counts per key; one event-time timer per key reports the count if it reaches the limit
+    from the broadcast state (read in on_timer)."""
+
+    def open(self, runtime_context) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.INT()))
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(10_000)
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(LIMIT).put("limit", value)
+
+    def on_timer(self, timestamp, ctx):
+        limit = ctx.get_broadcast_state(LIMIT).get("limit")
+        if self.count.value() >= limit:
+            yield ctx.get_current_key(), self.count.value(), timestamp
+
+
+class FirstField(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp) -> int:
+        return value[1]
+
+
+def test_a_keyed_broadcast_function_has_timers_that_read_the_broadcast_state(
+    runner, tmp_path, capsys
+):
+    env = _env(runner, tmp_path)
+    events = [(f"k{i % 4}", i) for i in range(10)]  # k0, k1: 3 events; k2, k3: 2
+    strategy = WatermarkStrategy.no_watermarks().with_timestamp_assigner(FirstField())
+    keyed = (
+        env.from_collection(events)
+        .assign_timestamps_and_watermarks(strategy)
+        .key_by(lambda e: e[0])
+    )
+    limits = env.from_collection([3]).broadcast(LIMIT)
+    keyed.connect(limits).process(CountAndReportAtTheEnd()).print()
+    env.execute("broadcast timers")
+    reported = [eval(line.split("> ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(reported) == [("k0", 3, 10_000), ("k1", 3, 10_000)]

@@ -323,7 +323,7 @@ def test_the_timer_service_reads_both_clocks_and_is_pyflinks_timer_service(keyed
     assert service.current_processing_time() == 42
     assert service.current_watermark() == MIN_WATERMARK
     assert TimeDomainAtPyFlinkPath is TimeDomain and TimerServiceAtPyFlinkPath is TimerService
-    assert isinstance(op.timers._context, KeyedProcessFunction.OnTimerContext)
+    assert isinstance(op.timers.context, KeyedProcessFunction.OnTimerContext)
     assert [d.value for d in TimeDomain] == [0, 1]  # PyFlink's values
 
 

@@ -252,6 +252,12 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
         @abc.abstractmethod
         def timer_service(self): ...
 
+    class OnTimerContext(ReadOnlyContext):
+        """The `ctx` of `on_timer`: also the firing timer's time domain."""
+
+        @abc.abstractmethod
+        def time_domain(self) -> Any: ...
+
     @abc.abstractmethod
     def process_element(
         self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext
@@ -276,11 +282,16 @@ def _register_runtime_contexts() -> None:
     RuntimeContext.register(StreamingRuntimeContext)
     KeyedProcessFunction.Context.register(ProcessContext)
     ProcessFunction.Context.register(ProcessContext)
-    from tidegate.runtime.broadcast import BroadcastContext, ReadOnlyBroadcastContext
+    from tidegate.runtime.broadcast import (
+        BroadcastContext,
+        BroadcastOnTimerContext,
+        ReadOnlyBroadcastContext,
+    )
 
     for cls in (BroadcastProcessFunction, KeyedBroadcastProcessFunction):
         cls.Context.register(BroadcastContext)
         cls.ReadOnlyContext.register(ReadOnlyBroadcastContext)
+    KeyedBroadcastProcessFunction.OnTimerContext.register(BroadcastOnTimerContext)
 
 
 _register_runtime_contexts()

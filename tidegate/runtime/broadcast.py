@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidegate.runtime.operators import OperatorRuntime, process_each
+from tidegate.runtime.timer_service import OnTimerContext, OperatorTimers
 from tidegate.runtime.two_input import TwoInputStreamOperator
 from tidegate.state.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from tidegate.state.descriptors import (
@@ -44,6 +45,24 @@ _KEYED_GETTERS: tuple[tuple[type, str], ...] = (
 )
 
 
+def _broadcast_state(operator: str, states: dict[str, Any], descriptor: Any) -> Any:
+    """The broadcast state `descriptor` names, or an error saying which ones there are."""
+    if not isinstance(descriptor, MapStateDescriptor):
+        raise TypeError(
+            "get_broadcast_state expects the MapStateDescriptor passed to "
+            f"DataStream.broadcast(...), got {type(descriptor).__name__}"
+        )
+    state = states.get(descriptor.name)
+    if state is None:
+        known = ", ".join(repr(n) for n in states) or "none"
+        raise ValueError(
+            f"broadcast state {descriptor.name!r} is unknown to operator {operator!r}: only "
+            "the MapStateDescriptors passed to DataStream.broadcast(...) are broadcast states "
+            f"(here: {known}). Pass this descriptor to broadcast(...) too"
+        )
+    return state
+
+
 class _BaseContext:
     def __init__(self, operator: BroadcastProcessOperator, states: dict[str, Any]) -> None:
         self._op = operator
@@ -51,21 +70,7 @@ class _BaseContext:
         self._timestamp: int | None = None
 
     def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> Any:
-        if not isinstance(state_descriptor, MapStateDescriptor):
-            raise TypeError(
-                "get_broadcast_state expects the MapStateDescriptor passed to "
-                f"DataStream.broadcast(...), got {type(state_descriptor).__name__}"
-            )
-        state = self._states.get(state_descriptor.name)
-        if state is None:
-            known = ", ".join(repr(n) for n in self._states) or "none"
-            raise ValueError(
-                f"broadcast state {state_descriptor.name!r} is unknown to operator "
-                f"{self._op.name!r}: only the MapStateDescriptors passed to "
-                f"DataStream.broadcast(...) are broadcast states (here: {known}). Pass this "
-                "descriptor to broadcast(...) too"
-            )
-        return state
+        return _broadcast_state(self._op.name, self._states, state_descriptor)
 
     def timestamp(self) -> int | None:
         """The current record's event-time timestamp, None if it has none."""
@@ -95,10 +100,23 @@ class ReadOnlyBroadcastContext(_BaseContext):
         return backend.current_key
 
     def timer_service(self) -> Any:
-        raise NotImplementedError(
-            "timers are not supported in a KeyedBroadcastProcessFunction yet: use a "
-            "KeyedProcessFunction after the broadcast operator for timer-driven logic"
-        )
+        timers = self._op.timers
+        if timers is None:
+            raise RuntimeError(
+                "timers need keyed state: use a KeyedBroadcastProcessFunction on a KeyedStream "
+                "connected to the broadcast stream"
+            )
+        return timers.service
+
+
+class BroadcastOnTimerContext(OnTimerContext):
+    """The `ctx` of a KeyedBroadcastProcessFunction's `on_timer`: the timer's key, time
+    domain and timer service, and the broadcast state, read-only."""
+
+    __slots__ = ("_operator_name", "_states")
+
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> Any:
+        return _broadcast_state(self._operator_name, self._states, state_descriptor)
 
 
 class BroadcastContext(_BaseContext):
@@ -174,7 +192,21 @@ class BroadcastProcessOperator(TwoInputStreamOperator):
         }
         self._element_ctx = ReadOnlyBroadcastContext(self, read_only)
         self._broadcast_ctx = BroadcastContext(self, dict(self.broadcast_states))
+        #: the keyed side's timers (runtime/timer_service.py); none on a non-keyed stream
+        self.timers = None
+        if self.keyed_backend is not None:
+            self.timers = OperatorTimers(self, BroadcastOnTimerContext)
+            self.timers.context._operator_name, self.timers.context._states = self.name, read_only
         super().open()
+
+    def on_watermark(self, watermark: int) -> None:
+        if self.timers is not None:
+            self.timers.advance_watermark(watermark)
+
+    def finish(self) -> None:
+        if self.timers is not None:  # event-time timers fire at the end of the input
+            self.timers.end_of_input()
+        super().finish()
 
     def process_batch1(self, records: list) -> None:
         self._run(self.function.process_element, self._element_ctx, records, keyed=True)

@@ -344,10 +344,6 @@ class TimerServiceMixin:
     def open(self) -> None:
         #: timers (runtime/timer_service.py) exist on keyed streams only
         self.timers = OperatorTimers(self) if self.keyed_backend is not None else None
-        if self.timers is not None:
-            self.timers.internal.batch = self.ctx.batch
-        if self.timers is not None:  # a restored watermark: timers at or below it have fired
-            self.timers.internal.current_watermark = self.current_watermark
         super().open()  # splits the side outputs off the regular ones first
         self.process_context = ProcessContext(self.keyed_backend, self.timers, self)
 

@@ -120,21 +120,25 @@ class OperatorTimers:
     state is the key's; what it yields goes to `operator.emit`, one batch per firing round.
     """
 
-    def __init__(self, operator: Any) -> None:
+    def __init__(self, operator: Any, context_type: type[OnTimerContext] = OnTimerContext) -> None:
+        """`context_type`: the class of `on_timer`'s ctx (a broadcast operator's adds its
+        read-only broadcast state)."""
         self._operator = operator
         self._on_timer = getattr(operator.function, "on_timer", None)
         self._out: list[Any] = []
         #: timestamps of `_out` (event-time firings: each output has its timer's timestamp)
         self._out_ts: list[int] = []
         self.internal = InternalTimerService(operator.keyed_backend, self._trigger)
+        self.internal.batch = operator.ctx.batch
+        self.internal.current_watermark = operator.current_watermark  # timers below it fired
         self.service = TimerService(self.internal)
-        self._context = OnTimerContext(operator.keyed_backend, self.service, _SideOf(operator))
+        self.context = context_type(operator.keyed_backend, self.service, _SideOf(operator))
         self.internal.restore()
 
     def _trigger(self, timestamp: int, domain: TimeDomain) -> None:
         if self._on_timer is None:
             return
-        ctx = self._context
+        ctx = self.context
         ctx._timestamp, ctx._domain = timestamp, domain
         produced = self._on_timer(timestamp, ctx)
         if produced is not None:
