@@ -11,7 +11,8 @@ each other). One connection carries many requests at once.
 * `LookupClient`: one connection, multiplexed: many `await lookup(key)` at once.
 * `Lookup`: the AsyncFunction of the jobs: `value -> ["value,value*value"]`; optionally
   raises once per attempt at given values (an injected failure).
-* `sequential_lookups`: the baseline, a bare loop doing the same requests one by one.
+* `sequential_lookups`: the baseline, a bare loop doing the same requests one by one;
+  `concurrent_lookups`: a plain asyncio program doing them `capacity` at a time.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import asyncio
 import itertools
 import socket
 import threading
+import time
 from typing import Any
 
 from tidegate.datastream import AsyncFunction
 
-__all__ = ["Lookup", "LookupClient", "LookupServer", "sequential_lookups"]
+__all__ = ["Lookup", "LookupClient", "LookupServer", "concurrent_lookups", "sequential_lookups"]
 
 
 class LookupServer:
@@ -66,6 +68,10 @@ class LookupServer:
             loop.run_forever()
         finally:
             server.close()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -161,6 +167,28 @@ class Lookup(AsyncFunction):
 
     def close(self) -> None:
         self.client.close()
+
+
+def concurrent_lookups(host: str, port: int, keys: range, capacity: int) -> float:
+    """A plain asyncio program doing the same requests, at most `capacity` at once (one
+    LookupClient, a semaphore): the ceiling of one process on this machine. Returns seconds."""
+
+    async def run() -> float:
+        client = LookupClient(host, port)
+        slots = asyncio.Semaphore(capacity)
+
+        async def one(key: int) -> int:
+            async with slots:
+                return await client.lookup(key)
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one(k) for k in keys))
+        seconds = time.perf_counter() - started
+        client.close()
+        assert answers == [k * k for k in keys]
+        return seconds
+
+    return asyncio.run(run())
 
 
 def sequential_lookups(host: str, port: int, keys: range) -> list[int]:
