@@ -299,3 +299,18 @@ def test_close_runs_the_functions_close_on_its_event_loop_and_stops_the_thread()
     h.close()
     assert function.closed
     assert not any(t.is_alive() for t in loop_thread)
+
+
+def test_a_failing_open_stops_the_event_loop_thread() -> None:
+    class BrokenOpen(AsyncFunction):
+        def open(self, runtime_context: Any) -> None:
+            raise ConnectionRefusedError("no service")
+
+        async def async_invoke(self, value: Any) -> list:
+            return [value]
+
+    before = {t for t in threading.enumerate() if t.name.startswith("Async I/O operator")}
+    with pytest.raises(ConnectionRefusedError, match="no service"):
+        Harness(BrokenOpen())
+    after = {t for t in threading.enumerate() if t.name.startswith("Async I/O operator")}
+    assert after <= before

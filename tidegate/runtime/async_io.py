@@ -96,7 +96,12 @@ class AsyncWaitOperator(StreamOperator):
         )
         self._runner.start()
         if hasattr(self.async_function, "open"):
-            self._runner.call(self.async_function.open, StreamingRuntimeContext(self))
+            try:
+                self._runner.call(self.async_function.open, StreamingRuntimeContext(self))
+            except BaseException:  # close() is not called for an operator that did not open
+                self._runner.stop()
+                self._runner = None
+                raise
         self._reissue(self._restored)
         self._restored = []
 
