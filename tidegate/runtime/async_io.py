@@ -27,7 +27,7 @@ operator of the chain is open, by mail). The end of the input waits for every re
 from __future__ import annotations
 
 import reprlib
-from typing import Any
+from typing import Any, NoReturn
 
 from tidegate.runtime.async_queue import RequestEntry, WatermarkEntry, create_queue
 from tidegate.runtime.async_runner import AsyncRequestRunner, Completion, CompletionInbox
@@ -117,6 +117,8 @@ class AsyncWaitOperator(StreamOperator):
                 pending.append(queue.add_record(element[1], element[2]))
             else:
                 queue.add_watermark(element[1])
+                # an older watermark from upstream must not follow it
+                self.current_watermark = max(self.current_watermark, element[1])
         assert self._runner is not None
         self._runner.submit(pending)
         self._post_drain()
@@ -215,7 +217,7 @@ class AsyncWaitOperator(StreamOperator):
             self._fail(f"{what} for {value} must return a list of results ([] for none), got {got}")
         self._queue.complete(entry, results)
 
-    def _fail(self, message: str, cause: BaseException | None = None) -> Any:
+    def _fail(self, message: str, cause: BaseException | None = None) -> NoReturn:
         self._failure = AsyncFunctionError(f"{self._describe()}: {message}")
         raise self._failure from cause
 
