@@ -39,6 +39,7 @@ class LookupServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     def __enter__(self) -> LookupServer:
         self.start()
@@ -61,21 +62,27 @@ class LookupServer:
 
     def _run(self) -> None:
         loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
         server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
             loop.run_forever()
-        finally:
+        finally:  # close the connections, let their handlers end, then the loop
             server.close()
+            for writer in list(self._writers):
+                writer.close()
+            loop.run_until_complete(asyncio.sleep(0.05))
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         answering: set[asyncio.Task] = set()
+        self._writers.add(writer)
         try:
             while line := await reader.readline():
                 request_id, key = line.split()
@@ -84,6 +91,9 @@ class LookupServer:
                 task.add_done_callback(answering.discard)
         except (ConnectionError, ValueError):
             pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, request_id: bytes, key: int) -> None:
         await asyncio.sleep((self.latency_ms + (key % 5) * self.spread_ms) / 1000)
