@@ -315,3 +315,23 @@ def test_a_failing_open_stops_the_event_loop_thread() -> None:
         Harness(BrokenOpen())
     after = {t for t in threading.enumerate() if t.name.startswith("Async I/O operator")}
     assert after <= before
+
+
+def test_after_a_rescale_every_input_in_flight_is_reissued_once(harnesses) -> None:
+    from tidegate.checkpoint.assignment import redistribute_operator_state
+
+    old = [harnesses(Gated(), ordered=False) for _ in range(2)]
+    old[0].op.process_batch([1, 2, 3])
+    old[1].op.process_batch([4, 5])
+    snapshots = [h.op.snapshot_state(1, 0).operator for h in old]
+    for new_parallelism in (1, 3):
+        shares = redistribute_operator_state(snapshots, new_parallelism)
+        new = [
+            harnesses(Gated(), ordered=False, restored=RestoredOperatorState(operator_state=s))
+            for s in shares
+        ]
+        for h in new:
+            h.function.release(1, 2, 3, 4, 5)
+        for h in new:
+            h.op.finish()
+        assert sorted(v for h in new for v in h.values()) == ["r1", "r2", "r3", "r4", "r5"]
