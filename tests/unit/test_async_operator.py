@@ -335,3 +335,37 @@ def test_after_a_rescale_every_input_in_flight_is_reissued_once(harnesses) -> No
         for h in new:
             h.op.finish()
         assert sorted(v for h in new for v in h.values()) == ["r1", "r2", "r3", "r4", "r5"]
+
+
+def test_the_functions_checkpoint_hooks_run_like_any_functions(harnesses) -> None:
+    from tidegate.datastream.functions import CheckpointedFunction, CheckpointListener
+    from tidegate.datastream.state import ListStateDescriptor
+
+    class Counting(Gated, CheckpointedFunction, CheckpointListener):
+        def initialize_state(self, context: Any) -> None:
+            self.restored = context.is_restored()
+            self.sent = context.get_operator_state_store().get_list_state(
+                ListStateDescriptor("sent")
+            )
+            self.completed: list[int] = []
+
+        def snapshot_state(self, context: Any) -> None:
+            self.sent.update([sum(self.calls.values())])
+
+        def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+            self.completed.append(checkpoint_id)
+
+    h = harnesses(Counting())
+    assert h.function.restored is False
+    h.op.process_batch([1, 2])
+    deadline = time.monotonic() + WAIT_S
+    while sum(h.function.calls.values()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    snapshot = h.op.snapshot_state(3, 0)
+    h.op.notify_checkpoint_complete(3)
+    assert h.function.completed == [3]
+    assert snapshot.operator["sent"] == ("split", [2])
+    assert snapshot.operator[STATE_NAME] == ("split", [("record", 1, None), ("record", 2, None)])
+    again = harnesses(Counting(), restored=RestoredOperatorState(operator_state=snapshot.operator))
+    assert again.function.restored is True
+    assert again.function.sent.get() == [2]

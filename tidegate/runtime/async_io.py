@@ -14,7 +14,9 @@ Two threads per subtask:
   touched by the task's thread.
 
 A timed-out request calls the function's `timeout(value)` (its results are emitted instead;
-the default raises and fails the job). An exception from `async_invoke` (not retried), or a
+the default raises and fails the job). The function's `open`/`close` run on the event loop's
+thread; its CheckpointedFunction and CheckpointListener hooks on the task's, as for any
+function. An exception from `async_invoke` (not retried), or a
 result that is not a list, fails the job with an error naming the operator; the job restarts
 by its restart strategy.
 
@@ -61,8 +63,7 @@ class AsyncWaitOperator(StreamOperator):
         uid: str = "",
         name: str = "",
     ) -> None:
-        # the user function is opened and closed on the event loop's thread, not by the base
-        super().__init__(None, uid=uid, name=name)
+        super().__init__(async_function, uid=uid, name=name)
         self.async_function = async_function
         self.timeout_ms = int(timeout_ms)
         self.ordered = ordered
@@ -84,7 +85,12 @@ class AsyncWaitOperator(StreamOperator):
         self._state.clear()
 
     def open(self) -> None:
-        super().open()
+        # the base opens the user function on the task's thread: here it is the event loop's
+        function, self.function = self.function, None
+        try:
+            super().open()
+        finally:
+            self.function = function
         self._inbox = CompletionInbox(self._post_drain)
         timeout_s = self.timeout_ms / 1000 if self.timeout_ms > 0 else None
         self._runner = AsyncRequestRunner(
@@ -136,7 +142,11 @@ class AsyncWaitOperator(StreamOperator):
         finally:
             if runner is not None:
                 runner.stop()
-            super().close()
+            function, self.function = self.function, None  # closed above, on the event loop
+            try:
+                super().close()
+            finally:
+                self.function = function
 
     # records and watermarks -------------------------------------------------------------------
     def process_batch(self, records: list) -> None:
