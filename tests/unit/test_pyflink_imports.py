@@ -36,6 +36,22 @@ PYFLINK_PATHS = {
         "BroadcastStream",
         "BroadcastConnectedStream",
         "ConnectedStreams",
+        "AsyncDataStream",
+        "AsyncFunction",
+        "AsyncRetryStrategy",
+    ],
+    "tidegate.datastream.async_data_stream": ["AsyncDataStream"],
+    "tidegate.datastream.async_retry_strategies": [
+        "NoRetryStrategy",
+        "FixedDelayRetryStrategy",
+        "ExponentialBackoffDelayRetryStrategy",
+        "RetryPredicate",
+        "NO_RETRY_STRATEGY",
+    ],
+    "tidegate.datastream.async_retry_predicates": [
+        "empty_result_predicate",
+        "has_exception_predicate",
+        "exception_type_predicate",
     ],
     "tidegate.datastream.data_stream": [
         "DataStream",
@@ -50,6 +66,9 @@ PYFLINK_PATHS = {
         "CheckpointedFunction",
         "CheckpointListener",
         "BaseBroadcastProcessFunction",
+        "AsyncFunction",
+        "AsyncRetryStrategy",
+        "AsyncRetryPredicate",
     ],
     "tidegate.datastream.state": [
         "ValueStateDescriptor",

@@ -1,5 +1,13 @@
 """The DataStream API, with PyFlink's names and import paths."""
 
+from tidegate.datastream.async_data_stream import AsyncDataStream
+from tidegate.datastream.async_function import AsyncFunction
+from tidegate.datastream.async_retry_predicates import AsyncRetryPredicates
+from tidegate.datastream.async_retry_strategies import (
+    AsyncRetryPredicate,
+    AsyncRetryStrategies,
+    AsyncRetryStrategy,
+)
 from tidegate.datastream.checkpoint_config import (
     CheckpointConfig,
     ExternalizedCheckpointCleanup,
@@ -64,6 +72,12 @@ __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
     "AllWindowedStream",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryPredicates",
+    "AsyncRetryStrategies",
+    "AsyncRetryStrategy",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",

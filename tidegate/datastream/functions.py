@@ -1,8 +1,11 @@
 """PyFlink's `pyflink.datastream.functions`: every user function class, gathered from the
-modules that define them (core_functions, co_functions, join, window_functions)."""
+modules that define them (core_functions, co_functions, join, window_functions,
+async_function, async_retry_strategies)."""
 
 from __future__ import annotations
 
+from tidegate.datastream.async_function import AsyncFunction
+from tidegate.datastream.async_retry_strategies import AsyncRetryPredicate, AsyncRetryStrategy
 from tidegate.datastream.co_functions import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -44,6 +47,9 @@ from tidegate.datastream.window_functions import (
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BaseBroadcastProcessFunction",
     "BroadcastProcessFunction",
     "CheckpointListener",

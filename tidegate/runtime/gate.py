@@ -83,6 +83,11 @@ class InputGate:
                 return False, item
             return None
 
+    @property
+    def closed(self) -> bool:
+        """The subtask is being cancelled (see `close`)."""
+        return self._closed
+
     def close(self) -> None:
         with self._not_empty:
             self._closed = True

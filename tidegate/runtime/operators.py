@@ -44,6 +44,8 @@ class OperatorRuntime:
     #: BATCH mode (datastream/execution_mode.py): no watermarks before the end of the input,
     #: rolling aggregations emit only their final results, every timer fires at the end
     batch: bool = False
+    #: the task's TaskMailbox (runtime/mailbox.py): runs actions on the task's thread
+    mailbox: Any = None
 
 
 @dataclass

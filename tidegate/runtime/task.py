@@ -47,6 +47,7 @@ from tidegate.runtime.events import (
 )
 from tidegate.runtime.gate import ChannelStateCaptured, InputGate, TaskCancelledError
 from tidegate.runtime.internal_timers import MAX_WATERMARK
+from tidegate.runtime.mailbox import Mail, TaskMailbox
 from tidegate.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
@@ -146,6 +147,7 @@ class StreamTask:
             state_backend=env.state_backend,
             job_id=env.job_id,
             batch=env.batch,
+            mailbox=TaskMailbox(self.gate),
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
@@ -377,6 +379,8 @@ class StreamTask:
                     op.notify_checkpoint_aborted(cid)
             case CancelSlot():
                 raise TaskCancelledError("cancelled by the JobMaster")
+            case Mail(action=action):  # e.g. async I/O results (runtime/async_io.py)
+                action()
 
     def _finish_input(self) -> None:
         """End of input (FLIP-147's endInput): event time jumps to its end (every event-time
