@@ -1,19 +1,21 @@
 """The keyed running count of jobs.py, shaped for the savepoint tests: a configurable uid for
-the counting operator, an operator that shows whether `finish()` ran (drain), a function that
-declines checkpoints while a flag file exists, and helpers to wait on a running job and to
-fingerprint a snapshot directory."""
+the counting operator, an operator that shows whether `finish()` ran (drain), and a function
+that declines checkpoints while a flag file exists."""
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from tests.e2e.jobs import NUM_KEYS, InjectedFailure, RunningCount
-from tidegate.common import Configuration, Encoder, RestartStrategies
-from tidegate.datastream import CheckpointedFunction, MapFunction, StreamExecutionEnvironment
+from tests.e2e.jobs import InjectedFailure, RunningCount
+from tests.support.environments import file_sink, job_environment
+from tests.support.references import NUM_KEYS
+from tidegate.datastream import (
+    CheckpointedFunction,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.runtime.operators import StreamOperator
 
 FINISHED = "finished"
@@ -63,14 +65,10 @@ def savepoint_job(
 ) -> StreamExecutionEnvironment:
     """numbers -> [decline] -> key_by -> running count (uid `count_uid`; None: generated)
     -> [finish probe] -> FileSink, with exactly-once checkpoints every `interval_ms`."""
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.add_all(config or {})
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env = job_environment(
+        runner, checkpoints, interval_ms=interval_ms, restarts=restarts, config=config
+    )
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1_000)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     if decline_flag is not None:
@@ -80,12 +78,7 @@ def savepoint_job(
         ds = ds.uid(count_uid)
     if finish_probe:
         ds = ds._add("finish-probe", "Finish probe", FinishProbe).uid("finish-probe")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 
@@ -93,27 +86,3 @@ def split_probe_lines(lines: list[str]) -> tuple[list[str], list[str]]:
     """(the FinishProbe's lines, the running count's lines)."""
     finished = [line for line in lines if line.startswith(f"{FINISHED},")]
     return finished, [line for line in lines if not line.startswith(f"{FINISHED},")]
-
-
-def wait_until(client, condition, what: str) -> None:
-    """Wait until `condition()` holds while the job is still running."""
-    jm = client.jobmaster
-    while not condition():
-        assert not jm.done.is_set(), f"the job ended ({jm.status.name}) before {what}"
-        time.sleep(0.02)
-
-
-def running_with_checkpoints(client, count: int = 1) -> None:
-    jm = client.jobmaster
-    target = jm.stats.completed_checkpoints + count
-    wait_until(
-        client,
-        lambda: jm.status.name == "RUNNING" and jm.stats.completed_checkpoints >= target,
-        f"{count} more completed checkpoint(s)",
-    )
-
-
-def fingerprint(directory: str | Path) -> dict[str, bytes]:
-    """Every file under `directory` (relative name -> bytes)."""
-    root = Path(directory)
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}

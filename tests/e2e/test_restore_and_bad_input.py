@@ -7,18 +7,15 @@ import glob
 import json
 import os
 import re
-import time
 
 import pytest
 
-from tests.e2e.jobs import (
-    AlwaysBroken,
-    CountThenFailAfterCheckpoint,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    flip_a_byte,
-)
+from tests.e2e.jobs import AlwaysBroken, CountThenFailAfterCheckpoint, count_job, flip_a_byte
+from tests.support.environments import job_environment
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.snapshots import checkpoint_dirs, fingerprint
+from tests.support.waiting import wait_until
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
@@ -33,9 +30,7 @@ def _retained_checkpoint(tmp_path, runner: str, n: int = 50_000) -> tuple[str, l
     )
     client = env.execute_async("to be cancelled")
     jm = client.jobmaster
-    deadline = time.monotonic() + 120
-    while jm.stats.completed_checkpoints < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: jm.stats.completed_checkpoints >= 2, "two checkpoints completed", job=client)
     client.cancel().result(timeout=120)
     assert client.get_job_status().result() is JobStatus.CANCELED
     with pytest.raises(JobExecutionException, match="cancelled"):
@@ -85,7 +80,7 @@ def test_restoring_from_a_path_without_a_checkpoint_names_the_path(tmp_path):
 
 def test_a_missing_state_file_fails_the_restore_and_names_the_file(tmp_path):
     job_dir, _ = _retained_checkpoint(tmp_path, "local")
-    chk = sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))[-1]
+    chk = checkpoint_dirs(job_dir)[-1]
     victim = sorted(glob.glob(f"{chk}/count-*.state"))[0]
     os.remove(victim)
     env = count_job(tmp_path / "out2", tmp_path / "chk", runner="local", n=10, restore_path=chk)
@@ -103,18 +98,11 @@ def test_an_unwritable_checkpoint_directory_fails_with_the_path(tmp_path):
 
 
 def test_a_function_that_always_raises_fails_the_job_with_the_users_error(runner, tmp_path):
-    from tidegate.common import Configuration, Encoder, RestartStrategies
-    from tidegate.datastream import StreamExecutionEnvironment
+    from tidegate.common import Encoder
     from tidegate.datastream.connectors.file_system import FileSink
     from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.runner", runner)
-    )
-    env.set_parallelism(2)
-    env.enable_checkpointing(100)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 0))
+    env = job_environment(runner, tmp_path / "chk", interval_ms=100, restarts=2)
     sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
     env.from_source(NumberSequenceSource(1, 1_000), None, "n").map(AlwaysBroken()).sink_to(sink)
     client = env.execute_async("always broken")
@@ -186,14 +174,6 @@ def _damaging_job(
     return env
 
 
-def _checkpoint_dirs(job_dir: str) -> list[str]:
-    return sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
-
-
-def _contents(directory: str) -> dict[str, bytes]:
-    return {p: open(p, "rb").read() for p in sorted(glob.glob(f"{directory}/*"))}
-
-
 def _resume(tmp_path, runner: str, job_dir: str, fallback: bool):
     env = count_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, restore_path=job_dir)
     if fallback:
@@ -232,19 +212,19 @@ def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_i
     assert jm.stats.restarts == 1  # the restart's restore refused it; no further attempts
     # nothing deleted: the refused checkpoint still holds the damaged file, the older one too
     job_dir = str(tmp_path / "chk" / jm.job_id)
-    retained = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    retained = [d for d in checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
     assert len(retained) == 2
     assert os.path.exists(f"{retained[-1]}/{damaged_file}")
     first_output = committed_lines(tmp_path / "out1")
     assert len(set(first_output)) == len(first_output) < N
     # restoring the job directory: without fallback the same clear error, with it exactly-once
-    before = {d: _contents(d) for d in retained}
+    before = {d: fingerprint(d) for d in retained}
     with pytest.raises(JobExecutionException, match=damaged_file) as again:
         _resume(tmp_path, runner, job_dir, fallback=False).get_job_execution_result().result(
             timeout=300
         )
     assert f"An older checkpoint is retained ({retained[-2]})" in str(again.value)
-    assert {d: _contents(d) for d in retained} == before
+    assert {d: fingerprint(d) for d in retained} == before
     resumed = _resume(tmp_path, runner, job_dir, fallback=True)
     resumed.get_job_execution_result().result(timeout=300)
     assert resumed.jobmaster.stats.restored_from == int(retained[-2].rsplit("-", 1)[1])
@@ -289,16 +269,16 @@ def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, ki
     with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
         first.get_job_execution_result().result(timeout=300)
     job_dir = str(tmp_path / "chk" / first.jobmaster.job_id)
-    older, latest = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    older, latest = [d for d in checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
     named = _damage(kind, latest)
-    before = _contents(latest), _contents(older)
+    before = fingerprint(latest), fingerprint(older)
     with pytest.raises(JobExecutionException) as err:
         _resume(tmp_path, "local", job_dir, fallback=False).get_job_execution_result().result(
             timeout=300
         )
     assert named in str(err.value) and error in str(err.value)
     assert f"An older checkpoint is retained ({older})" in str(err.value)
-    assert (_contents(latest), _contents(older)) == before
+    assert (fingerprint(latest), fingerprint(older)) == before
     assert not committed_lines(tmp_path / "out2")
     resumed = _resume(tmp_path, "local", job_dir, fallback=True)
     resumed.get_job_execution_result().result(timeout=300)
@@ -306,4 +286,4 @@ def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, ki
     check_exactly_once(
         committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2"), N, 2
     )
-    assert (_contents(latest), _contents(older)) == before  # NO_CLAIM: never modified
+    assert (fingerprint(latest), fingerprint(older)) == before  # NO_CLAIM: never modified
