@@ -1,17 +1,26 @@
 """The keyed running count of jobs.py, shaped for the savepoint tests: a configurable uid for
 the counting operator, an operator that shows whether `finish()` ran (drain), and a function
-that declines checkpoints while a flag file exists."""
+that declines checkpoints while a flag file exists; and a cancelled run whose checkpoints are
+retained."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.jobs import InjectedFailure, RunningCount
 from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
+from tests.support.waiting import wait_for_checkpoints
+from tidegate.checkpoint.storage import resolve_checkpoint_path
+from tidegate.common import JobStatus
+from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import (
     CheckpointedFunction,
+    ExternalizedCheckpointRetention,
     MapFunction,
     StreamExecutionEnvironment,
 )
@@ -86,3 +95,21 @@ def split_probe_lines(lines: list[str]) -> tuple[list[str], list[str]]:
     """(the FinishProbe's lines, the running count's lines)."""
     finished = [line for line in lines if line.startswith(f"{FINISHED},")]
     return finished, [line for line in lines if not line.startswith(f"{FINISHED},")]
+
+
+def retained_checkpoint(tmp_path: Path, runner: str, n: int) -> tuple[str, str, list[str]]:
+    """Run savepoint_job (checkpoints retained on cancellation) until two checkpoints completed,
+    cancel it; returns its job directory, its latest checkpoint (a chk-<n> directory) and the
+    output it committed."""
+    env = savepoint_job(tmp_path / "out1", tmp_path / "chk", runner=runner, n=n)
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
+    client = env.execute_async("to be cancelled")
+    wait_for_checkpoints(client, 2)
+    client.cancel().result(timeout=120)
+    assert client.get_job_status().result() is JobStatus.CANCELED
+    with pytest.raises(JobExecutionException, match="cancelled"):
+        client.get_job_execution_result().result()
+    job_dir = str(tmp_path / "chk" / client.get_job_id())
+    return job_dir, resolve_checkpoint_path(job_dir), committed_lines(tmp_path / "out1")

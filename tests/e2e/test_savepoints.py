@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.savepoint_jobs import savepoint_job, split_probe_lines
+from tests.e2e.savepoint_jobs import retained_checkpoint, savepoint_job, split_probe_lines
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.snapshots import fingerprint, stop_with_savepoint
@@ -27,7 +27,6 @@ from tidegate.checkpoint.errors import (
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
-from tidegate.checkpoint.storage import resolve_checkpoint_path
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
@@ -152,34 +151,27 @@ def test_three_manual_resumes_in_a_row_from_retained_checkpoints(spark, tmp_path
     check_exactly_once(lines, n, 2)
 
 
-def _retained_checkpoint(tmp_path: Path, runner: str) -> tuple[str, list[str]]:
-    """A cancelled job's latest retained checkpoint (a chk-<n> directory) and its output."""
-    env = savepoint_job(tmp_path / "out1", tmp_path / "chk", runner=runner, n=N)
-    env.get_checkpoint_config().set_externalized_checkpoint_retention(
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
-    )
-    client = env.execute_async("cancelled")
-    wait_for_checkpoints(client, 2)
-    client.cancel().result()
-    chk = resolve_checkpoint_path(str(tmp_path / "chk" / client.get_job_id()))
-    return chk, committed_lines(tmp_path / "out1")
-
-
-def test_no_claim_never_modifies_or_deletes_the_restored_snapshot(runner, tmp_path):
-    chk, first = _retained_checkpoint(tmp_path, runner)
+def test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified(
+    runner, tmp_path
+):
+    """Restored from the job directory, a job continues from its latest retained checkpoint;
+    in NO_CLAIM mode (the default) it never modifies or deletes that snapshot."""
+    job_dir, chk, first = retained_checkpoint(tmp_path, runner, N)
+    assert 0 < len(first) < N
     before = fingerprint(chk)
-    config = {"execution.state-recovery.path": chk}  # NO_CLAIM is the default
+    config = {"execution.state-recovery.path": job_dir}
     env = savepoint_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, config=config)
     client = env.execute_async("no claim")
     wait_for_checkpoints(client, 3)  # its own checkpoints subsume each other
     client.get_job_execution_result().result()
 
+    assert client.jobmaster.stats.restored_from == int(chk.rsplit("-", 1)[1])
     assert fingerprint(chk) == before  # every file, byte for byte
     check_exactly_once(first + committed_lines(tmp_path / "out2"), N, 2)
 
 
 def test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed(spark, tmp_path):
-    chk, first = _retained_checkpoint(tmp_path, "spark")
+    _job_dir, chk, first = retained_checkpoint(tmp_path, "spark", N)
     config = {"execution.state-recovery.path": chk, "execution.state-recovery.claim-mode": "CLAIM"}
     env = savepoint_job(tmp_path / "out2", tmp_path / "chk", runner="spark", n=N, config=config)
     client = env.execute_async("claim")
