@@ -77,8 +77,8 @@ def test_a_savepoint_restored_at_another_parallelism_puts_the_broadcast_state_on
     assert 0 < len(first) < n
 
     config = {"execution.savepoint.path": path}
-    env = rules_job(
-        tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=2_000, config=config
+    env = rules_job(  # not stopped: at full speed
+        tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=None, config=config
     )
     client = env.execute_async(f"rules restored at parallelism {after}")
     client.get_job_execution_result().result()

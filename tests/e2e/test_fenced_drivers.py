@@ -23,12 +23,14 @@ JOB_ID = "fenced-job"
 
 
 def _job(tmp_path, runner: str, out: str, restore_path: str | None = None):
+    """The running count under JOB_ID; the first driver's is rate-limited (it must still run
+    when its slots freeze), the second one's, restored, runs at full speed."""
     env = count_job(
         tmp_path / out,
         tmp_path / "chk",
         runner=runner,
         n=N,
-        rate=3_000,
+        rate=3_000 if restore_path is None else None,
         restore_path=restore_path,
     )
     env.get_config().set_string("pipeline.job-id", JOB_ID)

@@ -56,8 +56,9 @@ def test_savepoints_move_a_job_from_rocksdb_to_hashmap_and_back_exactly_once(spa
     restore: dict[str, str] = {}
     for step, config in enumerate([rocksdb, {"state.backend.type": "hashmap"}, rocksdb]):
         out = tmp_path / f"out{step}"
+        rate = 5_000 if step < 2 else None  # the last step is not stopped: at full speed
         env = savepoint_job(
-            out, tmp_path / "chk", runner="spark", n=n, config={**config, **restore}
+            out, tmp_path / "chk", runner="spark", n=n, rate=rate, config={**config, **restore}
         )
         client = env.execute_async(f"step {step}")
         if step < 2:  # rocksdb -> savepoint -> hashmap -> savepoint -> rocksdb, to the end

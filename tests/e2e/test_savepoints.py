@@ -52,8 +52,10 @@ def _stop_with_savepoint(tmp_path: Path, runner: str, drain: bool = False, **job
 
 
 def _resume(tmp_path: Path, runner: str, path: str, name: str = "out2", **job):
-    """Run the job restored from `path` to its end; returns its client and committed output."""
+    """Run the job restored from `path` to its end, at full speed (nothing waits for it while
+    it runs); returns its client and committed output."""
     config = {"execution.savepoint.path": path, **job.pop("config", {})}
+    job.setdefault("rate", None)
     env = savepoint_job(tmp_path / name, tmp_path / "chk", runner=runner, n=N, config=config, **job)
     client = env.execute_async("resumed")
     client.get_job_execution_result().result()
@@ -134,7 +136,8 @@ def test_three_manual_resumes_in_a_row_from_retained_checkpoints(spark, tmp_path
     for run in range(4):
         config = {"execution.state-recovery.path": restore} if restore else {}
         out = tmp_path / f"out{run}"
-        env = savepoint_job(out, tmp_path / "chk", runner="spark", n=n, config=config)
+        rate = 5_000 if run < 3 else None  # the last run is not cancelled: it runs at full speed
+        env = savepoint_job(out, tmp_path / "chk", runner="spark", n=n, rate=rate, config=config)
         env.get_checkpoint_config().set_externalized_checkpoint_retention(
             ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
         )
@@ -340,7 +343,9 @@ from pathlib import Path
 from tests.e2e.savepoint_jobs import savepoint_job
 
 out, checkpoints, count_uid = sys.argv[1:4]
-env = savepoint_job(Path(out), Path(checkpoints), runner="spark", n={N}, count_uid=count_uid)
+env = savepoint_job(
+    Path(out), Path(checkpoints), runner="spark", n={N}, rate=None, count_uid=count_uid
+)
 env.execute("cli restore")
 """
 
