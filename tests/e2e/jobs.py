@@ -57,10 +57,15 @@ class ScheduledFailures(MapFunction, CheckpointedFunction, CheckpointListener):
     def __init__(self, markers: str) -> None:
         self.markers = markers
 
+    def open(self, runtime_context) -> None:
+        self.attempt = runtime_context.get_attempt_number()
+
     def _fire(self, name: str) -> None:
         before = FAILURE_SCHEDULE[FAILURE_SCHEDULE.index(name) - 1] if name != "map" else None
         if before is not None and not os.path.exists(f"{self.markers}/{before}"):
             return
+        if name == "close" and self.attempt < int(Path(self.markers, "kill").read_text()):
+            return  # a slot of the killed attempt, closed late (its teardown may lag)
         try:
             os.close(os.open(f"{self.markers}/{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
@@ -111,8 +116,8 @@ def kill_when_scheduled(client, markers: str) -> threading.Thread:
         os.kill(pid, signal.SIGKILL)
         while not jm.done.is_set() and jm.stats.restarts == restarts:
             time.sleep(0.02)
-        with open(f"{markers}/kill", "w"):
-            pass
+        with open(f"{markers}/kill", "w") as f:
+            f.write(str(jm.attempt))  # the attempt after the kill: close fails from it on
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -40,7 +40,7 @@ from tidegate.common.job_status import JobStatus
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 from tidegate.deploy.jobmaster import JobStats
-from tidegate.deploy.restore import build_metadata
+from tidegate.deploy.snapshot_metadata import build_metadata
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.job_metrics import JobMetrics

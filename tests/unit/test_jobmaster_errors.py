@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidegate.deploy.attempt import _runner_error
+from tidegate.deploy.attempt_state import runner_error_text
 
 SPARK_ERROR = """An error occurred while calling z:...PythonRDD.collectAndServe.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed
@@ -14,12 +14,12 @@ ModuleNotFoundError: No module named 'tidegate'
 
 
 def test_a_spark_failure_is_reduced_to_the_python_exception_with_a_hint():
-    message = _runner_error(RuntimeError(SPARK_ERROR))
+    message = runner_error_text(RuntimeError(SPARK_ERROR))
     assert message.startswith("ModuleNotFoundError: No module named 'tidegate'")
     assert "PYSPARK_PYTHON" in message
 
 
 def test_an_error_without_a_python_exception_keeps_its_first_line():
-    assert _runner_error(RuntimeError("slot processes exited with codes [(0, -9)]\nmore")) == (
+    assert runner_error_text(RuntimeError("slot processes exited with codes [(0, -9)]\nmore")) == (
         "slot processes exited with codes [(0, -9)]"
     )

@@ -12,7 +12,7 @@ from tidegate.common import Encoder
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.connectors.number_seq import NumberSequenceSource
-from tidegate.deploy.restore import plan_restore
+from tidegate.deploy.restore import IncompatibleCheckpointError, plan_restore
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.state.snapshot_format import write_state_file
 
@@ -131,3 +131,18 @@ def test_a_restore_refuses_one_operator_with_a_parallelism_above_the_max_naming_
         plan_restore(graph, metadata, directory)
     assert isinstance(err.value, IncompatibleCheckpointError)  # a clean job failure
     assert "at most 13" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", [None, "changelog"])
+def test_a_handle_that_is_not_a_canonical_state_file_is_refused_with_what_to_do(tmp_path, kind):
+    directory, metadata = _checkpoint(tmp_path, [[], []])
+    foreign = {"file": "sink-1.bin", **({"type": kind} if kind else {})}
+    document = metadata.to_json()
+    document["operators"]["sink"]["subtasks"]["1"] = foreign
+    metadata = metadata_of(**{k: v for k, v in document.items() if k not in ("format", "version")})
+    with pytest.raises(IncompatibleCheckpointError) as e:
+        plan_restore(_graph(tmp_path, 2), metadata, directory)
+    message = str(e.value)
+    assert "'sink' subtask 1 (sink-1.bin)" in message
+    assert (f"type {kind!r}" if kind else "without an index") in message
+    assert "take a savepoint" in message

@@ -4,6 +4,7 @@ hard-linked checkpoints, state larger than its memory, instance directories, con
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 
@@ -165,10 +166,29 @@ def test_a_snapshot_deletes_its_checkpoint_directory_when_written_or_dropped(bac
     assert not os.path.exists(path)
 
 
+def sst_bytes(path: str) -> int:
+    """Bytes of the SST files under `path`, counted again when a background compaction deleted
+    one of them between the listing and its size."""
+
+    def count() -> int:
+        return sum(
+            os.path.getsize(os.path.join(root, f))
+            for root, _, files in os.walk(path)
+            for f in files
+            if f.endswith(".sst")
+        )
+
+    for _ in range(9):
+        with contextlib.suppress(FileNotFoundError):
+            return count()
+    return count()
+
+
 def test_state_larger_than_the_block_cache_and_write_buffers_works(tmp_path):
-    n = 1_000_000
+    n = 250_000  # 4 to 7 MiB of SST files
+    kib = 1024
     tiny = RocksDBOptions(
-        local_dir=str(tmp_path), block_cache_size=1 * MIB, write_buffer_size=1 * MIB
+        local_dir=str(tmp_path), block_cache_size=256 * kib, write_buffer_size=256 * kib
     )
     backend = RocksDBKeyedStateBackend(M, range(M), tiny)
     try:
@@ -179,13 +199,8 @@ def test_state_larger_than_the_block_cache_and_write_buffers_works(tmp_path):
         for key in range(0, n, 997):
             backend.current_key = key
             assert state.value() == key * 2
-        on_disk = sum(
-            os.path.getsize(os.path.join(root, f))
-            for root, _, files in os.walk(backend.instance.path)
-            for f in files
-            if f.endswith(".sst")
-        )
-        assert on_disk > 4 * MIB  # the state is on disk, not in the 2 MiB of memory given
+        on_disk = sst_bytes(backend.instance.path)
+        assert on_disk > 4 * (256 + 256) * kib  # on disk: 4x the block cache and a memtable
         out, index = write_snapshot(backend.snapshot())
         count = total = 0
         for _, data in read_key_groups(out, index, range(M)):
@@ -351,4 +366,44 @@ def test_a_backend_dropped_without_dispose_still_deletes_its_directory(options):
     path = backend.instance.path
     del backend, state  # e.g. its task failed in initialize_state, before it could close
     gc.collect()
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("how", ["dispose", "dropped"])
+def test_the_database_is_shut_down_before_its_directory_is_deleted(options, monkeypatch, how):
+    """Every column family the states hold keeps RocksDB open (rocksdict): closing the instance
+    closes them all, so RocksDB is shut down, not later by the garbage collector, when its
+    shutdown flush fails in the deleted directory (and RocksDB then waits a second, GIL held)."""
+    import gc
+    import shutil
+
+    from tidegate.state import rocksdb_instance
+
+    backend = RocksDBKeyedStateBackend(M, range(M), options, job_id="j")
+    for name in ("v", "w"):
+        state = backend.get_state(ValueStateDescriptor(name))
+        backend.current_key = "k"
+        state.update(1)
+    backend.buffer.flush()  # in the memtables: a RocksDB still open would flush them at shutdown
+    path = backend.instance.path
+    reopened: list[bool] = []  # per deletion: the database reopened, with the state's value
+    rmtree = shutil.rmtree
+
+    def reopen_then_rmtree(target: str, *args, **kwargs) -> None:
+        if target == path:  # only possible once this process no longer holds the database
+            db_path = os.path.join(path, "db")
+            opts = rocksdb_instance.db_options(options)
+            names = rocksdict.Rdict.list_cf(db_path, opts)
+            db = rocksdict.Rdict(db_path, opts, column_families={n: opts for n in names})
+            reopened.append(db.get_column_family("state:v")[codec.key_prefix("k", M)] is not None)
+            db.close()
+        rmtree(target, *args, **kwargs)
+
+    monkeypatch.setattr(rocksdb_instance.shutil, "rmtree", reopen_then_rmtree)
+    if how == "dispose":
+        backend.dispose()
+    else:
+        del backend, state  # e.g. its task failed in initialize_state, before it could close
+        gc.collect()
+    assert reopened == [True]
     assert not os.path.exists(path)

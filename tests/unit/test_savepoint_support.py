@@ -1,19 +1,16 @@
 """The pieces of savepoints: directory naming and deletion, which snapshot a failover restores,
-the registry of user requests and their messages, state matching by uid on restore, the
-restore settings, and the JobMaster's answers when it cannot take a snapshot."""
+state matching by uid on restore, the restore settings, and the JobMaster's answers when it
+cannot take a snapshot (the requests themselves: test_snapshot_requests.py)."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from concurrent.futures import Future
 from dataclasses import replace
 
 import pytest
 
 from tests.support.snapshots import metadata_of
 from tidegate.checkpoint.errors import (
-    CheckpointTriggerError,
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
@@ -28,7 +25,7 @@ from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 from tidegate.deploy.job_spec import RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
 from tidegate.deploy.restore import IncompatibleCheckpointError, plan_restore, warn_generated_uids
-from tidegate.deploy.snapshot_requests import PendingRequests, SnapshotKind, SnapshotRequest
+from tidegate.deploy.snapshot_requests import SnapshotRequest
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.state.snapshot_format import write_state_file
 
@@ -105,90 +102,6 @@ def test_a_failover_restores_the_newest_of_the_latest_checkpoint_and_savepoint()
     assert newest_snapshot(None, savepoint) is savepoint
     assert newest_snapshot(checkpoint, None) is checkpoint
     assert newest_snapshot(None, None) is None
-
-
-# ---------------------------------------------------------------------- requests
-
-
-def test_a_savepoint_request_resolves_to_its_directory_and_a_checkpoint_to_itself():
-    requests = PendingRequests()
-    savepoint = SnapshotRequest(SnapshotKind.SAVEPOINT)
-    checkpoint = SnapshotRequest(SnapshotKind.CHECKPOINT)
-    requests.register(5, savepoint)
-    requests.register(6, checkpoint)
-    requests.complete(_completed(5, savepoint=True))
-    requests.complete(_completed(6))
-    assert savepoint.future.result() == "/snapshots/5"
-    assert checkpoint.future.result() == _completed(6)
-
-
-def test_an_abort_that_comes_before_the_request_is_registered_still_fails_it():
-    requests = PendingRequests()
-    requests.abort(7, "expired: not acknowledged within 10 ms by 1[0]")
-    request = SnapshotRequest(SnapshotKind.SAVEPOINT)
-    requests.register(7, request)
-    with pytest.raises(CheckpointTriggerError, match=r"savepoint 7 failed \(expired: .*"):
-        request.future.result()
-
-
-def test_a_stop_request_stays_open_when_its_savepoint_completes():
-    requests = PendingRequests()
-    stop = SnapshotRequest(SnapshotKind.STOP)
-    requests.register(3, stop)
-    assert requests.complete(_completed(3, savepoint=True)) is stop
-    assert not stop.future.done()  # it succeeds once the job has finished
-
-
-@pytest.mark.parametrize(
-    ("kind", "drain", "says"),
-    [
-        (
-            SnapshotKind.CHECKPOINT,
-            False,
-            "checkpoint 4 failed (declined: disk full). The job keeps",
-        ),
-        (SnapshotKind.SAVEPOINT, False, "its files were removed"),
-        (SnapshotKind.STOP, False, "its sources resume and it keeps running"),
-        (SnapshotKind.STOP, True, "restarts from its latest checkpoint or savepoint"),
-    ],
-)
-def test_an_aborted_request_says_why_and_what_happens_to_the_job(kind, drain, says):
-    request = SnapshotRequest(kind, drain=drain)
-    request.fail_aborted(4, "declined: disk full")
-    with pytest.raises(CheckpointTriggerError) as err:
-        request.future.result()
-    assert says in str(err.value)
-
-
-def test_the_first_outcome_of_a_request_wins_and_leftovers_fail_on_teardown():
-    requests = PendingRequests()
-    done, left = SnapshotRequest(SnapshotKind.CHECKPOINT), SnapshotRequest(SnapshotKind.SAVEPOINT)
-    requests.register(1, done)
-    requests.register(2, left)
-    requests.complete(_completed(1))
-    done.fail(RuntimeError("too late"))
-    requests.fail_all(JobNotRunningError("the job attempt ended"))
-    assert done.future.result() == _completed(1)
-    with pytest.raises(JobNotRunningError):
-        left.future.result()
-
-
-def test_requests_settle_safely_from_several_threads():
-    requests = PendingRequests()
-    futures: list[Future] = []
-    for cid in range(200):
-        request = SnapshotRequest(SnapshotKind.CHECKPOINT)
-        futures.append(request.future)
-        requests.register(cid, request)
-    threads = [
-        threading.Thread(target=lambda: [requests.abort(c, "expired") for c in range(200)]),
-        threading.Thread(target=lambda: [requests.complete(_completed(c)) for c in range(200)]),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(f.done() for f in futures)
 
 
 # ---------------------------------------------------------------------- restore: uids

@@ -79,7 +79,13 @@ def keyed_operator(backend_type, tmp_path):
     created: list[ProcessOperator] = []
 
     def make(
-        function=None, *, subtask: int = 0, parallelism: int = 1, restored=None, clock=None
+        function=None,
+        *,
+        subtask: int = 0,
+        parallelism: int = 1,
+        restored=None,
+        clock=None,
+        batch: bool = False,
     ) -> tuple[ProcessOperator, Collect]:
         if backend_type == "hashmap":
             state_backend = HashMapStateBackend()
@@ -89,7 +95,9 @@ def keyed_operator(backend_type, tmp_path):
         op = ProcessOperator(
             function, function.process_element, lambda r: r[0], uid=f"timers{len(created)}"
         )
-        runtime = OperatorRuntime(subtask, parallelism, M, 0, state_backend=state_backend)
+        runtime = OperatorRuntime(
+            subtask, parallelism, M, 0, state_backend=state_backend, batch=batch
+        )
         op.initialize_state(runtime, None)
         created.append(op)
         if restored is not None:
@@ -278,6 +286,21 @@ def test_at_the_end_of_input_event_time_timers_fire_and_processing_time_timers_d
     op.timers.fire_processing_timers()
     assert len(out.records) == 2
     assert ChainTimers([op]).fire_due() is None
+
+
+def test_in_batch_mode_processing_time_timers_fire_only_at_the_end_with_the_event_time_ones(
+    keyed_operator,
+):
+    clock = Clock(0)
+    op, out = keyed_operator(clock=clock, batch=True)
+    op.process_batch([("a", REGISTER_P, 50), ("b", REGISTER_E, 3), ("a", REGISTER_P, 10**15)])
+    clock.now = 100  # due, but a batch job's processing-time timers wait for the end
+    op.timers.fire_processing_timers()
+    assert ChainTimers([op]).fire_due() is None
+    op.timers.advance_watermark(5)  # (a batch job has no watermark before the end)
+    assert out.records == [("b", 3, EVENT, 1)]
+    op.timers.advance_watermark(MAX_WATERMARK)
+    assert out.records[1:] == [("a", 50, PROCESSING, 2), ("a", 10**15, PROCESSING, 2)]
 
 
 def test_the_chain_hook_fires_due_timers_and_says_how_long_to_wait_for_the_next(keyed_operator):

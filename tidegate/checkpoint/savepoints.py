@@ -20,6 +20,7 @@ from typing import Any
 from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME
+from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.store import CompletedCheckpoint
 
 SAVEPOINT_DIR_PREFIX = "savepoint-"
@@ -66,3 +67,12 @@ def newest_snapshot(*candidates: CompletedCheckpoint | None) -> CompletedCheckpo
     completed, its sinks committed, so restoring an older checkpoint would commit output twice."""
     present = [c for c in candidates if c is not None]
     return max(present, key=lambda c: c.checkpoint_id) if present else None
+
+
+def savepoint_options(location: str | None, *, final: bool) -> CheckpointOptions:
+    """The options of a savepoint into `location`; `final` for stop-with-savepoint (the tasks
+    end after it). Savepoints are always aligned: no in-flight data, so any topology can
+    restore them."""
+    return CheckpointOptions(
+        checkpoint_type=CheckpointType.SAVEPOINT, is_final=final, target_location=location
+    )

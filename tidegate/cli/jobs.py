@@ -246,42 +246,10 @@ def _format_stats(job: _Job, stats: dict[str, Any]) -> str:
     lines = [
         f"job {job.id} ({job.overview['name']!r}, {job.overview['state']}): "
         f"{c['total']} triggered, {c['completed']} completed, {c['failed']} failed, "
-        f"{c['in_progress']} in progress, {c['restored']} restores"
+        f"{c['in_progress']} in progress, {c['restored']} restores",
+        *_summary_lines(stats["summary"]),
+        *_latest_lines(stats["latest"]),
     ]
-    summary = stats["summary"]
-    for name, key, show in (
-        ("end-to-end duration", "end_to_end_duration", lambda v: f"{v:.0f} ms"),
-        ("state size", "state_size", human_size),
-        ("in-flight data", "persisted_data", human_size),
-    ):
-        s = summary[key]
-        if s["avg"] is not None:
-            lines.append(
-                f"  {name:<20} min {show(s['min'])}, avg {show(s['avg'])}, max {show(s['max'])}"
-            )
-    latest = stats["latest"]
-    for name in ("completed", "savepoint", "failed"):
-        cp = latest[name]
-        if cp is None:
-            lines.append(f"  latest {name:<10} -")
-            continue
-        text = f"#{cp['id']} triggered {local_iso(cp['trigger_timestamp'])}"
-        if name == "failed":
-            text += f": {cp['failure_message']}"
-        else:
-            text += f", {cp['end_to_end_duration']} ms, {human_size(cp['state_size'])}"
-            text += f", {cp['external_path']}"
-        lines.append(f"  latest {name:<10} {text}")
-    restored = latest["restored"]
-    lines.append(
-        f"  latest {'restored':<10} "
-        + (
-            "-"
-            if restored is None
-            else f"#{restored['id']} at {local_iso(restored['restore_timestamp'])} from "
-            f"{restored['external_path']}"
-        )
-    )
     headers = ["ID", "STATUS", "TYPE", "TRIGGERED", "DURATION MS", "STATE", "IN-FLIGHT", "ACKED"]
     rows = [
         [
@@ -297,6 +265,48 @@ def _format_stats(job: _Job, stats: dict[str, Any]) -> str:
         for h in stats["history"]
     ]
     return "\n".join([*lines, "", format_table(headers, rows)]) if rows else "\n".join(lines)
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    """min / avg / max of durations and sizes over the completed checkpoints."""
+    lines = []
+    for name, key, show in (
+        ("end-to-end duration", "end_to_end_duration", lambda v: f"{v:.0f} ms"),
+        ("state size", "state_size", human_size),
+        ("in-flight data", "persisted_data", human_size),
+    ):
+        s = summary[key]
+        if s["avg"] is not None:
+            lines.append(
+                f"  {name:<20} min {show(s['min'])}, avg {show(s['avg'])}, max {show(s['max'])}"
+            )
+    return lines
+
+
+def _latest_lines(latest: dict[str, Any]) -> list[str]:
+    """The latest completed checkpoint, savepoint, failed checkpoint and restore."""
+    lines = []
+    for name in ("completed", "savepoint", "failed"):
+        cp = latest[name]
+        if cp is None:
+            lines.append(f"  latest {name:<10} -")
+            continue
+        text = f"#{cp['id']} triggered {local_iso(cp['trigger_timestamp'])}"
+        if name == "failed":
+            text += f": {cp['failure_message']}"
+        else:
+            text += f", {cp['end_to_end_duration']} ms, {human_size(cp['state_size'])}"
+            text += f", {cp['external_path']}"
+        lines.append(f"  latest {name:<10} {text}")
+    restored = latest["restored"]
+    if restored is None:
+        lines.append(f"  latest {'restored':<10} -")
+    else:
+        lines.append(
+            f"  latest {'restored':<10} #{restored['id']} at "
+            f"{local_iso(restored['restore_timestamp'])} from {restored['external_path']}"
+        )
+    return lines
 
 
 def _format_detail(detail: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""PyFlink-shaped helpers: Types, Configuration, WatermarkStrategy, Duration, restart strategies."""
+"""PyFlink-shaped helpers: Types, Row, Configuration, WatermarkStrategy, Duration, restart
+strategies."""
 
 from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobClient, JobExecutionException, JobExecutionResult
@@ -6,7 +7,8 @@ from tidegate.common.job_status import JobStatus
 from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.common.serialization import Encoder, SimpleStringSchema
 from tidegate.common.time import Duration, Time
-from tidegate.common.typeinfo import Types
+from tidegate.common.typeinfo import TypeInformation, Types
+from tidegate.common.types import Row, RowKind
 from tidegate.common.watermark_strategy import (
     TimestampAssigner,
     Watermark,
@@ -24,9 +26,12 @@ __all__ = [
     "JobExecutionResult",
     "JobStatus",
     "RestartStrategies",
+    "Row",
+    "RowKind",
     "SimpleStringSchema",
     "Time",
     "TimestampAssigner",
+    "TypeInformation",
     "Types",
     "Watermark",
     "WatermarkGenerator",

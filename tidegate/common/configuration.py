@@ -6,6 +6,10 @@ from typing import Any
 
 #: keys tidegate reads; documented in docs/configuration.md
 RUNNER = "execution.runner"  # "spark" (default) | "local"
+RUNTIME_MODE = "execution.runtime-mode"  # STREAMING (default) | BATCH | AUTOMATIC
+PYTHON_FILES = "python.files"  # comma-separated files and directories shipped to the workers
+PYTHON_REQUIREMENTS = "python.requirements"  # FILE or FILE#CACHE_DIR, installed on the workers
+SHIP_SCRIPT_DIR = "tidegate.python.ship-script-dir"  # ship the job script's directory (true)
 SPARK_MASTER = "spark.master"  # default local[N]
 BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1; 0.0.0.0 for a cluster
 #: the driver's address as workers dial it (default: the driver host's name resolved)
@@ -62,7 +66,7 @@ STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
 AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
 DEFAULT_AUTO_WATERMARK_INTERVAL_MS = 200
 
-_DURATION_UNITS = {"ms": 1, "s": 1000, "min": 60_000}
+_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "h": 3_600_000}
 
 
 class Configuration:
@@ -121,16 +125,21 @@ class Configuration:
 
     def get_auto_watermark_interval(self) -> int:
         """Milliseconds between periodic watermarks (default 200)."""
-        value = self._data.get(AUTO_WATERMARK_INTERVAL)
+        return self.get_duration_ms(AUTO_WATERMARK_INTERVAL, DEFAULT_AUTO_WATERMARK_INTERVAL_MS)
+
+    def get_duration_ms(self, key: str, default_value: int) -> int:
+        """A duration in milliseconds: a number of ms ("200") or with a unit ("200 ms", "10 s",
+        "1 min"), as Flink writes durations."""
+        value = self._data.get(key)
         if value is None:
-            return DEFAULT_AUTO_WATERMARK_INTERVAL_MS
+            return default_value
         text = value.strip().lower()
         number = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
         unit = text[len(number) :].strip() or "ms"
         if unit not in _DURATION_UNITS or not number.isdigit():
             raise ValueError(
-                f"configuration {AUTO_WATERMARK_INTERVAL!r} must be milliseconds or a duration "
-                f"such as '200 ms' or '1 s', got {value!r}"
+                f"configuration {key!r} must be milliseconds or a duration such as '200 ms', "
+                f"'10 s' or '1 min', got {value!r}"
             )
         return int(number) * _DURATION_UNITS[unit]
 

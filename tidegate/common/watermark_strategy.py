@@ -114,6 +114,9 @@ class AscendingTimestampsWatermarks(BoundedOutOfOrdernessWatermarks):
 class NoWatermarksGenerator(WatermarkGenerator):
     """Emits no watermarks (event time never advances, except at the end of a bounded input)."""
 
+    def on_events(self, max_timestamp: int) -> None:
+        """Nothing to do for a whole batch (saves the per-record `on_event` calls)."""
+
 
 class WatermarksWithIdleness(WatermarkGenerator):
     """Marks the output idle when no record arrived for `idle_timeout_ms` (Flink's

@@ -15,6 +15,7 @@ from tidegate.datastream.data_stream import (
     DataStreamSink,
     KeyedStream,
 )
+from tidegate.datastream.execution_mode import RuntimeExecutionMode
 from tidegate.datastream.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
@@ -30,6 +31,7 @@ from tidegate.datastream.functions import (
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    Partitioner,
     ProcessFunction,
     ProcessJoinFunction,
     ReduceFunction,
@@ -86,12 +88,14 @@ __all__ = [
     "KeyedStream",
     "MapFunction",
     "OutputTag",
+    "Partitioner",
     "ProcessAllWindowFunction",
     "ProcessFunction",
     "ProcessJoinFunction",
     "ProcessWindowFunction",
     "ReduceFunction",
     "RuntimeContext",
+    "RuntimeExecutionMode",
     "StreamExecutionEnvironment",
     "TimeDomain",
     "TimerService",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.typeinfo import as_type_info
 from tidegate.datastream.core_functions import (
     BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
@@ -97,4 +98,5 @@ class BroadcastConnectedStream:
             inputs=first + second,
             keyed=selector is not None,
             input_indices=(0,) * len(first) + (1,) * len(second),
+            output_type=as_type_info(output_type, "process(output_type=...)"),
         )

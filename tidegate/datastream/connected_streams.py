@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.typeinfo import TypeInformation, as_type_info
 from tidegate.datastream.co_functions import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -85,12 +86,14 @@ class ConnectedStreams:
 
     def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:
         _check(func, CoMapFunction, "map")
-        return self._add("co_map", "Co-Map", func, _Single(func.map1), _Single(func.map2))
+        out = as_type_info(output_type, "map(output_type=...)")
+        return self._add("co_map", "Co-Map", func, _Single(func.map1), _Single(func.map2), out)
 
     def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream:
         _check(func, CoFlatMapFunction, "flat_map")
         calls = _Many(func.flat_map1), _Many(func.flat_map2)
-        return self._add("co_flat_map", "Co-Flat Map", func, *calls)
+        out = as_type_info(output_type, "flat_map(output_type=...)")
+        return self._add("co_flat_map", "Co-Flat Map", func, *calls, out)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         keyed = self._selectors()[0] is not None
@@ -105,16 +108,33 @@ class ConnectedStreams:
                 f"KeyedCoProcessFunction, got {func!r}"
             )
         name = "KeyedCoProcess" if keyed else "Co-Process"
-        return self._add("co_process", name, func, func.process_element1, func.process_element2)
+        out = as_type_info(output_type, "process(output_type=...)")
+        calls = func.process_element1, func.process_element2
+        return self._add("co_process", name, func, *calls, out)
 
-    def _add(self, kind: str, name: str, func: Any, call1: Any, call2: Any) -> DataStream:
+    def _add(
+        self,
+        kind: str,
+        name: str,
+        func: Any,
+        call1: Any,
+        call2: Any,
+        output_type: TypeInformation | None,
+    ) -> DataStream:
         s1, s2 = self._selectors()
         op = partial(CoProcessOperator, func, call1, call2, s1, s2)
-        return _two_input(self.stream1, self.stream2, kind, name, op, keyed=s1 is not None)
+        keyed = s1 is not None
+        return _two_input(self.stream1, self.stream2, kind, name, op, keyed, output_type)
 
 
 def _two_input(
-    first: DataStream, second: DataStream, kind: str, name: str, op: Any, keyed: bool
+    first: DataStream,
+    second: DataStream,
+    kind: str,
+    name: str,
+    op: Any,
+    keyed: bool,
+    output_type: TypeInformation | None,
 ) -> DataStream:
     inputs1, inputs2 = list(first._inputs), list(second._inputs)
     return first._add(
@@ -124,6 +144,7 @@ def _two_input(
         inputs=inputs1 + inputs2,
         keyed=keyed,
         input_indices=(0,) * len(inputs1) + (1,) * len(inputs2),
+        output_type=output_type,
     )
 
 
@@ -209,4 +230,5 @@ class IntervalJoined:
             )
         s1, s2 = self.left._key_selector(), self.right._key_selector()
         op = partial(IntervalJoinOperator, func, s1, s2, lower, upper, *self._late_tags)
-        return _two_input(self.left, self.right, "interval_join", "Interval Join", op, True)
+        out = as_type_info(output_type, "process(output_type=...)")
+        return _two_input(self.left, self.right, "interval_join", "Interval Join", op, True, out)

@@ -82,6 +82,13 @@ class ReduceFunction(Function):
     def reduce(self, value1: Any, value2: Any) -> Any: ...
 
 
+class Partitioner(Function):
+    """For `DataStream.partition_custom`: the downstream subtask of a key."""
+
+    @abc.abstractmethod
+    def partition(self, key: Any, num_partitions: int) -> int: ...
+
+
 class AggregateFunction(Function):
     @abc.abstractmethod
     def create_accumulator(self) -> Any: ...

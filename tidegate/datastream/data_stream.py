@@ -5,9 +5,11 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.typeinfo import TypeInformation, Types, as_type_info
 from tidegate.connectors.base import Sink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
+from tidegate.datastream.aggregations import Aggregation, FieldAggregation
 from tidegate.datastream.broadcast_stream import BroadcastConnectedStream, BroadcastStream
 from tidegate.datastream.connected_streams import ConnectedStreams, IntervalJoin
 from tidegate.datastream.core_functions import (
@@ -18,6 +20,9 @@ from tidegate.datastream.core_functions import (
     MapFunction,
     ProcessFunction,
     ReduceFunction,
+)
+from tidegate.datastream.core_functions import (
+    Partitioner as UserPartitioner,
 )
 from tidegate.graph.stream_graph import Transformation
 from tidegate.runtime.connector_operators import SinkOperator
@@ -31,6 +36,7 @@ from tidegate.runtime.operators import (
 )
 from tidegate.runtime.partitioners import (
     BroadcastPartitioner,
+    CustomPartitioner,
     ForwardPartitioner,
     KeyGroupStreamPartitioner,
     Partitioner,
@@ -98,6 +104,16 @@ class DataStream:
     def get_parallelism(self) -> int:
         return self._transformation.parallelism or self._env.get_parallelism()
 
+    def get_type(self) -> TypeInformation:
+        """The declared type of this stream's records (PICKLED_BYTE_ARRAY if none was
+        declared, as in PyFlink): it decides how `print()` writes them."""
+        return self._declared_type() or Types.PICKLED_BYTE_ARRAY()
+
+    def _declared_type(self) -> TypeInformation | None:
+        """The type the operator this stream reads declared (the first input's after a
+        union), None if it declared none."""
+        return self._inputs[0][0].output_type
+
     def disable_chaining(self) -> DataStream:
         self._transformation.chaining = False
         return self
@@ -120,10 +136,12 @@ class DataStream:
         keyed: bool = False,
         inputs=None,
         input_indices: tuple[int, ...] = (),
+        output_type: TypeInformation | None = None,
     ) -> DataStream:
-        """The output of a new operator reading `inputs` (default: this stream). The modules of
-        the other stream types (connected, broadcast, windowed ...) add their operators through
-        this method of a stream they hold, so that they never import this module."""
+        """The output of a new operator reading `inputs` (default: this stream) that emits
+        records of `output_type` (None: undeclared). The modules of the other stream types
+        (connected, broadcast, windowed ...) add their operators through this method of a
+        stream they hold, so that they never import this module."""
         t = self._env._stream_graph.add(
             kind=kind,
             name=name,
@@ -131,6 +149,7 @@ class DataStream:
             inputs=list(inputs if inputs is not None else self._inputs),
             keyed=keyed,
             input_indices=input_indices,
+            output_type=output_type,
         )
         return DataStream(self._env, [(t, None)])
 
@@ -141,19 +160,22 @@ class DataStream:
         fn, call = _callable(func, MapFunction, "map", "map")
         sel = self._key_selector()
         op = partial(MapOperator, fn, call, sel)
-        return self._add("map", "Map", op, keyed=sel is not None)
+        out = as_type_info(output_type, "map(output_type=...)")
+        return self._add("map", "Map", op, keyed=sel is not None, output_type=out)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
         fn, call = _callable(func, FlatMapFunction, "flat_map", "flat_map")
         sel = self._key_selector()
         op = partial(FlatMapOperator, fn, call, sel)
-        return self._add("flat_map", "FlatMap", op, keyed=sel is not None)
+        out = as_type_info(output_type, "flat_map(output_type=...)")
+        return self._add("flat_map", "FlatMap", op, keyed=sel is not None, output_type=out)
 
     def filter(self, func: Any) -> DataStream:
         fn, call = _callable(func, FilterFunction, "filter", "filter")
         sel = self._key_selector()
         op = partial(FilterOperator, fn, call, sel)
-        return self._add("filter", "Filter", op, keyed=sel is not None)
+        out = self._declared_type()  # the records are the input's
+        return self._add("filter", "Filter", op, keyed=sel is not None, output_type=out)
 
     def process(self, func: ProcessFunction, output_type: Any = None) -> DataStream:
         if not isinstance(func, ProcessFunction | KeyedProcessFunction):
@@ -162,7 +184,8 @@ class DataStream:
             raise TypeError("a KeyedProcessFunction needs a KeyedStream: call key_by(...) first")
         sel = self._key_selector()
         op = partial(ProcessOperator, func, func.process_element, sel)
-        return self._add("process", "Process", op, keyed=sel is not None)
+        out = as_type_info(output_type, "process(output_type=...)")
+        return self._add("process", "Process", op, keyed=sel is not None, output_type=out)
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> DataStream:
         """Give each record an event-time timestamp and generate watermarks from here on
@@ -193,6 +216,7 @@ class DataStream:
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> KeyedStream:
         _fn, select = _callable(key_selector, KeySelector, "get_key", "key_by")
+        as_type_info(key_type, "key_by(key_type=...)")
         return KeyedStream(self._env, self._plain_inputs(), select)
 
     def union(self, *streams: DataStream) -> DataStream:
@@ -240,6 +264,19 @@ class DataStream:
     def forward(self) -> DataStream:
         return self._repartition(ForwardPartitioner())
 
+    def rescale(self) -> DataStream:
+        """Round-robin to the downstream subtasks. Flink sends each upstream subtask's records
+        only to a local subset of them; tidegate's slots all exchange data over the network,
+        so this is `rebalance()`."""
+        return self._repartition(RebalancePartitioner())
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
+        """Each record to the downstream subtask `partitioner.partition(key, n)` picks, `key`
+        being `key_selector`'s (a Partitioner or function; a KeySelector or function)."""
+        _fn, partition = _callable(partitioner, UserPartitioner, "partition", "partition_custom")
+        _fn, select = _callable(key_selector, KeySelector, "get_key", "partition_custom")
+        return self._repartition(CustomPartitioner(partition, select))
+
     # sinks -------------------------------------------------------------------------------------
     def sink_to(self, sink: Sink) -> DataStreamSink:
         if not isinstance(sink, Sink):
@@ -250,10 +287,30 @@ class DataStream:
         t = self._add("sink", f"Sink: {type(sink).__name__}", partial(SinkOperator, sink))
         return DataStreamSink(t)
 
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None
+    ) -> Any:
+        """Run the job and return this stream's records to the driver, exactly once: with a
+        `limit`, a list of at most that many (the job is cancelled when they are there);
+        without, a CloseableIterator over all of them (datastream/collect.py)."""
+        from tidegate.datastream.collect import execute_and_collect
+
+        return execute_and_collect(self, job_execution_name, limit)
+
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
-        t = self._add(
-            "sink", "Sink: Print to Std. Out", partial(SinkOperator, PrintSink(sink_identifier))
-        )
+        """Write every record to the driver's stdout as PyFlink prints it: as Flink's Java
+        `toString` of the stream's declared type (`(hi,0,5,4)` for a Tuple), `+I[hi,0,5,4]`
+        for a Row, `str(record)` if no type was declared."""
+        types = {t.output_type for t, _ in self._inputs}
+        if len(types) > 1:
+            raise ValueError(
+                "print() of a union of streams of different declared types "
+                f"{sorted(map(repr, types))}: Flink unions streams of one type; declare the same "
+                "output_type on each"
+            )
+        declared_by = self._inputs[0][0].name
+        sink = PrintSink(sink_identifier, type_info=self._declared_type(), declared_by=declared_by)
+        t = self._add("sink", "Sink: Print to Std. Out", partial(SinkOperator, sink))
         return DataStreamSink(t)
 
 
@@ -270,7 +327,32 @@ class KeyedStream(DataStream):
     def reduce(self, func: Any) -> DataStream:
         fn, call = _callable(func, ReduceFunction, "reduce", "reduce")
         op = partial(KeyedReduceOperator, fn, call, self._selector)
-        return self._add("reduce", "Keyed Reduce", op, keyed=True)
+        out = self._declared_type()  # the reduced records are the input's
+        return self._add("reduce", "Keyed Reduce", op, keyed=True, output_type=out)
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """Rolling sum of a field per key (datastream/aggregations.py)."""
+        return self._aggregate(Aggregation.SUM, position_to_sum)
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        """Rolling minimum of a field per key; the other fields are the key's first record's."""
+        return self._aggregate(Aggregation.MIN, position_to_min)
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        """Rolling maximum of a field per key; the other fields are the key's first record's."""
+        return self._aggregate(Aggregation.MAX, position_to_max)
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Per key, the record with the smallest field so far (the first one on ties)."""
+        return self._aggregate(Aggregation.MIN_BY, position_to_min_by)
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Per key, the record with the largest field so far (the first one on ties)."""
+        return self._aggregate(Aggregation.MAX_BY, position_to_max_by)
+
+    def _aggregate(self, aggregation: Aggregation, position: int | str) -> DataStream:
+        stream = self.reduce(FieldAggregation(aggregation, position))
+        return stream.name(f"Keyed {aggregation.value.replace('_', ' ').title()}")
 
     def window(self, window_assigner: Any) -> Any:
         """Windows per key (e.g. TumblingEventTimeWindows.of(...)): a WindowedStream."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.typeinfo import as_type_info
 from tidegate.common.watermark_strategy import WatermarkStrategy
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.timestamps import TimestampsAndWatermarksOperator
@@ -39,7 +40,9 @@ def assign_timestamps_and_watermarks(stream: DataStream, strategy: Any) -> DataS
         raise TypeError("assign_timestamps_and_watermarks needs a WatermarkStrategy, got None")
     interval = stream._env.get_config().get_auto_watermark_interval
     op = partial(TimestampsAndWatermarksOperator, checked, interval)
-    return stream._add("timestamps_watermarks", "Timestamps/Watermarks", op)
+    return stream._add(
+        "timestamps_watermarks", "Timestamps/Watermarks", op, output_type=stream._declared_type()
+    )
 
 
 def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataStream:
@@ -59,4 +62,5 @@ def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataS
         f"SideOutput: {tag.tag_id}",
         partial(operator_class, tag.tag_id),
         inputs=[(upstream, None)],
+        output_type=as_type_info(tag.type_info, "OutputTag(type_info=...)"),
     )

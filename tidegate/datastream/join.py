@@ -134,7 +134,7 @@ class _WithWindow:
     def apply(self, function: Any, output_type: Any = None) -> DataStream:
         """A JoinFunction (or callable `(a, b) -> out`) for join; a CoGroupFunction (or
         callable `(first, second) -> iterable`) for co_group."""
-        return self._windowed.apply(_CoGroupWindow(function, self._join))
+        return self._windowed.apply(_CoGroupWindow(function, self._join), output_type)
 
 
 class JoinedStreams(_TwoStreams):

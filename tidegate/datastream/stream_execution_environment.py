@@ -21,13 +21,17 @@ from tidegate.common.configuration import (
     JOB_ID,
     LOCAL_RECOVERY,
     LOCAL_RECOVERY_DIRS,
+    PYTHON_FILES,
+    PYTHON_REQUIREMENTS,
     QUEUE_CAPACITY,
     RESTORE_FALLBACK,
     RUNNER,
+    RUNTIME_MODE,
     SAVEPOINT_DIR,
     SAVEPOINT_IGNORE_UNCLAIMED_STATE,
     SAVEPOINT_PATH,
     SAVEPOINT_RESTORE_MODE,
+    SHIP_SCRIPT_DIR,
     SPARK_MASTER,
     STATE_RECOVERY_PATH,
     STATE_SAVEPOINTS_DIR,
@@ -35,15 +39,20 @@ from tidegate.common.configuration import (
 )
 from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
-from tidegate.connectors.base import Source
+from tidegate.common.type_format import RecordTypeError, converter
+from tidegate.common.typeinfo import TypeInformation, as_type_info
+from tidegate.connectors.base import Boundedness, Source
 from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
+from tidegate.datastream.configured import apply_configuration
 from tidegate.datastream.data_stream import DataStream
 from tidegate.datastream.event_time import check_strategy
+from tidegate.datastream.execution_mode import RuntimeExecutionMode
 from tidegate.datastream.state_backend import STATE_BACKENDS, resolve_state_backend
-from tidegate.deploy.job_spec import JobSpec, RestoreMode
+from tidegate.deploy.job_spec import CheckpointSettings, JobSpec, RestoreMode
 from tidegate.deploy.jobmaster import JobMaster
+from tidegate.deploy.python_deps import PythonDependencies, script_directory
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.connector_operators import SourceOperator
@@ -64,7 +73,11 @@ class StreamExecutionEnvironment:
         self._restart_strategy = None
         self._state_backend: Any = None  # None: state.backend.type decides
         self._stream_graph = StreamGraph()
+        #: add_python_file paths and set_python_requirements' (file, cache dir)
+        self._python_files: list[str] = []
+        self._python_requirements: tuple[str, str | None] | None = None
         self._spark_session = None
+        apply_configuration(self, self._config)
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | None = None):
@@ -72,7 +85,10 @@ class StreamExecutionEnvironment:
 
     # settings ----------------------------------------------------------------------------------
     def configure(self, configuration: Configuration) -> StreamExecutionEnvironment:
+        """Add the entries of `configuration`; the keys of settings that methods also set
+        (parallelism, checkpointing, restart strategy) apply now, overriding earlier calls."""
         self._config.add_all(configuration)
+        apply_configuration(self, Configuration(configuration))
         return self
 
     def get_config(self) -> Configuration:
@@ -149,6 +165,64 @@ class StreamExecutionEnvironment:
         self._spark_session = spark
         return self
 
+    def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
+        """How long a partly filled batch of records may wait before it is sent downstream (ms;
+        0: after every record batch of an operator), the key `execution.buffer-timeout`."""
+        if int(timeout_millis) < 0:
+            raise ValueError(f"the buffer timeout must be >= 0 ms, got {timeout_millis}")
+        self._config.set_integer(BUFFER_TIMEOUT_MS, int(timeout_millis))
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._config.get_integer(BUFFER_TIMEOUT_MS, 10)
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
+        """STREAMING (the default), BATCH or AUTOMATIC (datastream/execution_mode.py); the same
+        as the configuration key `execution.runtime-mode`."""
+        self._config.set_string(RUNTIME_MODE, RuntimeExecutionMode.parse(execution_mode).name)
+        return self
+
+    def add_python_file(self, file_path: str) -> None:
+        """Ship a Python file, package or directory to every worker and put it on their
+        `sys.path` (a directory's content is importable, as on PYTHONPATH). The job script's
+        own directory is shipped without this (`tidegate.python.ship-script-dir`)."""
+        self._python_files.append(os.path.abspath(os.path.expanduser(file_path)))
+
+    def set_python_requirements(
+        self, requirements_file_path: str, requirements_cache_dir: str | None = None
+    ) -> None:
+        """Install the packages of a requirements file on every worker (once per host, with
+        `pip install --target`); with `requirements_cache_dir` (a directory of wheels, e.g.
+        from `pip download -d DIR -r FILE`) only from those wheels, for workers without a
+        package index."""
+        self._python_requirements = (
+            os.path.abspath(os.path.expanduser(requirements_file_path)),
+            None if requirements_cache_dir is None else os.path.abspath(requirements_cache_dir),
+        )
+
+    def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> None:
+        """Not supported yet: raises, saying what to use instead."""
+        raise NotImplementedError(
+            "add_python_archive is not supported yet: ship code with add_python_file and "
+            "packages with set_python_requirements, or put the archive's files on storage "
+            "every worker can read"
+        )
+
+    def _python_dependencies(self) -> PythonDependencies:
+        """What the workers need of the job's Python code (deploy/python_deps.py)."""
+        cfg = self._config
+        paths = [p.strip() for p in (cfg.get_string(PYTHON_FILES) or "").split(",") if p.strip()]
+        paths += self._python_files
+        script_dir = script_directory()
+        if script_dir is not None and cfg.get_boolean(SHIP_SCRIPT_DIR, True):
+            paths.insert(0, script_dir)
+        requirements, cache_dir = self._python_requirements or (None, None)
+        configured = cfg.get_string(PYTHON_REQUIREMENTS)
+        if requirements is None and configured:
+            requirements, _, cache = configured.partition("#")
+            cache_dir = cache or None
+        return PythonDependencies.collect(paths, requirements, cache_dir)
+
     # sources -----------------------------------------------------------------------------------
     def from_source(
         self,
@@ -172,35 +246,42 @@ class StreamExecutionEnvironment:
             name=f"Source: {source_name}",
             make_operator=make_operator,
             is_source=True,
+            bounded=source.boundedness is Boundedness.BOUNDED,
+            output_type=as_type_info(type_info, "from_source(type_info=...)"),
         )
         return DataStream(self, [(t, None)])
 
     def from_collection(self, collection: Any, type_info: Any = None) -> DataStream:
-        ds = self.from_source(CollectionSource(list(collection)), None, "Collection Source")
+        """A bounded stream of the elements of `collection` (parallelism 1) whose records are
+        of `type_info` (None: undeclared, PyFlink's PICKLED_BYTE_ARRAY). As in PyFlink, the
+        elements are converted to that type now: tuples become Rows of a ROW type (with its
+        field names), ints floats of a DOUBLE ...; an element that does not fit is an error."""
+        declared = as_type_info(type_info, "from_collection(type_info=...)")
+        elements = list(collection)
+        if declared is not None:
+            elements = _converted(elements, declared)
+        ds = self.from_source(CollectionSource(elements), None, "Collection Source", declared)
         ds._transformation.parallelism = 1
         ds._transformation.non_parallel = True
         return ds
 
     # execution ---------------------------------------------------------------------------------
     def _job_spec(self, job_name: str | None) -> JobSpec:
+        """The job as the JobMaster runs it: its graph and every setting, the CLI's overrides
+        (`tidegate run -p ...`) taking precedence over the configuration."""
         overrides = self.cli_overrides
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
-        settings = self._checkpoint_config.settings
+        checkpoint = self._checkpoint_settings()
+        if self._is_batch():  # no periodic checkpoints: only the final one, where sinks commit
+            graph = replace(graph, batch=True)
+            checkpoint = replace(checkpoint, interval_ms=None)
         cfg = self._config
-        if settings.storage is None:
-            settings = replace(
-                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
-            )
-        if settings.savepoint_dir is None:
-            configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)
-            if configured:
-                settings = replace(settings, savepoint_dir=configured)
         return JobSpec(
             job_name=name,
             graph=graph,
-            checkpoint=settings,
+            checkpoint=checkpoint,
             restart_strategy=self.get_restart_strategy(),
             runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
@@ -212,21 +293,7 @@ class StreamExecutionEnvironment:
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
-            restore_fallback=bool(overrides.get("restore_fallback"))
-            or cfg.get_boolean(RESTORE_FALLBACK, False),
             job_id=cfg.get_string(JOB_ID),
-            restore_path=overrides.get("restore_path")
-            or cfg.get_string(STATE_RECOVERY_PATH)
-            or cfg.get_string(SAVEPOINT_PATH),
-            allow_non_restored_state=overrides.get("allow_non_restored_state")
-            or cfg.get_boolean(IGNORE_UNCLAIMED_STATE, False)
-            or cfg.get_boolean(SAVEPOINT_IGNORE_UNCLAIMED_STATE, False),
-            restore_mode=RestoreMode.parse(
-                overrides.get("restore_mode")
-                or cfg.get_string(CLAIM_MODE)
-                or cfg.get_string(SAVEPOINT_RESTORE_MODE)
-                or RestoreMode.NO_CLAIM
-            ),
             spark_session=self._spark_session,
             local_recovery_dir=(
                 cfg.get_string(LOCAL_RECOVERY_DIRS) or default_local_root()
@@ -234,10 +301,67 @@ class StreamExecutionEnvironment:
                 else None
             ),
             state_backend=self.get_state_backend(),
+            python=self._python_dependencies(),
+            **self._restore_settings(),
         )
+
+    def _is_batch(self) -> bool:
+        """Whether the job runs in BATCH mode; refuses BATCH with an unbounded source."""
+        mode = RuntimeExecutionMode.parse(self._config.get_string(RUNTIME_MODE) or "STREAMING")
+        unbounded = [
+            t.name for t in self._stream_graph.reachable() if t.is_source and t.bounded is False
+        ]
+        if mode is RuntimeExecutionMode.BATCH and unbounded:
+            raise ValueError(
+                f"the job runs in BATCH mode, but its source(s) {', '.join(unbounded)} are "
+                "unbounded: BATCH mode needs every source to end. Make the source bounded (e.g. "
+                "a FileSource without monitoring, a DataGeneratorSource with a count) or run "
+                "in STREAMING mode (env.set_runtime_mode(RuntimeExecutionMode.STREAMING))"
+            )
+        if mode is RuntimeExecutionMode.AUTOMATIC:
+            return not unbounded
+        return mode is RuntimeExecutionMode.BATCH
+
+    def _checkpoint_settings(self) -> CheckpointSettings:
+        """The checkpoint config's settings with the defaults filled in: a checkpoint directory
+        in the temp dir, the configured savepoint directory."""
+        settings, cfg = self._checkpoint_config.settings, self._config
+        if settings.storage is None:
+            settings = replace(
+                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
+            )
+        if settings.savepoint_dir is None:
+            configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)
+            if configured:
+                settings = replace(settings, savepoint_dir=configured)
+        return settings
+
+    def _restore_settings(self) -> dict[str, Any]:
+        """The JobSpec fields that say what to restore from and how (Flink's and tidegate's
+        keys, the CLI's flags first)."""
+        overrides, cfg = self.cli_overrides, self._config
+        return {
+            "restore_fallback": bool(overrides.get("restore_fallback"))
+            or cfg.get_boolean(RESTORE_FALLBACK, False),
+            "restore_path": overrides.get("restore_path")
+            or cfg.get_string(STATE_RECOVERY_PATH)
+            or cfg.get_string(SAVEPOINT_PATH),
+            "allow_non_restored_state": bool(
+                overrides.get("allow_non_restored_state")
+                or cfg.get_boolean(IGNORE_UNCLAIMED_STATE, False)
+                or cfg.get_boolean(SAVEPOINT_IGNORE_UNCLAIMED_STATE, False)
+            ),
+            "restore_mode": RestoreMode.parse(
+                overrides.get("restore_mode")
+                or cfg.get_string(CLAIM_MODE)
+                or cfg.get_string(SAVEPOINT_RESTORE_MODE)
+                or RestoreMode.NO_CLAIM
+            ),
+        }
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         spec = self._job_spec(job_name)
+        self._stream_graph.clear_sinks()  # a later execute() runs only what is added since
         capture = self.cli_overrides.get("capture_job_spec")
         if capture is not None:  # `tidegate check-restore`: build the job, never start it
             capture(spec)
@@ -257,3 +381,16 @@ class StreamExecutionEnvironment:
 
     def close(self) -> None:
         pass
+
+
+def _converted(elements: list[Any], type_info: TypeInformation) -> list[Any]:
+    convert = converter(type_info)
+    out = []
+    for i, element in enumerate(elements):
+        try:
+            out.append(convert(element))
+        except RecordTypeError as e:
+            raise RecordTypeError(
+                f"from_collection: element {i} does not match type_info {type_info!r}: {e}"
+            ) from None
+    return out

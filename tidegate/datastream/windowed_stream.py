@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tidegate.common.time import to_millis
+from tidegate.common.typeinfo import TypeInformation, as_type_info
 from tidegate.runtime.windows.assigners import (
     CountSlidingWindowAssigner,
     CountTumblingWindowAssigner,
@@ -95,12 +96,18 @@ class _Windowed:
             f"expected a ProcessWindowFunction or WindowFunction, got {type(function).__name__}"
         )
 
-    def _build(self, name: str, function: InternalWindowFunction, aggregation: Any) -> DataStream:
+    def _build(
+        self,
+        name: str,
+        function: InternalWindowFunction,
+        aggregation: Any,
+        output_type: TypeInformation | None,
+    ) -> DataStream:
         spec = self._spec
         spec.function, spec.aggregation = function, aggregation
         stream = self._stream
         op = partial(WindowOperator, spec, stream._selector)
-        result = stream._add("window", name, op, keyed=True)
+        result = stream._add("window", name, op, keyed=True, output_type=output_type)
         if self._all:
             result.set_parallelism(1)
         return result
@@ -108,7 +115,10 @@ class _Windowed:
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None):
         """Reduce each window incrementally; with `window_function`, it gets the one result."""
         aggregation = Aggregation(reduce_function=_reduce_callable(reduce_function))
-        return self._build("Window(Reduce)", self._function(window_function), aggregation)
+        out = as_type_info(output_type, "reduce(output_type=...)")
+        if window_function is None and out is None:
+            out = self._stream._declared_type()  # the reduced records are the input's
+        return self._build("Window(Reduce)", self._function(window_function), aggregation, out)
 
     def aggregate(
         self,
@@ -123,17 +133,21 @@ class _Windowed:
         if missing:
             raise TypeError(f"aggregate expects an AggregateFunction; it lacks {missing}")
         aggregation = Aggregation(aggregate_function=aggregate_function)
-        return self._build("Window(Aggregate)", self._function(window_function), aggregation)
+        as_type_info(accumulator_type, "aggregate(accumulator_type=...)")
+        out = as_type_info(output_type, "aggregate(output_type=...)")
+        return self._build("Window(Aggregate)", self._function(window_function), aggregation, out)
 
     def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
         """A WindowFunction (AllWindowFunction) over all elements of each window."""
-        return self._build("Window(Apply)", self._function(window_function), None)
+        out = as_type_info(output_type, "apply(output_type=...)")
+        return self._build("Window(Apply)", self._function(window_function), None, out)
 
     def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
         """A ProcessWindowFunction (ProcessAllWindowFunction) over all elements."""
         if not callable(getattr(process_window_function, "process", None)):
             raise TypeError("process expects a ProcessWindowFunction")
-        return self._build("Window(Process)", self._function(process_window_function), None)
+        out = as_type_info(output_type, "process(output_type=...)")
+        return self._build("Window(Process)", self._function(process_window_function), None, out)
 
 
 class WindowedStream(_Windowed):

@@ -22,9 +22,7 @@ from tidegate.checkpoint.errors import (
 )
 from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.pending import PendingCheckpoint
-from tidegate.checkpoint.savepoints import (
-    newest_snapshot,
-)
+from tidegate.checkpoint.savepoints import newest_snapshot, savepoint_location
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy.attempt_events import (
@@ -60,16 +58,18 @@ from tidegate.deploy.attempt_events import (
     TriggerFinalCheckpoint,
 )
 from tidegate.deploy.attempt_state import AttemptConfig, AttemptState, FinalStep
-from tidegate.deploy.attempt_state import runner_error_text as _runner_error  # noqa: F401
-from tidegate.deploy.restore import build_metadata, warn_generated_uids
+from tidegate.deploy.restore import warn_generated_uids
 from tidegate.deploy.shared_state import check_references, delete_shared_files, discard_references
+from tidegate.deploy.snapshot_metadata import build_metadata
 from tidegate.deploy.snapshot_requests import (
     AttemptRequests,
     SnapshotKind,
+    SnapshotRequest,
     StopFailed,
 )
 from tidegate.runtime.messages import (
     CancelSlot,
+    DrainSources,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     SlotAddresses,
@@ -93,8 +93,8 @@ class JobFailure(Exception):
 
 class JobAttempt:
     """Executes one deployment's `AttemptState`; also the coordinator's hooks
-    (CoordinatorHooks). `AttemptRequests` reads `coordinator`, `sources`, `finished_sources`
-    and `final_ids` of it."""
+    (CoordinatorHooks); serves the user's snapshot requests (`AttemptRequests`) through
+    `_RequestTarget`."""
 
     def __init__(self, jm: JobMaster, attempt: int, slots: Any, graph: Any) -> None:
         self.jm = jm
@@ -112,19 +112,11 @@ class JobAttempt:
         )
         self.state = AttemptState(config, time.monotonic())
         self.coordinator: CheckpointCoordinator | None = None
-        self.requests = AttemptRequests(self)
+        self.requests = AttemptRequests(_RequestTarget(self))
 
     @property
     def sources(self) -> frozenset[SubtaskId]:
         return self.state.config.sources
-
-    @property
-    def finished_sources(self) -> set[SubtaskId]:
-        return self.state.finished_sources
-
-    @property
-    def final_ids(self) -> _FinalIds:
-        return _FinalIds(self)
 
     def run(self) -> JobStatus | None:
         """Feed the queue's events (a Tick when none came in time) until the attempt ends:
@@ -366,19 +358,47 @@ class JobAttempt:
         self.jm.events.put(FailJob(self.attempt, reason))
 
 
-class _FinalIds:
-    """What `AttemptRequests` (deploy/snapshot_requests.py) sees as `attempt.final_ids`: it
-    marks a stop-with-savepoint's savepoint as the final checkpoint, or drops it when the stop
-    failed; both become events of the state."""
+class _RequestTarget:
+    """The JobAttempt as `AttemptRequests` sees it (deploy/snapshot_requests.RequestTarget);
+    marking a final checkpoint becomes an event of the attempt's state."""
 
     def __init__(self, attempt: JobAttempt) -> None:
         self._attempt = attempt
+        self._jm = attempt.jm
 
-    def add(self, checkpoint_id: int) -> None:
-        self._attempt._feed(FinalCheckpointTriggered(checkpoint_id))
+    def not_running_error(self) -> Exception | None:
+        if self._attempt.coordinator is None or self._jm.status is not JobStatus.RUNNING:
+            return self._jm.not_running_error()
+        return None
 
-    def discard(self, checkpoint_id: int | None) -> None:
-        self._attempt._feed(FinalCheckpointDropped(checkpoint_id))
+    def sources_finished(self) -> bool:
+        return self._attempt.state.finished_sources == self._attempt.sources
+
+    def savepoint_location(self, request: SnapshotRequest) -> str:
+        return savepoint_location(self._jm.savepoint_dir_for(request), self._jm.job_id)
+
+    def create_dir(self, location: str) -> None:
+        self._jm.storage.create_dir(location)
+
+    def trigger(self, options: CheckpointOptions | None) -> int | None:
+        return self._attempt.coordinator.trigger_checkpoint(options, force=True)
+
+    def suspend_periodic(self) -> None:
+        self._attempt.coordinator.suspend_periodic()
+
+    def resume_periodic(self) -> None:
+        self._attempt.coordinator.resume_periodic()
+
+    def drain_sources(self) -> None:
+        for slot in {i for _v, i in self._attempt.sources}:
+            self._jm.server.send(self._attempt.attempt, slot, DrainSources())
+
+    def set_final(self, checkpoint_id: int, final: bool) -> None:
+        event = FinalCheckpointTriggered if final else FinalCheckpointDropped
+        self._attempt._feed(event(checkpoint_id))
+
+    def stop_failed(self, reason: str) -> None:
+        self._jm.events.put(StopFailed(self._attempt.attempt, reason))
 
 
 class _Continue(enum.Enum):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
+from tidegate.deploy.python_deps import PythonDependencies
 from tidegate.runtime.plan import JobGraph
 
 
@@ -118,3 +119,5 @@ class JobSpec:
     spark_session: Any = field(default=None, compare=False)
     #: HashMapStateBackend or EmbeddedRocksDBStateBackend (None: hashmap)
     state_backend: Any = None
+    #: the job's Python files and requirements, shipped to every worker (None: nothing)
+    python: PythonDependencies | None = field(default=None, compare=False)

@@ -40,10 +40,11 @@ from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
 from tidegate.deploy.attempt import JobAttempt, JobFailure
 from tidegate.deploy.attempt_events import Cancel, RunnerEnded
-from tidegate.deploy.control_server import ControlServer
+from tidegate.deploy.control_server import ControlServer, SlotLost
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
-from tidegate.deploy.restore import plan_restore, warn_generated_uids
+from tidegate.deploy.restore import RestorePlan, plan_restore, warn_generated_uids
 from tidegate.deploy.shared_state import delete_shared_files, pin_retained_snapshots
+from tidegate.deploy.slot_output import SlotOutputPrinter
 from tidegate.deploy.snapshot_requests import (
     SnapshotKind,
     SnapshotRequest,
@@ -56,6 +57,7 @@ from tidegate.runtime.messages import (
     SlotMetrics,
 )
 from tidegate.runtime.network import advertised_address
+from tidegate.runtime.plan import JobGraph
 from tidegate.state.shared_registry import SharedStateRegistry
 
 #: a snapshot to restore: its metadata and its directory
@@ -119,6 +121,8 @@ class JobMaster:
         self.status = JobStatus.INITIALIZING
         self.error: JobFailure | None = None
         self.events: queue.Queue = queue.Queue()
+        #: prints the slots' print() and DataStream.print() output, re-emits their log records
+        self.output = SlotOutputPrinter()
         self.secret = secrets.token_bytes(32)
         base = spec.checkpoint.storage
         self.storage = CheckpointStorage(base, self.job_id)
@@ -233,7 +237,7 @@ class JobMaster:
             self.next_checkpoint_id = max(
                 self.next_checkpoint_id, self.storage.highest_checkpoint_id() + 1
             )
-            self.server = ControlServer(self.secret, self.spec.bind_host, self.events.put)
+            self.server = ControlServer(self.secret, self.spec.bind_host, self._on_slot_message)
             while True:
                 outcome = self._run_attempt(restore)
                 if outcome is not None:
@@ -337,30 +341,54 @@ class JobMaster:
 
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
-        graph = self.spec.graph
+        graph, plan, restored_id = self._plan_restore(restore)
+        payload = runners.pack_deployment(
+            self._deployment(graph, plan, restored_id), self.spec.python
+        )
         attempt = self.attempt
-        plan, restored_id = {}, None
-        if restore is not None:
-            metadata, directory = restore
-            owned = any(cp.path == directory for cp in self.store.all())
-            plan, max_p = plan_restore(
-                graph,
-                metadata,
-                directory,
-                self.spec.allow_non_restored_state,
-                reuse_shared_files=owned,
-            )
-            graph = dataclasses.replace(graph, max_parallelism=max_p)
-            restored_id = metadata.checkpoint_id
-            self.stats.checkpoints.report_restored(
-                restored_id,
-                directory,
-                is_savepoint=metadata.is_savepoint,
-                attempt=attempt,
-            )
-        deployment = Deployment(
+        on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
+        if self.spec.runner == "local":
+            slots = runners.start_local(payload, graph.num_slots, on_end)
+        else:
+            from tidegate.deploy.spark_session import get_spark
+
+            spark = self.spec.spark_session or get_spark(self.spec.spark_master, graph.num_slots)
+            slots = runners.start_spark(spark, payload, graph.num_slots, on_end)
+        attempt_state = JobAttempt(self, attempt, slots, graph)
+        try:
+            outcome = attempt_state.run()
+        finally:
+            attempt_state.teardown()
+        if outcome is not JobStatus.FINISHED:
+            self._settle_stop(outcome)
+        return outcome
+
+    def _plan_restore(self, restore: Restore | None) -> tuple[JobGraph, RestorePlan, int | None]:
+        """The graph to deploy (with the snapshot's max parallelism), each subtask's state to
+        restore and the restored checkpoint's id; nothing to restore without a snapshot."""
+        graph = self.spec.graph
+        if restore is None:
+            return graph, {}, None
+        metadata, directory = restore
+        owned = any(cp.path == directory for cp in self.store.all())
+        plan, max_p = plan_restore(
+            graph, metadata, directory, self.spec.allow_non_restored_state, reuse_shared_files=owned
+        )
+        self.stats.checkpoints.report_restored(
+            metadata.checkpoint_id,
+            directory,
+            is_savepoint=metadata.is_savepoint,
+            attempt=self.attempt,
+        )
+        return dataclasses.replace(graph, max_parallelism=max_p), plan, metadata.checkpoint_id
+
+    def _deployment(
+        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None
+    ) -> Deployment:
+        """What every slot of this attempt is sent: the graph, the job's settings, its state."""
+        return Deployment(
             job_id=self.job_id,
-            attempt=attempt,
+            attempt=self.attempt,
             graph=graph,
             secret=self.secret,
             driver_address=advertised_address(self.server.address, self.spec.advertised_host),
@@ -375,25 +403,17 @@ class JobMaster:
             generation=self.storage.generation,
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
+            log_level=logging.getLogger().getEffectiveLevel(),
         )
-        payload = runners.pack_deployment(deployment)
-        on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
-        num_slots = graph.num_slots
-        if self.spec.runner == "local":
-            slots = runners.start_local(payload, num_slots, on_end)
-        else:
-            from tidegate.deploy.spark_session import get_spark
 
-            spark = self.spec.spark_session or get_spark(self.spec.spark_master, num_slots)
-            slots = runners.start_spark(spark, payload, num_slots, on_end)
-        attempt_state = JobAttempt(self, attempt, slots, graph)
-        try:
-            outcome = attempt_state.run()
-        finally:
-            attempt_state.teardown()
-        if outcome is not JobStatus.FINISHED:
-            self._settle_stop(outcome)
-        return outcome
+    def _on_slot_message(self, message: object) -> None:
+        """A message from a slot (on the control server's reader thread of its connection):
+        output is printed at once, in the order the slot wrote it; the rest is an event."""
+        if self.output.handle(message):
+            return
+        if isinstance(message, SlotLost):
+            self.output.slot_ended(message.attempt, message.slot)
+        self.events.put(message)
 
     def _settle_stop(self, outcome: JobStatus | None) -> None:
         """Settle a completed stop-with-savepoint: it succeeded if the job then FINISHED

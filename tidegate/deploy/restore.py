@@ -1,5 +1,5 @@
-"""Checkpoint metadata for a completed checkpoint, and the state assignment for a restore:
-a function from (metadata, job graph) to what each subtask loads (DESIGN §7)."""
+"""The state assignment for a restore: a function from (metadata, job graph) to what each
+subtask loads (DESIGN §7), with the checks that refuse a snapshot this job cannot restore."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from tidegate.checkpoint.assignment import (
 )
 from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileError
 from tidegate.checkpoint.metadata import (
-    ChannelStateMetadata,
     CheckpointMetadata,
-    OperatorMetadata,
 )
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
@@ -26,11 +24,14 @@ from tidegate.runtime.restore import (
     RestoredChannelState,
     RestoredOperatorState,
 )
-from tidegate.state.handles import ChannelStateHandle, StateHandle
+from tidegate.state.handles import StateHandle
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.snapshot_format import read_operator_state
 
 log = logging.getLogger("tidegate.restore")
+
+#: what each subtask (vertex id, subtask index) restores, by operator uid (and CHANNEL_STATE_KEY)
+RestorePlan = dict[tuple[int, int], dict[str, RestoredOperatorState | RestoredChannelState]]
 
 
 class IncompatibleCheckpointError(CheckpointError):
@@ -41,47 +42,6 @@ class MaxParallelismError(IncompatibleCheckpointError, ValueError):
     """The job's max parallelism or parallelism does not fit the snapshot's key groups."""
 
 
-def build_metadata(
-    graph: JobGraph, job_id: str, pending: Any, completed_ms: int, attempt: int, generation: int
-) -> CheckpointMetadata:
-    """The `_metadata` of a fully acknowledged checkpoint. File names are relative to the
-    checkpoint directory, so a checkpoint directory can be moved; every file's handle carries
-    the size and checksum it was written with (verified on restore)."""
-    operators: dict[str, dict[int, StateHandle]] = {}
-    channels: dict[int, dict[int, ChannelStateHandle]] = {}
-    for (vertex_id, subtask), state in sorted(pending.acked_states.items()):
-        for uid, handle in state.items():
-            if uid == CHANNEL_STATE_KEY:  # in-flight records of an unaligned checkpoint
-                channels.setdefault(vertex_id, {})[subtask] = handle
-            else:
-                operators.setdefault(uid, {})[subtask] = handle
-    metadata = CheckpointMetadata(
-        job_id=job_id,
-        job_name=graph.job_name,
-        checkpoint_id=pending.checkpoint_id,
-        timestamp_ms=pending.timestamp_ms,
-        completed_ms=completed_ms,
-        duration_ms=max(completed_ms - pending.timestamp_ms, 0),
-        is_savepoint=pending.is_savepoint,
-        attempt=attempt,
-        generation=generation,
-        max_parallelism=graph.max_parallelism,
-        operators={
-            uid: OperatorMetadata(op.name, vertex.parallelism, handles)
-            for uid, handles in operators.items()
-            for vertex, op in [graph.operator(uid)]
-        },
-        channel_state={
-            # by the vertex's head operator
-            graph.vertices[v].operators[0].uid: ChannelStateMetadata(
-                graph.vertices[v].parallelism, tuple(graph.input_channels(v, 0)), handles
-            )
-            for v, handles in channels.items()
-        },
-    )
-    return metadata.replace(size_bytes=metadata.written_bytes())
-
-
 def plan_restore(
     graph: JobGraph,
     metadata: CheckpointMetadata,
@@ -89,7 +49,7 @@ def plan_restore(
     allow_non_restored_state: bool = False,
     *,
     reuse_shared_files: bool = False,
-) -> tuple[dict[tuple[int, int], dict[str, RestoredOperatorState]], int]:
+) -> tuple[RestorePlan, int]:
     """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
     returns the max parallelism to run with (the snapshot's: key groups are fixed).
 
@@ -102,8 +62,9 @@ def plan_restore(
     files `checkpoint.selection.choose_checkpoint` verified."""
     max_p = _restore_max_parallelism(graph, metadata, directory)
     metadata = _matched_state(graph, metadata, directory, allow_non_restored_state)
+    _check_readable(metadata, directory)
     channel_plan = _plan_channel_state(graph, metadata, directory)
-    plan: dict[tuple[int, int], dict[str, RestoredOperatorState]] = {}
+    plan: RestorePlan = {}
     for uid, entry in metadata.operators.items():
         vertex, _op = graph.operator(uid)
         keyed = [
@@ -128,6 +89,21 @@ def plan_restore(
     for subtask_id, restored in channel_plan.items():
         plan.setdefault(subtask_id, {})[CHANNEL_STATE_KEY] = restored
     return plan, max_p
+
+
+def _check_readable(metadata: CheckpointMetadata, directory: str) -> None:
+    """Refuse a snapshot with a state handle this version cannot read (no state-file index:
+    written by another tidegate version or tool) before any subtask starts."""
+    for uid, entry in metadata.operators.items():
+        for subtask, h in sorted(entry.subtasks.items()):
+            if h.index is None:
+                what = f"a handle of type {h.kind!r}" if h.kind else "a handle without an index"
+                raise IncompatibleCheckpointError(
+                    f"cannot restore {directory}: the state of operator {uid!r} subtask {subtask} "
+                    f"({h.file}) is {what}, not a state file this tidegate version can read. "
+                    "Restore it with the tidegate version that wrote it and take a savepoint "
+                    "there (`tidegate savepoint JOB DIR`), or restore from another snapshot."
+                )
 
 
 def _restore_max_parallelism(graph: JobGraph, metadata: CheckpointMetadata, directory: str) -> int:

@@ -6,6 +6,7 @@ so a runner only has to start them, report when they are gone, and stop them on 
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import subprocess
 import sys
@@ -18,25 +19,30 @@ from typing import Any
 import cloudpickle
 
 from tidegate.deploy import job_pickle
+from tidegate.deploy.python_deps import PythonDependencies, installed
 
 
-def pack_deployment(deployment: Any) -> bytes:
+def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -> bytes:
     """The driver address and attempt travel outside the cloudpickled job, so a worker that
-    cannot load the job (a module missing on the executors) can still say why."""
+    cannot load the job (a module missing on the executors) can still say why; so does the
+    job's Python code (deploy/python_deps.py), which must be importable before the job is
+    unpickled."""
     header = (tuple(deployment.driver_address), deployment.secret, deployment.attempt)
-    return pickle.dumps((header, job_pickle.dumps(deployment)))
+    return pickle.dumps((header, python, job_pickle.dumps(deployment)))
 
 
 def _slot_entry(payload: bytes, slot: int) -> None:
     from tidegate.runtime.slot import report_load_failure, run_slot
 
-    header, body = pickle.loads(payload)
-    try:
-        deployment = cloudpickle.loads(body)
-    except Exception as e:
-        report_load_failure(header, slot, e)
-        raise
-    run_slot(deployment, slot)
+    header, python, body = pickle.loads(payload)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(installed(python))
+            deployment = cloudpickle.loads(body)
+        except Exception as e:
+            report_load_failure(header, slot, e)
+            raise
+        run_slot(deployment, slot)
 
 
 # spark --------------------------------------------------------------------------------------

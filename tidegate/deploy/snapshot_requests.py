@@ -15,14 +15,12 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from tidegate.checkpoint.errors import CheckpointTriggerError, JobNotRunningError
-from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
-from tidegate.checkpoint.savepoints import savepoint_location
+from tidegate.checkpoint.options import CheckpointOptions
+from tidegate.checkpoint.savepoints import savepoint_options
 from tidegate.checkpoint.store import CompletedCheckpoint
-from tidegate.common.job_status import JobStatus
-from tidegate.runtime.messages import DrainSources
 
 #: outcomes kept for checkpoints whose request was not registered yet (bounded)
 _REMEMBERED_OUTCOMES = 16
@@ -134,17 +132,43 @@ class StopFailed:
     reason: str
 
 
-def savepoint_options(location: str | None, *, final: bool) -> CheckpointOptions:
-    """Savepoints are always aligned (no in-flight data, so any topology can restore them)."""
-    return CheckpointOptions(
-        checkpoint_type=CheckpointType.SAVEPOINT, is_final=final, target_location=location
-    )
+class RequestTarget(Protocol):
+    """What `AttemptRequests` needs of the job attempt serving it (deploy/attempt.py adapts the
+    JobAttempt to it); scripted in tests/unit/test_snapshot_requests.py."""
+
+    def not_running_error(self) -> Exception | None:
+        """Why no snapshot can be taken now; None while the job runs with checkpointing."""
+
+    def sources_finished(self) -> bool:
+        """Every source subtask has finished its input."""
+
+    def savepoint_location(self, request: SnapshotRequest) -> str:
+        """A new, unique savepoint directory for `request` (not created yet)."""
+
+    def create_dir(self, location: str) -> None:
+        """Create the directory; raises (any exception) when it cannot be created."""
+
+    def trigger(self, options: CheckpointOptions | None) -> int | None:
+        """Trigger a checkpoint now, forced (None: the configured options); its id, or None when
+        checkpointing has stopped. Raises when it could not be triggered."""
+
+    def suspend_periodic(self) -> None: ...
+
+    def resume_periodic(self) -> None: ...
+
+    def drain_sources(self) -> None:
+        """Tell every source to end its input (stop-with-savepoint --drain)."""
+
+    def set_final(self, checkpoint_id: int, final: bool) -> None:
+        """Mark the checkpoint as the job's final one (after which the tasks end), or unmark."""
+
+    def stop_failed(self, reason: str) -> None:
+        """Queue the JobMaster event of a failed stop-with-savepoint (`StopFailed`)."""
 
 
 class AttemptRequests:
-    """The user requests of one job attempt (`attempt`: the JobAttempt, deploy/attempt.py). Runs on
-    the JobMaster's thread, except `aborted`, which the coordinator may call on its scheduler
-    thread (a timeout).
+    """The user requests of one job attempt. Runs on the JobMaster's thread, except `aborted`,
+    which the coordinator may call on its scheduler thread (a timeout).
 
     A checkpoint or savepoint is triggered forced (no max-concurrent or min-pause wait) and its
     request settled when the coordinator completes or aborts it. A savepoint's directory is
@@ -161,8 +185,8 @@ class AttemptRequests:
        the abort; after a drain they cannot, so the job restarts (`stop_failed` says so).
     """
 
-    def __init__(self, attempt: Any) -> None:
-        self._attempt = attempt
+    def __init__(self, target: RequestTarget) -> None:
+        self._target = target
         self.pending = PendingRequests()
         #: the stop-with-savepoint in progress, its savepoint directory and checkpoint id
         self.stopping: SnapshotRequest | None = None
@@ -174,15 +198,15 @@ class AttemptRequests:
         return self.stopping is not None and self.stopping.drain
 
     def start(self, request: SnapshotRequest) -> None:
-        attempt, jm = self._attempt, self._attempt.jm
-        if attempt.coordinator is None or jm.status is not JobStatus.RUNNING:
-            request.fail(jm.not_running_error())
+        target = self._target
+        if (error := target.not_running_error()) is not None:
+            request.fail(error)
             return
         if self.stopping is not None:
             request.fail(JobNotRunningError("the job is stopping with a savepoint"))
             return
         stop = request.kind is SnapshotKind.STOP
-        if stop and attempt.finished_sources == attempt.sources:
+        if stop and target.sources_finished():
             request.fail(
                 JobNotRunningError("every source has finished: the job is finishing on its own")
             )
@@ -190,9 +214,9 @@ class AttemptRequests:
         options = None  # a checkpoint: the configured options (aligned or unaligned)
         if request.kind is not SnapshotKind.CHECKPOINT:
             # Step 1: the savepoint's own directory
-            location = savepoint_location(jm.savepoint_dir_for(request), jm.job_id)
+            location = target.savepoint_location(request)
             try:
-                jm.storage.create_dir(location)
+                target.create_dir(location)
             except Exception as e:
                 request.fail(
                     CheckpointTriggerError(
@@ -206,10 +230,9 @@ class AttemptRequests:
         if stop:
             # Step 2
             self.stopping, self._stop_location = request, location
-            attempt.coordinator.suspend_periodic()
+            target.suspend_periodic()
             if request.drain:
-                for slot in {i for _v, i in attempt.sources}:
-                    jm.server.send(attempt.attempt, slot, DrainSources())
+                target.drain_sources()
                 return
         self._trigger(request, options)
 
@@ -218,21 +241,21 @@ class AttemptRequests:
         self._trigger(self.stopping, savepoint_options(self._stop_location, final=True))
 
     def _trigger(self, request: SnapshotRequest, options: CheckpointOptions | None) -> None:
-        attempt = self._attempt
         try:
-            cid = attempt.coordinator.trigger_checkpoint(options, force=True)
+            cid = self._target.trigger(options)
         except Exception as e:
             reason = f"it could not be triggered: {type(e).__name__}: {e}"
             if request is self.stopping:
-                attempt.jm.events.put(StopFailed(attempt.attempt, reason))
+                self._target.stop_failed(reason)
             request.fail(CheckpointTriggerError(reason))
             return
         if cid is None:
-            request.fail(attempt.jm.not_running_error())
+            stopped = JobNotRunningError("checkpointing has stopped: the job attempt is ending")
+            request.fail(self._target.not_running_error() or stopped)
             return
         if request is self.stopping:  # Step 3
             self._stop_checkpoint_id = cid
-            attempt.final_ids.add(cid)
+            self._target.set_final(cid, True)
         self.pending.register(cid, request)
 
     def completed(self, cp: CompletedCheckpoint) -> SnapshotRequest | None:
@@ -250,9 +273,10 @@ class AttemptRequests:
         request, self.stopping = self.stopping, None
         if request is None:
             return False
-        self._attempt.final_ids.discard(self._stop_checkpoint_id)
+        if self._stop_checkpoint_id is not None:
+            self._target.set_final(self._stop_checkpoint_id, False)
         self._stop_checkpoint_id = self._stop_location = None
-        self._attempt.coordinator.resume_periodic()
+        self._target.resume_periodic()
         request.fail(CheckpointTriggerError(f"stop-with-savepoint failed: {reason}"))
         return request.drain
 

@@ -31,7 +31,7 @@ def build_job_graph(
     parallelism. Raises InvalidJobGraphError for a graph that cannot run, saying why."""
     if not stream_graph.transformations:
         raise InvalidJobGraphError("the job has no operators: add a source and a sink")
-    ts = _reachable(stream_graph)
+    ts = stream_graph.reachable()
     if not ts:
         raise InvalidJobGraphError(
             "the job has no sink, so it would produce nothing: add print() or sink_to(...)"
@@ -161,18 +161,6 @@ def _vertex(
         input_edges=tuple(wiring.input_edges[vid]),
         is_source=head.is_source,
     )
-
-
-def _reachable(stream_graph: StreamGraph) -> list[Transformation]:
-    """Transformations that lead to a sink (dangling branches are dropped, as in Flink)."""
-    needed: set[int] = set()
-    stack = [t for t in stream_graph.transformations if t.kind == "sink"]
-    while stack:
-        t = stack.pop()
-        if t.id not in needed:
-            needed.add(t.id)
-            stack.extend(u for u, _ in t.inputs)
-    return [t for t in stream_graph.transformations if t.id in needed]
 
 
 def _resolve(

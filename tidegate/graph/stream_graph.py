@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.common.typeinfo import TypeInformation
 from tidegate.runtime.partitioners import Partitioner
 
 
@@ -29,6 +30,11 @@ class Transformation:
     #: a two-input operator's input (0: first, 1: second) of each entry of `inputs`; empty
     #: for a one-input operator (every entry feeds its only input)
     input_indices: tuple[int, ...] = ()
+    #: a source whose input ends (None for other transformations)
+    bounded: bool | None = None
+    #: the declared type of the records this operator emits (None: none was declared, PyFlink's
+    #: PICKLED_BYTE_ARRAY); it decides how print() writes them
+    output_type: TypeInformation | None = None
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid or 'auto'})"
@@ -37,8 +43,27 @@ class Transformation:
 @dataclass
 class StreamGraph:
     transformations: list[Transformation] = field(default_factory=list)
+    _next_id: int = 1
 
     def add(self, **kwargs: Any) -> Transformation:
-        t = Transformation(id=len(self.transformations) + 1, **kwargs)
+        t = Transformation(id=self._next_id, **kwargs)
+        self._next_id += 1
         self.transformations.append(t)
         return t
+
+    def reachable(self) -> list[Transformation]:
+        """The transformations that lead to a sink, in creation order (dangling branches are
+        dropped, as in Flink)."""
+        needed: set[int] = set()
+        stack = [t for t in self.transformations if t.kind == "sink"]
+        while stack:
+            t = stack.pop()
+            if t.id not in needed:
+                needed.add(t.id)
+                stack.extend(u for u, _ in t.inputs)
+        return [t for t in self.transformations if t.id in needed]
+
+    def clear_sinks(self) -> None:
+        """Forget the sinks of an executed job, as Flink clears its transformations: the next
+        `execute()` runs only the sinks added since (and what leads to them)."""
+        self.transformations = [t for t in self.transformations if t.kind != "sink"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,3 +32,5 @@ class Deployment:
     local_recovery_dir: str | None = None
     #: creates keyed state backends on the workers (datastream.state_backend; None: hashmap)
     state_backend: Any = None
+    #: the driver's root log level: slot `logging` records from this level up reach the driver
+    log_level: int = logging.WARNING

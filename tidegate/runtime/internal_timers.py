@@ -64,6 +64,9 @@ class InternalTimerService:
         self.current_watermark = MIN_WATERMARK
         #: end of input reached: processing-time timers no longer fire (Flink's quiesce)
         self.quiesced = False
+        #: BATCH mode: processing-time timers fire only at the end of the input, with the
+        #: event-time ones, when the watermark jumps to MAX_WATERMARK
+        self.batch = False
         self._state: Any = None  # the `__timers__` map state, registered on first use
         self._queues: dict[TimeDomain, list[tuple[int, int, Any]]] = {d: [] for d in TimeDomain}
         self._live: set[tuple[int, int, Any]] = set()
@@ -150,17 +153,20 @@ class InternalTimerService:
         if watermark <= self.current_watermark:
             return 0
         self.current_watermark = watermark
-        return self._fire_until(TimeDomain.EVENT_TIME, watermark)
+        fired = self._fire_until(TimeDomain.EVENT_TIME, watermark)
+        if self.batch and watermark >= MAX_WATERMARK:
+            fired += self._fire_until(TimeDomain.PROCESSING_TIME, MAX_WATERMARK)
+        return fired
 
     def fire_processing_timers(self) -> int:
         """Fire the processing-time timers due now; returns how many fired."""
-        if self.quiesced:
+        if self.quiesced or self.batch:
             return 0
         return self._fire_until(TimeDomain.PROCESSING_TIME, self.clock())
 
     def next_processing_time(self) -> int | None:
         """When the next processing-time timer is due (ms), None if there is none to fire."""
-        if self.quiesced:
+        if self.quiesced or self.batch:
             return None
         queue, live, processing = self._queues[TimeDomain.PROCESSING_TIME], self._live, 1
         while queue and (processing, queue[0][0], queue[0][2]) not in live:

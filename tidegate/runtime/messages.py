@@ -68,6 +68,31 @@ class SlotFailed:
     traceback: str
 
 
+@dataclass(frozen=True)
+class SlotOutput:
+    """Text a slot wrote to sys.stdout or sys.stderr (`print()`, `DataStream.print()`), sent as
+    it is written; the driver assembles each writing thread's lines (runtime/output.py)."""
+
+    attempt: int
+    slot: int
+    stream: str  # "stdout" or "stderr"
+    writer: int  # the writing thread's ident: its fragments form lines on the driver
+    text: str
+
+
+@dataclass(frozen=True)
+class SlotLog:
+    """A `logging` record of a slot process, formatted there, re-emitted by the driver."""
+
+    attempt: int
+    slot: int
+    subtask: str  # the logging thread's name: "<task name> (<subtask + 1>/<parallelism>)"
+    logger: str
+    level: int
+    message: str
+    exc_text: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SubtaskMetrics:
     """A subtask's counters since its slot started."""

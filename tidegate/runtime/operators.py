@@ -14,7 +14,7 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
-from tidegate.runtime.internal_timers import MIN_WATERMARK
+from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 from tidegate.runtime.side_outputs import SideOutputCollector, split_outputs
 from tidegate.runtime.timer_service import OperatorTimers
@@ -41,6 +41,9 @@ class OperatorRuntime:
     #: creates the keyed state backend (datastream.state_backend; None: hashmap)
     state_backend: Any = None
     job_id: str = ""
+    #: BATCH mode (datastream/execution_mode.py): no watermarks before the end of the input,
+    #: rolling aggregations emit only their final results, every timer fires at the end
+    batch: bool = False
 
 
 @dataclass
@@ -335,6 +338,8 @@ class TimerServiceMixin:
     def open(self) -> None:
         #: timers (runtime/timer_service.py) exist on keyed streams only
         self.timers = OperatorTimers(self) if self.keyed_backend is not None else None
+        if self.timers is not None:
+            self.timers.internal.batch = self.ctx.batch
         if self.timers is not None:  # a restored watermark: timers at or below it have fired
             self.timers.internal.current_watermark = self.current_watermark
         super().open()  # splits the side outputs off the regular ones first
@@ -362,9 +367,11 @@ class ProcessOperator(TimerServiceMixin, MapOperator):
 
 
 class KeyedReduceOperator(MapOperator):
-    """Rolling reduce per key (KeyedStream.reduce): emits the new aggregate for every record.
-    The aggregate lives in ReducingState, whose copy-on-write keeps a checkpoint that is still
-    being written isolated from reduce functions that change their first argument in place."""
+    """Rolling reduce per key (KeyedStream.reduce): emits the new aggregate for every record;
+    in BATCH mode only each key's final aggregate, at the end of the input, with the end-of-time
+    timestamp (as Flink's batch reduce). The aggregate lives in ReducingState, whose
+    copy-on-write keeps a checkpoint that is still being written isolated from reduce functions
+    that change their first argument in place."""
 
     _STATE = "__reduce__"
 
@@ -375,10 +382,22 @@ class KeyedReduceOperator(MapOperator):
 
     def process_batch(self, records: list) -> None:
         add, select = self._add, self.key_selector
+        if self.ctx.batch:
+            for r in records:
+                add(select(r), r)
+            return
         out = [add(select(r), r) for r in records]
         if type(records) is not list:  # each aggregate has its input's timestamp
             out = with_timestamps(out, timestamps_of(records))
         self.emit(out)
+
+    def on_watermark(self, watermark: int) -> None:
+        # BATCH: the end of the input (the only watermark) emits the finals, ahead of it
+        if self.ctx.batch and watermark >= MAX_WATERMARK:
+            finals = [value for _key, value in self.keyed_backend.entries(self._STATE)]
+            if finals:
+                self.emit(TimestampedBatch(finals, [MAX_WATERMARK] * len(finals)))
+        super().on_watermark(watermark)
 
 
 class SideOutputOperator(StreamOperator):

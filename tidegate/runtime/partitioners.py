@@ -145,3 +145,47 @@ class KeyGroupStreamPartitioner(Partitioner):
                 ts_buffers[c].append(t)
 
         return route
+
+
+@dataclass(frozen=True)
+class CustomPartitioner(Partitioner):
+    """`partition_custom`: `partition(key, num_channels)` of each record's key picks its
+    channel; an index outside [0, num_channels) fails the job naming the key."""
+
+    partition: Any
+    key_selector: Any
+
+    def _channel_of(self, num_channels: int) -> Callable[[Any], int]:
+        partition, select = self.partition, self.key_selector
+
+        def channel(record: Any) -> int:
+            key = select(record)
+            c = partition(key, num_channels)
+            if type(c) is not int or not 0 <= c < num_channels:
+                raise ValueError(
+                    f"the custom partitioner returned {c!r} for key {key!r}; it must return "
+                    f"an int in [0, {num_channels}) (the number of downstream subtasks)"
+                )
+            return c
+
+        return channel
+
+    def bind(self, num_channels, max_parallelism):
+        channel = self._channel_of(num_channels)
+
+        def route(records, buffers):
+            for r in records:
+                buffers[channel(r)].append(r)
+
+        return route
+
+    def bind_timestamped(self, num_channels, max_parallelism):
+        channel = self._channel_of(num_channels)
+
+        def route(records, timestamps, buffers, ts_buffers):
+            for r, t in zip(records, timestamps, strict=True):
+                c = channel(r)
+                buffers[c].append(r)
+                ts_buffers[c].append(t)
+
+        return route

@@ -57,6 +57,9 @@ class JobGraph:
     #: whether the user set max parallelism (else it is the default for this parallelism, and a
     #: restore takes the snapshot's instead)
     max_parallelism_configured: bool = False
+    #: RuntimeExecutionMode.BATCH (datastream/execution_mode.py): bounded input, results at
+    #: the end of the input, no periodic checkpoints
+    batch: bool = False
 
     @property
     def num_slots(self) -> int:

@@ -10,6 +10,7 @@ vertex. Steps (numbered as in the code):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -33,6 +34,7 @@ from tidegate.runtime.messages import (
     TriggerCheckpoint,
 )
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
+from tidegate.runtime.output import forward_output
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.task import StreamTask
 from tidegate.runtime.task_environment import TaskEnvironment
@@ -56,6 +58,10 @@ def run_slot(deployment: Deployment, slot: int) -> None:
     inbox = _SlotInbox(deployment.graph, subtasks, gates)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network)
+    # from now on (the driver takes nothing before the registration) until the end, print()
+    # and logging go to the driver
+    output = contextlib.ExitStack()
+    output.enter_context(forward_output(control, deployment.attempt, slot, deployment.log_level))
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidegate-async")
     try:
         # Step 2
@@ -90,6 +96,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
         for g in gates.values():
             g.close()
         network.close()
+        output.close()
         control.close()
 
 
@@ -201,8 +208,10 @@ def report_load_failure(header: tuple, slot: int, error: BaseException) -> None:
     if isinstance(error, ModuleNotFoundError | AttributeError | ImportError):
         hint = (
             " — the code that defines your functions must be importable on every worker: "
-            "define them in the job script, install your package on the executors, or ship it "
-            "with spark-submit --py-files"
+            "define them in the job script or a module in its directory (shipped unless "
+            "tidegate.python.ship-script-dir is false), ship other modules with "
+            "env.add_python_file(path) and packages with env.set_python_requirements(file), "
+            "or install them on the executors"
         )
     control = ControlClient(address, secret)
     try:
@@ -249,7 +258,8 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
                 t.gate.close()
 
     threads = [
-        threading.Thread(target=run, args=(t,), name=f"tidegate-task-{t.vertex.name}", daemon=True)
+        # Flink's task name: its log records name the subtask by it (runtime/output.py)
+        threading.Thread(target=run, args=(t,), name=t.name, daemon=True)
         for t in tasks
     ]
     for t in threads:

@@ -89,6 +89,8 @@ class StreamTask:
         self.vertex = vertex
         self.subtask = subtask
         self.subtask_id = (vertex.vertex_id, subtask)
+        #: Flink's name of the subtask, e.g. "Map (2/4)"
+        self.name = f"{vertex.name} ({subtask + 1}/{vertex.parallelism})"
         self.attempt = env.attempt
         self.gate = gate
         self.writers = list(writers.values())
@@ -143,6 +145,7 @@ class StreamTask:
             env.local_state,
             state_backend=env.state_backend,
             job_id=env.job_id,
+            batch=env.batch,
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))

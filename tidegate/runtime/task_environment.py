@@ -35,6 +35,8 @@ class TaskEnvironment:
     local_state: LocalStateStore | None = None
     #: creates keyed state backends (datastream.state_backend; None: hashmap)
     state_backend: Any = None
+    #: the job runs in BATCH mode (runtime/plan.py JobGraph.batch)
+    batch: bool = False
 
     @classmethod
     def of(
@@ -58,4 +60,5 @@ class TaskEnvironment:
             executor=executor,
             local_state=local_state,
             state_backend=deployment.state_backend,
+            batch=deployment.graph.batch,
         )

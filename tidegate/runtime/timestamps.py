@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tidegate.common.watermark_strategy import NoWatermarksGenerator
 from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
@@ -62,6 +63,8 @@ class WatermarkGeneration:
         self.operator = operator
         self.extract = strategy.create_timestamp_assigner()
         self.generator = strategy.create_watermark_generator()
+        if operator.ctx.batch:  # BATCH mode: the only watermark is the one at the end
+            self.generator, interval_ms = NoWatermarksGenerator(), 0
         self._on_events = getattr(self.generator, "on_events", None)
         self._output = _Output()
         #: the status sent downstream last (True: idle)

@@ -211,12 +211,8 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
     def dispose(self) -> None:
         """Close the database and delete its directory (the backend is unusable afterwards)."""
         self._states.clear()
-        column_families, self._column_families = self._column_families, {}
-        try:
-            for cf in column_families.values():
-                cf.close()
-        finally:
-            self._close_instance()
+        self._column_families.clear()
+        self._close_instance()  # closes the column families too
 
     def __repr__(self) -> str:
         return (

@@ -209,6 +209,8 @@ class RocksDBInstance:
         self.buffer = WriteBuffer(self.write, self.handle)
         self._checkpoints = 0
         self._restored_cfs: set[str] = set()
+        #: the column families handed out by `column_family`: close() closes them first
+        self._column_families: list[rocksdict.Rdict] = []
         self.closed = False
 
     def replace_db(self, source: str) -> None:
@@ -231,6 +233,7 @@ class RocksDBInstance:
         else:
             cf = self.db.create_column_family(CF_PREFIX + name, self._opts)
         cf.set_write_options(self._write_opts)
+        self._column_families.append(cf)
         return cf
 
     def handle(self, name: str) -> rocksdict.ColumnFamily:
@@ -256,7 +259,15 @@ class RocksDBInstance:
             return
         self.closed = True
         self.buffer.discard()
+        # rocksdict shuts RocksDB down when its last Rdict goes, and every column family handed
+        # out is one (states hold theirs until they are garbage): all are closed before the
+        # directory is deleted. Else the garbage collector shut RocksDB down later, its flush
+        # of the memtables failed in the deleted directory and it waited a second, GIL held.
+        column_families, self._column_families = self._column_families, []
         try:
+            for cf in column_families:
+                with contextlib.suppress(rocksdict.DbClosedError):
+                    cf.close()
             with contextlib.suppress(rocksdict.DbClosedError):
                 self.db.close()
         finally:

@@ -94,6 +94,7 @@ class WindowOperator(StreamOperator):
     def open(self) -> None:
         backend = self.keyed_backend
         self.timers = WindowTimers(backend, self._on_timer, self._flush, self.clock)
+        self.timers.internal.batch = self.ctx.batch
         self.timers.internal.current_watermark = self.current_watermark  # a restored one
         spec = self.spec
         self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
