@@ -35,6 +35,10 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_cli_run.py": {
         "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",
     },
+    "e2e/test_code_shipping.py": {
+        "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",
+        "test_requirements_install_on_the_workers_from_shipped_wheels",
+    },
     "e2e/test_connected_streams.py": {
         "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
         "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",
