@@ -1,7 +1,10 @@
 """Shared fixtures: one SparkSession (local[8]) for the whole test session (starting a JVM is
 slow); and the markers every test gets from where it is and what it uses (pyproject.toml lists
 them): `unit` (tests/unit), `e2e` (tests/e2e), `spark` (uses the Spark session, directly, as the
-`spark` runner, or in a subprocess it starts). `pytest -m unit` is the quick loop."""
+`spark` runner, or in a subprocess it starts), `slow` (named in SLOW: more than SLOW_S seconds
+on a 2-core machine; a run's summary lists the tests that took more than UNMARKED_S without the
+marker, and SLOW entries that name no test). `pytest -m "not slow"` (about 5 minutes instead
+of 12) and `pytest -m unit` are the quick loops; every test runs by default."""
 
 from __future__ import annotations
 
@@ -10,19 +13,155 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
+#: a test whose call takes longer than this (seconds) belongs in SLOW
+SLOW_S = 3.0
+#: the summary names the tests not in SLOW that took longer than this (a test's time varies by
+#: a second or so from run to run with the load of the machine)
+UNMARKED_S = 5.0
+#: the slow tests, by file (relative to tests/) and function (every parametrization of it),
+#: measured with the full suite on 2 cores (the first test of a module-scoped job fixture
+#: pays for that job)
+SLOW: dict[str, set[str]] = {
+    "e2e/test_api.py": {
+        "test_key_by_on_a_union_keeps_one_state_per_key_across_the_inputs",
+        "test_operator_list_state_and_union_list_state_survive_a_restart",
+    },
+    "e2e/test_broadcast_state.py": {
+        "test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions",
+    },
+    "e2e/test_checkpoint_semantics.py": {
+        "test_concurrent_aligned_checkpoints_overlap_and_keep_exactly_once",
+    },
+    "e2e/test_cli_run.py": {
+        "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",
+    },
+    "e2e/test_code_shipping.py": {
+        "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",
+        "test_requirements_install_on_the_workers_from_shipped_wheels",
+    },
+    "e2e/test_connected_streams.py": {
+        "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
+        "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",
+        "test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_savepoint",
+        "test_the_keyed_co_process_join_on_rocksdb_with_unaligned_checkpoints_survives_kills",
+    },
+    "e2e/test_dashboard.py": {
+        "test_a_screenshot_of_the_dashboard_is_a_real_rendering",
+        "test_the_dashboard_renders_the_graph_records_and_checkpoints_of_a_running_job",
+    },
+    "e2e/test_event_time.py": {
+        "test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_window",
+        "test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_kills",
+        "test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_failures",
+    },
+    "e2e/test_exactly_once.py": {
+        "test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers",
+        "test_at_least_once_mode_loses_nothing_under_failures",
+        "test_exceptions_in_an_operator_at_several_records_lose_and_duplicate_nothing",
+        "test_kill_9_of_slot_processes_loses_and_duplicates_nothing",
+    },
+    "e2e/test_failures_under_backpressure.py": {
+        "test_five_failures_under_backpressure_keep_exactly_once",
+        "test_five_failures_under_backpressure_lose_nothing_at_least_once",
+    },
+    "e2e/test_incremental_checkpoints.py": {
+        "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
+        "test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks",
+        "test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once",
+    },
+    "e2e/test_nexmark.py": {
+        "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
+    },
+    "e2e/test_rescaling.py": {
+        "test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once",
+        "test_a_job_rescaled_from_a_snapshot_keeps_its_state_and_output_exactly_once",
+    },
+    "e2e/test_restore_and_bad_input.py": {
+        "test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_is_kept",
+        "test_a_function_that_always_raises_fails_the_job_with_the_users_error",
+        "test_restoring_a_job_directory_with_a_damaged_latest_checkpoint",
+        "test_with_restore_fallback_a_restart_skips_a_damaged_checkpoint_exactly_once",
+    },
+    "e2e/test_rocksdb_state_backend.py": {
+        "test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_reference",
+    },
+    "e2e/test_savepoints.py": {
+        "test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified",
+        "test_a_failed_drain_restarts_the_job_from_its_latest_checkpoint",
+        "test_a_failed_savepoint_never_fails_the_job",
+        "test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkpoint",
+        "test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed",
+    },
+    "e2e/test_setup.py": {
+        "test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible",
+    },
+    "e2e/test_state_processor.py": {
+        "test_broadcast_state_and_timers_read_back_as_written",
+        "test_from_existing_savepoint_replaces_keeps_and_removes_operators",
+        "test_list_map_and_operator_state_round_trip_through_a_job",
+        "test_round_trip_through_a_bootstrapped_savepoint_at_another_parallelism_is_lossless",
+        "test_state_is_queried_with_spark_sql",
+        "test_value_state_reads_as_the_reference_counts_with_key_groups_where_the_formula_puts_them",
+    },
+    "e2e/test_state_processor_incremental.py": {
+        "test_an_incremental_checkpoint_rewrites_into_a_self_contained_canonical_savepoint",
+        "test_every_keyed_state_and_the_timers_of_an_incremental_checkpoint_read_as_its_savepoint",
+    },
+    "e2e/test_state_ttl.py": {
+        "test_expired_state_is_never_returned_and_ttl_state_survives_a_restore",
+    },
+    "e2e/test_task_local_recovery.py": {
+        "test_a_restore_prefers_intact_local_copies_and_stays_exactly_once",
+    },
+    "e2e/test_timers.py": {
+        "test_event_time_timers_fire_at_the_end_of_input_exactly_once_across_failures",
+        "test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills",
+        "test_rescaling_2_to_3_to_2_moves_pending_timers_with_their_key_groups",
+    },
+    "e2e/test_windows.py": {
+        "test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kills",
+        "test_late_elements_go_to_the_side_output_exactly_once_across_a_failure",
+        "test_processing_time_windows_count_every_value_once_across_an_exception_and_a_kill",
+        "test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys",
+    },
+    "unit/test_rocksdb_backend.py": {
+        "test_state_larger_than_the_block_cache_and_write_buffers_works",
+    },
+    "unit/test_window_functions.py": {
+        "test_a_continuous_event_time_trigger_fires_every_interval_and_at_the_window_end",
+    },
+    "unit/test_window_operator.py": {
+        "test_late_elements_within_the_allowed_lateness_fire_the_window_again",
+        "test_session_windows_merge_elements_closer_than_the_gap",
+        "test_sliding_windows_each_get_every_element_in_their_range",
+    },
+}
 
 
 def pytest_collection_modifyitems(config, items):
+    modules: dict[str, object] = {}
     for item in items:
-        kind = item.path.relative_to(TESTS).parts[0]
+        path = item.path.relative_to(TESTS)
+        kind = path.parts[0]
         if kind in ("unit", "e2e"):
             item.add_marker(kind)
+        name = getattr(item, "originalname", item.name)
+        modules.setdefault(path.as_posix(), getattr(item, "module", None))
+        if name in SLOW.get(path.as_posix(), ()):
+            item.add_marker("slow")
         callspec = getattr(item, "callspec", None)
         runs_on_spark = "spark" in item.fixturenames or (
             callspec is not None and callspec.params.get("runner") == "spark"
         )
         if runs_on_spark:
             item.add_marker("spark")
+    _stale_slow.extend(
+        f"{path}::{name}"
+        for path, module in modules.items()
+        if module is not None
+        for name in sorted(SLOW.get(path, ()))
+        if not hasattr(module, name)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +195,23 @@ def tidegate_home(tmp_path_factory):
         os.environ.pop("TIDEGATE_HOME", None)
     else:
         os.environ["TIDEGATE_HOME"] = saved
+
+
+_unmarked_slow: list[tuple[str, float]] = []
+_stale_slow: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > UNMARKED_S and "slow" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _unmarked_slow:
+        terminalreporter.section(f"tests over {UNMARKED_S:g} s not in conftest.SLOW")
+        for nodeid, duration in sorted(_unmarked_slow, key=lambda t: -t[1]):
+            terminalreporter.write_line(f"{duration:6.1f}s {nodeid}")
+    if _stale_slow:
+        terminalreporter.section("conftest.SLOW names tests that do not exist (renamed?)")
+        for nodeid in _stale_slow:
+            terminalreporter.write_line(nodeid)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from tests.e2e.jobs import NUM_KEYS, FailAtValues
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tests.e2e.jobs import FailAtValues
+from tests.support.environments import file_sink, job_environment
+from tests.support.references import NUM_KEYS
 from tidegate.datastream import KeyedBroadcastProcessFunction, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -108,14 +108,10 @@ def rules_job(
 ) -> StreamExecutionEnvironment:
     """events -> [fail] -> key_by ─┐
     rules (parallelism 1) -> broadcast(RULES) ─┴> ApplyRules (uid `rules`) -> FileSink"""
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.add_all(config or {})
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env = job_environment(
+        runner, checkpoints, parallelism=parallelism, interval_ms=interval_ms, config=config
+    )
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1_000)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
     events = env.from_source(
         DataGeneratorSource(lambda i: i, count=n, records_per_second=rate), None, "events"
     ).uid("events")
@@ -140,12 +136,7 @@ def rules_job(
         .process(ApplyRules())
         .uid("rules")
     )
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    applied.sink_to(sink).uid("sink")
+    applied.sink_to(file_sink(out)).uid("sink")
     return env
 
 

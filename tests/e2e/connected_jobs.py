@@ -23,13 +23,13 @@ import collections
 from pathlib import Path
 
 from tests.e2e.event_time_jobs import BOUND_MS, KEYS, ThirdField, record
-from tests.e2e.jobs import committed_lines
 from tests.e2e.timer_jobs import FailurePlan
-from tidegate.common import Configuration, Duration, Encoder, RestartStrategies, WatermarkStrategy
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
+from tidegate.common import Duration, WatermarkStrategy
 from tidegate.common.time import Time
 from tidegate.datastream import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.functions import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -142,25 +142,14 @@ class Split(CoFlatMapFunction):
         yield f"d,{value}"
 
 
-def file_sink(out: Path) -> FileSink:
-    return (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-
-
 def _env(checkpoints: Path, restore_path: str | None, interval_ms: int = 200):
-    conf = Configuration().set_string("execution.runner", "spark")
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_config().set_auto_watermark_interval(100)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
-    return env
+    return job_environment(
+        "spark",
+        checkpoints,
+        interval_ms=interval_ms,
+        restore_path=restore_path,
+        watermark_interval_ms=100,
+    )
 
 
 def _event_source(env, generator, n: int, rate: float, name: str):
@@ -267,5 +256,5 @@ def co_map_reference(n: int) -> tuple[list[str], list[str]]:
 
 
 def lines(out: Path | list[Path]) -> list[str]:
-    outs = out if isinstance(out, list) else [out]
-    return sorted(line for o in outs for line in committed_lines(o))
+    """The committed lines of one output directory or several, sorted."""
+    return sorted(committed_lines(*(out if isinstance(out, list) else [out])))

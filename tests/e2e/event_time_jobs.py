@@ -18,9 +18,10 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from tests.e2e.jobs import committed_lines
 from tests.e2e.timer_jobs import FailurePlan
-from tidegate.common import Configuration, Duration, Encoder, RestartStrategies, WatermarkStrategy
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
+from tidegate.common import Duration, WatermarkStrategy
 from tidegate.common.watermark_strategy import TimestampAssigner
 from tidegate.datastream import (
     KeyedProcessFunction,
@@ -29,7 +30,6 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import MapStateDescriptor
 
 KEYS = 7
@@ -104,14 +104,6 @@ class StampSide(ProcessFunction):
         yield f"{i},{ts},{ctx.timestamp()}"
 
 
-def _file_sink(out: Path) -> FileSink:
-    return (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-
-
 def window_job(
     out: Path,
     side_out: Path,
@@ -126,25 +118,23 @@ def window_job(
 ) -> StreamExecutionEnvironment:
     """datagen (2 subtasks, bounded out-of-orderness) -> key_by -> WindowSums (2) -> FileSink;
     its side output -> rebalance -> StampSide -> a second FileSink."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_config().set_auto_watermark_interval(100)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env = job_environment(
+        "spark",
+        checkpoints,
+        interval_ms=interval_ms,
+        restore_path=restore_path,
+        watermark_interval_ms=100,
+    )
     env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(
         Duration.of_millis(BOUND_MS)
     ).with_timestamp_assigner(ThirdField())
     source = DataGeneratorSource(Generate(n), count=n, records_per_second=rate)
     ds = env.from_source(source, strategy, "records").uid("records")
     sums = ds.key_by(lambda r: r[0]).process(WindowSums(plan or FailurePlan())).uid("windows")
-    sums.sink_to(_file_sink(out)).uid("sink")
+    sums.sink_to(file_sink(out)).uid("sink")
     side = sums.get_side_output(SIDE).rebalance().process(StampSide()).uid("stamp")
-    side.sink_to(_file_sink(side_out)).uid("side-sink")
+    side.sink_to(file_sink(side_out)).uid("side-sink")
     return env
 
 
@@ -161,7 +151,7 @@ def reference(n: int) -> dict[tuple[int, int], tuple[int, int]]:
 
 def fired(out: Path | list[Path]) -> list[tuple[int, int, int, int, int, bool]]:
     """(key, end, sum, count, watermark, ordered) per committed line; LATE lines fail."""
-    lines = [line for o in (out if isinstance(out, list) else [out]) for line in committed_lines(o)]
+    lines = committed_lines(*(out if isinstance(out, list) else [out]))
     late = [line for line in lines if line.startswith("LATE")]
     assert not late, f"records within the bound were late: {late[:5]}"
     result = []
@@ -208,12 +198,7 @@ def idle_partition_job(out: Path, checkpoints: Path, rate: float) -> StreamExecu
     """An endless source A (bounded out-of-orderness) unioned with a source B that emits one
     record, then nothing, and marks itself idle after 300 ms (`with_idleness`); both feed
     WindowSums. Without idleness B's watermark would hold every timer back forever."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_config().set_auto_watermark_interval(100)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env = job_environment("spark", checkpoints, restarts=None, watermark_interval_ms=100)
     busy = WatermarkStrategy.for_bounded_out_of_orderness(
         Duration.of_millis(BOUND_MS)
     ).with_timestamp_assigner(ThirdField())
@@ -227,5 +212,5 @@ def idle_partition_job(out: Path, checkpoints: Path, rate: float) -> StreamExecu
     a = a.uid("busy").set_parallelism(1)
     b = b.uid("quiet").set_parallelism(1)
     sums = a.union(b).key_by(lambda r: r[0]).process(WindowSums(FailurePlan())).uid("windows")
-    sums.sink_to(_file_sink(out)).uid("sink")
+    sums.sink_to(file_sink(out)).uid("sink")
     return env

@@ -1,9 +1,9 @@
-"""Jobs and checks shared by the end-to-end tests: a keyed running count with injected
-failures, and an exact comparison of its committed output with a reference computation."""
+"""The keyed running count most end-to-end tests run, with the failures they inject into it
+(exceptions at planned records or places, kill -9 of slots, damaged state files); its output
+is compared with tests.support.references.check_exactly_once."""
 
 from __future__ import annotations
 
-import collections
 import glob
 import os
 import signal
@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from tidegate.common import Configuration, Encoder, RestartStrategies
-from tidegate.connectors.number_seq import split_range
+from tests.support.environments import file_sink, job_environment
+from tests.support.references import NUM_KEYS
 from tidegate.datastream import (
     CheckpointedFunction,
     CheckpointingMode,
@@ -22,10 +22,7 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import ValueStateDescriptor
-
-NUM_KEYS = 13
 
 
 class InjectedFailure(Exception):
@@ -178,16 +175,20 @@ def count_job(
     count: RunningCount | None = None,
     configuration: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.add_all(configuration or {})
-    conf.set_integer("web.checkpoints.history", 10_000)  # tests inspect every checkpoint
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(interval_ms, mode)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
+    """numbers 0..n-1 (`rate`/s; None: unlimited) -> [failures] -> key_by(v % NUM_KEYS) ->
+    running count (uid `count`) -> [slow map] -> FileSink; its committed output is compared
+    with references.check_exactly_once."""
+    config = {**(configuration or {}), "web.checkpoints.history": "10000"}  # every checkpoint
+    env = job_environment(
+        runner,
+        checkpoints,
+        parallelism=parallelism,
+        interval_ms=interval_ms,
+        mode=mode,
+        restarts=restarts,
+        restore_path=restore_path,
+        config=config,
+    )
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     if fail_at:
@@ -197,49 +198,8 @@ def count_job(
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(count or RunningCount()).uid("count")
     if slow_sink_s:
         ds = ds.map(SlowMap(slow_sink_s, slow_records)).uid("slow")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
-
-
-def committed_lines(out: Path) -> list[str]:
-    """Lines of committed (visible) part files; in-progress files are hidden (dot-prefixed)."""
-    lines = []
-    for path in glob.glob(f"{out}/**/*", recursive=True):
-        if os.path.isfile(path) and not os.path.basename(path).startswith("."):
-            with open(path) as f:
-                lines.extend(line.rstrip("\n") for line in f)
-    return lines
-
-
-def check_exactly_once(lines: list[str], n: int, parallelism: int) -> None:
-    """Committed output == the reference, record for record.
-
-    Reference: every value 0..n-1 appears exactly once with its key; for each key the counts
-    are exactly 1..n_k (each state update happened once); and the records a source subtask
-    emitted for one key were counted in the order it emitted them (channels are FIFO).
-    """
-    by_key: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-    for line in lines:
-        key, value, count = map(int, line.split(","))
-        assert key == value % NUM_KEYS, line
-        by_key[key].append((value, count))
-    values = sorted(v for pairs in by_key.values() for v, _ in pairs)
-    duplicated = len(values) - len(set(values))
-    lost = n - len(set(values))
-    assert (lost, duplicated) == (0, 0), f"{lost} lost, {duplicated} duplicated"
-    assert values == list(range(n))
-    splits = split_range(0, n - 1, parallelism)  # the source's splits (datagen plans these)
-    for key, pairs in by_key.items():
-        counts = sorted(c for _, c in pairs)
-        assert counts == list(range(1, len(pairs) + 1)), f"key {key}: counts {counts[:20]}..."
-        for low, high in splits:
-            own = sorted((v, c) for v, c in pairs if low <= v <= high)
-            assert [c for _, c in own] == sorted(c for _, c in own), f"key {key} out of order"
 
 
 def kill_slots(client, kills: int, after_checkpoints: int = 1) -> threading.Thread:

@@ -15,10 +15,10 @@ from bench.nexmark.generator import NexmarkConfig, NexmarkGenerator
 from bench.nexmark.measure import ALL_QUERIES, reference_of
 from bench.nexmark.queries import events_stream
 from bench.nexmark.source import NexmarkSource
-from tests.e2e.jobs import InjectedFailure, committed_lines
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tests.e2e.jobs import InjectedFailure
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
 from tidegate.datastream import MapFunction, StreamExecutionEnvironment
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 
 #: 1 000 events per second of event time: 30 000 events span 30 s, several 10 s windows
 CONFIG = NexmarkConfig(first_event_rate=1_000)
@@ -53,21 +53,12 @@ def nexmark_job(
 ) -> StreamExecutionEnvironment:
     """NexmarkSource (2 subtasks, `rate` events/s) -> FailAt -> every query and variant -> one
     FileSink each; exactly-once checkpoints every 200 ms."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(len(plan) + 1, 0))
+    env = job_environment("spark", checkpoints, restarts=len(plan) + 1)
     source = NexmarkSource(count=events, records_per_second=rate, config=CONFIG)
     stream = events_stream(env, source).map(FailAt(plan)).uid("fail-at")
     for name, query in ALL_QUERIES.items():
-        sink = (
-            FileSink.for_row_format(str(out / name), Encoder.simple_string_encoder())
-            .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-            .build()
-        )
-        query(stream).map(as_line).uid(f"{name}-line").sink_to(sink).uid(f"{name}-sink")
+        line = query(stream).map(as_line).uid(f"{name}-line")
+        line.sink_to(file_sink(out / name)).uid(f"{name}-sink")
     return env
 
 

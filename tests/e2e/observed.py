@@ -4,13 +4,13 @@ the driver's REST server."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.jobs import count_job
+from tests.support.waiting import wait_until
 from tidegate import rest
 from tidegate.common.job_client import JobClient
 
@@ -27,15 +27,6 @@ def start_observed_job(tmp: Path, name: str, *, n: int = 150_000, rate: float = 
     return env.execute_async(name)
 
 
-def wait_until(client: JobClient, predicate, what: str) -> None:
-    """Until `predicate()` holds; fails if the job ends first."""
-    jm = client.jobmaster
-    while not predicate():
-        if jm.done.is_set():
-            raise AssertionError(f"the job ended ({jm.status.name}: {jm.error}) before {what}")
-        time.sleep(0.05)
-
-
 def observed(client: JobClient, checkpoints: int = 2) -> bool:
     """Whether the job ran `checkpoints` checkpoints and every subtask reported its rates."""
     jm = client.jobmaster
@@ -43,6 +34,18 @@ def observed(client: JobClient, checkpoints: int = 2) -> bool:
         return False
     vertices = jm.stats.metrics.vertices_json()
     return all(s["rates-known"] and s["read-records"] > 0 for v in vertices for s in v["subtasks"])
+
+
+def observed_job(tmp: Path, name: str, *, checkpoints: int = 2, n: int = 150_000) -> JobClient:
+    """start_observed_job, once it completed `checkpoints` checkpoints and every subtask
+    reported its rates (what the observability tests look at)."""
+    client = start_observed_job(tmp, name, n=n)
+    wait_until(
+        lambda: observed(client, checkpoints),
+        f"{checkpoints} checkpoint(s) and a metrics sample",
+        job=client,
+    )
+    return client
 
 
 def rest_url() -> str:

@@ -10,9 +10,10 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from tests.e2e.jobs import NUM_KEYS, FailAtValues, RunningCount, check_exactly_once
+from tests.e2e.jobs import FailAtValues, RunningCount
+from tests.support.environments import file_sink, job_environment
+from tests.support.references import NUM_KEYS, check_exactly_once
 from tidegate.checkpoint.assignment import redistribute_list_state
-from tidegate.common import Configuration, Encoder, RestartStrategies
 from tidegate.datastream import (
     CheckpointedFunction,
     ExternalizedCheckpointRetention,
@@ -20,7 +21,6 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import ListStateDescriptor
 from tidegate.state.keygroups import assign_to_key_group, subtask_for_key_group
 
@@ -97,21 +97,18 @@ def rescale_job(
     fail_at: dict[int, int] | None = None,
 ) -> StreamExecutionEnvironment:
     """The job; every run writes to `tmp_path/out`, `phase` names its probe directory."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    if max_parallelism:
-        env.set_max_parallelism(max_parallelism)
-    env.enable_checkpointing(200)
-    config = env.get_checkpoint_config()
-    config.set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    config.set_externalized_checkpoint_retention(
+    env = job_environment(
+        "spark",
+        tmp_path / "chk",
+        parallelism=parallelism,
+        restarts=3,
+        restore_path=restore_path,
+        max_parallelism=max_parallelism or None,
+    )
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
     env.set_default_savepoint_directory(str(tmp_path / "savepoints"))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     probes = str(tmp_path / f"probes-{phase}")
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
@@ -122,12 +119,7 @@ def rescale_job(
     counted = ds.key_by(lambda v: v % NUM_KEYS).process(CountOnSubtask(phase)).uid("count")
     if count_parallelism:
         counted = counted.set_parallelism(count_parallelism)
-    sink = (
-        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    counted.sink_to(sink).uid("sink")
+    counted.sink_to(file_sink(tmp_path / "out")).uid("sink")
     return env
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.e2e.jobs import NUM_KEYS
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tests.support.environments import file_sink, job_environment
+from tests.support.references import NUM_KEYS
+from tidegate.common import RestartStrategies
 from tidegate.datastream import (
     CheckpointedFunction,
     KeyedProcessFunction,
@@ -25,7 +26,6 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 
 
@@ -83,26 +83,21 @@ def build_job(
     count_uid: str = "count",
     config: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.add_all(config or {})
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    if max_parallelism is not None:
-        env.set_max_parallelism(max_parallelism)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoints)
+    env = job_environment(
+        runner,
+        checkpoints,
+        parallelism=parallelism,
+        restarts=None,
+        config=config,
+        max_parallelism=max_parallelism,
+    )
     env.set_restart_strategy(RestartStrategies.no_restart())
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(Count(kind, fail_open)).uid(count_uid)
     if tagger:
         ds = ds.map(Tagger()).uid("tagger")
-    sink = (
-        FileSink.for_row_format(out, Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 

@@ -1,19 +1,30 @@
 """The keyed running count of jobs.py, shaped for the savepoint tests: a configurable uid for
-the counting operator, an operator that shows whether `finish()` ran (drain), a function that
-declines checkpoints while a flag file exists, and helpers to wait on a running job and to
-fingerprint a snapshot directory."""
+the counting operator, an operator that shows whether `finish()` ran (drain), and a function
+that declines checkpoints while a flag file exists; and a cancelled run whose checkpoints are
+retained."""
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from tests.e2e.jobs import NUM_KEYS, InjectedFailure, RunningCount
-from tidegate.common import Configuration, Encoder, RestartStrategies
-from tidegate.datastream import CheckpointedFunction, MapFunction, StreamExecutionEnvironment
+import pytest
+
+from tests.e2e.jobs import InjectedFailure, RunningCount
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
+from tests.support.references import NUM_KEYS
+from tests.support.waiting import wait_for_checkpoints
+from tidegate.checkpoint.storage import resolve_checkpoint_path
+from tidegate.common import JobStatus
+from tidegate.common.job_client import JobExecutionException
+from tidegate.datastream import (
+    CheckpointedFunction,
+    ExternalizedCheckpointRetention,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.runtime.operators import StreamOperator
 
 FINISHED = "finished"
@@ -63,14 +74,10 @@ def savepoint_job(
 ) -> StreamExecutionEnvironment:
     """numbers -> [decline] -> key_by -> running count (uid `count_uid`; None: generated)
     -> [finish probe] -> FileSink, with exactly-once checkpoints every `interval_ms`."""
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.add_all(config or {})
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
+    env = job_environment(
+        runner, checkpoints, interval_ms=interval_ms, restarts=restarts, config=config
+    )
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1_000)
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 0))
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     if decline_flag is not None:
@@ -80,12 +87,7 @@ def savepoint_job(
         ds = ds.uid(count_uid)
     if finish_probe:
         ds = ds._add("finish-probe", "Finish probe", FinishProbe).uid("finish-probe")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 
@@ -95,25 +97,19 @@ def split_probe_lines(lines: list[str]) -> tuple[list[str], list[str]]:
     return finished, [line for line in lines if not line.startswith(f"{FINISHED},")]
 
 
-def wait_until(client, condition, what: str) -> None:
-    """Wait until `condition()` holds while the job is still running."""
-    jm = client.jobmaster
-    while not condition():
-        assert not jm.done.is_set(), f"the job ended ({jm.status.name}) before {what}"
-        time.sleep(0.02)
-
-
-def running_with_checkpoints(client, count: int = 1) -> None:
-    jm = client.jobmaster
-    target = jm.stats.completed_checkpoints + count
-    wait_until(
-        client,
-        lambda: jm.status.name == "RUNNING" and jm.stats.completed_checkpoints >= target,
-        f"{count} more completed checkpoint(s)",
+def retained_checkpoint(tmp_path: Path, runner: str, n: int) -> tuple[str, str, list[str]]:
+    """Run savepoint_job (checkpoints retained on cancellation) until two checkpoints completed,
+    cancel it; returns its job directory, its latest checkpoint (a chk-<n> directory) and the
+    output it committed."""
+    env = savepoint_job(tmp_path / "out1", tmp_path / "chk", runner=runner, n=n)
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
-
-
-def fingerprint(directory: str | Path) -> dict[str, bytes]:
-    """Every file under `directory` (relative name -> bytes)."""
-    root = Path(directory)
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    client = env.execute_async("to be cancelled")
+    wait_for_checkpoints(client, 2)
+    client.cancel().result(timeout=120)
+    assert client.get_job_status().result() is JobStatus.CANCELED
+    with pytest.raises(JobExecutionException, match="cancelled"):
+        client.get_job_execution_result().result()
+    job_dir = str(tmp_path / "chk" / client.get_job_id())
+    return job_dir, resolve_checkpoint_path(job_dir), committed_lines(tmp_path / "out1")

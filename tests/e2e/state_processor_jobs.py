@@ -7,18 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.e2e.savepoint_jobs import running_with_checkpoints
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tests.support.environments import file_sink, job_environment
+from tests.support.snapshots import stop_with_savepoint
 from tidegate.datastream import (
     CheckpointedFunction,
     EmbeddedRocksDBStateBackend,
     ExternalizedCheckpointRetention,
     KeyedProcessFunction,
     MapFunction,
-    StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -90,33 +88,19 @@ class RecordOperatorState(MapFunction, CheckpointedFunction):
 def probe_job(out: Path, checkpoints: Path, report_dir: Path, restore_path: str, runner: str):
     """numbers (rate-limited) -> tagger (operator state) -> key_by(v % 5) -> probe (list and
     map state) -> FileSink, parallelism 2, restored from `restore_path`."""
-    conf = Configuration().set_string("execution.runner", runner)
-    conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
+    env = job_environment(runner, checkpoints, restarts=3, restore_path=restore_path)
     source = DataGeneratorSource(lambda i: i, count=1_000_000, records_per_second=2_000)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     ds = ds.map(RecordOperatorState(str(report_dir))).uid("tagger")
     ds = ds.key_by(lambda v: v % PROBE_KEYS).process(ListMapProbe()).uid("probe")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 
 def run_until_savepoint(env, savepoints: Path, checkpoints: int = 2) -> str:
     """Start the job, let it complete `checkpoints` checkpoints, stop it with a savepoint."""
     client = env.execute_async("state processor probe")
-    running_with_checkpoints(client, checkpoints)
-    path = client.stop_with_savepoint(False, str(savepoints)).result()
-    client.get_job_execution_result().result()
-    return path
+    return stop_with_savepoint(client, savepoints, after_checkpoints=checkpoints)
 
 
 def incremental_probe_job(
@@ -125,31 +109,18 @@ def incremental_probe_job(
     """numbers (rate-limited) -> tagger -> [drop everything if `drop_all`] -> key_by(v % 5) ->
     AllKindsProbe -> FileSink, parallelism 2, on incremental RocksDB, keeping its checkpoints
     when cancelled. `drop_all`: the probe's state stays exactly as restored."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    if restore_path is not None:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
+    env = job_environment("spark", checkpoints, restarts=3, restore_path=restore_path)
     env.set_state_backend(
         EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True, local_dir=str(local_dir))
     )
-    env.enable_checkpointing(200)
-    config = env.get_checkpoint_config()
-    config.set_checkpoint_storage_dir(str(checkpoints))
-    config.set_externalized_checkpoint_retention(
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     source = DataGeneratorSource(lambda i: i, count=1_000_000, records_per_second=2_000)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     ds = ds.map(RecordOperatorState(str(out.parent))).uid("tagger")
     if drop_all:
         ds = ds.filter(lambda v: False)
     ds = ds.key_by(lambda v: v % PROBE_KEYS).process(AllKindsProbe()).uid("probe")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env

@@ -15,9 +15,11 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_files, committed_lines
+from tests.support.references import same_records
+from tests.support.waiting import wait_until
 from tidegate.common import (
-    Configuration,
-    Encoder,
     JobStatus,
     RestartStrategies,
     Types,
@@ -39,8 +41,6 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import (
-    BucketAssigner,
-    FileSink,
     FileSource,
     StreamFormat,
 )
@@ -62,59 +62,17 @@ JOB_TIMEOUT_S = 180
 
 # helpers ------------------------------------------------------------------------------------
 def make_env(runner: str, tmp_path: Path, parallelism: int = 2) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
-
-
-def file_sink(out: Path) -> FileSink:
-    return (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
+    """This file's environment: checkpoint storage under tmp_path, but no checkpoints and the
+    default restart strategy unless a test asks for them."""
+    return job_environment(
+        runner, tmp_path / "chk", parallelism=parallelism, interval_ms=None, restarts=None
     )
-
-
-def committed_files(out: Path) -> list[str]:
-    return [
-        p
-        for p in glob.glob(f"{out}/**/*", recursive=True)
-        if os.path.isfile(p) and not os.path.basename(p).startswith(".")
-    ]
-
-
-def committed_lines(out: Path) -> list[str]:
-    """Lines of committed (visible) part files; in-progress files are hidden (dot-prefixed)."""
-    lines = []
-    for path in committed_files(out):
-        with open(path) as f:
-            lines.extend(line.rstrip("\n") for line in f)
-    return lines
 
 
 def run_to_files(env: StreamExecutionEnvironment, ds, out: Path, name: str = "test") -> list[str]:
     ds.map(str).sink_to(file_sink(out))
     env.execute(name)
     return committed_lines(out)
-
-
-def same_records(got: list[str], expected) -> None:
-    have, want = collections.Counter(got), collections.Counter(str(e) for e in expected)
-    missing = sorted((want - have).elements())[:10]
-    extra = sorted((have - want).elements())[:10]
-    assert have == want, (
-        f"{have.total()} lines, expected {want.total()}; missing {missing}, extra {extra}"
-    )
-
-
-def wait_for(predicate, timeout_s: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # sources ------------------------------------------------------------------------------------
@@ -806,8 +764,8 @@ def test_an_unbounded_job_runs_until_cancelled_through_its_job_client(runner, tm
     client = env.execute_async("endless")
     assert isinstance(client, JobClient)
     assert re.fullmatch(r"[0-9a-f]{32}", client.get_job_id())
-    wait_for(lambda: client.get_job_status().result() is JobStatus.RUNNING, what="status RUNNING")
-    wait_for(lambda: client.jobmaster.stats.completed_checkpoints >= 1, what="a checkpoint")
+    wait_until(lambda: client.get_job_status().result() is JobStatus.RUNNING, "status RUNNING")
+    wait_until(lambda: client.jobmaster.stats.completed_checkpoints >= 1, "a checkpoint")
     assert not client.get_job_execution_result().done()
     client.cancel().result(timeout=JOB_TIMEOUT_S)
     assert client.get_job_status().result() is JobStatus.CANCELED
@@ -906,10 +864,10 @@ def test_cancel_right_after_submission_stops_the_job_and_its_slots(runner, tmp_p
             client.get_job_execution_result().result(timeout=10)
         if spark is not None:
             tracker = spark.sparkContext.statusTracker()
-            wait_for(
+            wait_until(
                 lambda: not tracker.getActiveJobsIds(),
-                timeout_s=10,
-                what="the cancelled job's Spark job to end (it holds the executors' cores)",
+                "the cancelled job's Spark job ended (it holds the executors' cores)",
+                timeout=10,
             )
     finally:
         if spark is not None:  # do not leave a stray Spark job to the tests that follow

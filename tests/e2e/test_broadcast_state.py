@@ -16,8 +16,8 @@ from tests.e2e.broadcast_jobs import (
     rules_job,
     split_state_lines,
 )
-from tests.e2e.jobs import committed_lines
-from tests.e2e.savepoint_jobs import wait_until
+from tests.support.output import committed_lines
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
@@ -70,15 +70,15 @@ def test_a_savepoint_restored_at_another_parallelism_puts_the_broadcast_state_on
 
     # A committed event line shows that its rule was in broadcast state before a completed
     # checkpoint's barrier, so on every subtask (rules reach all subtasks before the barrier).
-    wait_until(client, every_rule_was_applied, "every rule was applied")
+    wait_until(every_rule_was_applied, "every rule was applied", job=client)
     path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
     client.get_job_execution_result().result()
     first_states, first = split_state_lines(committed_lines(tmp_path / "out1"))
     assert 0 < len(first) < n
 
     config = {"execution.savepoint.path": path}
-    env = rules_job(
-        tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=2_000, config=config
+    env = rules_job(  # not stopped: at full speed
+        tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=None, config=config
     )
     client = env.execute_async(f"rules restored at parallelism {after}")
     client.get_job_execution_result().result()
@@ -113,7 +113,7 @@ def test_a_job_restored_from_a_savepoint_reads_the_broadcast_state_from_the_oper
         _states, events = split_state_lines(committed_lines(tmp_path / "out"))
         return {int(line.split(",")[1]) % NUM_RULES for line in events} == set(range(NUM_RULES))
 
-    wait_until(client, every_rule_was_applied, "every rule was applied")
+    wait_until(every_rule_was_applied, "every rule was applied", job=client)
     path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
     client.get_job_execution_result().result()
     metadata = json.loads((Path(path) / "_metadata").read_text())

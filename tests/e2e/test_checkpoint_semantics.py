@@ -7,7 +7,9 @@ import itertools
 
 import pytest
 
-from tests.e2e.jobs import check_exactly_once, committed_lines, count_job
+from tests.e2e.jobs import count_job
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
 from tidegate.common import RestartStrategies
 from tidegate.common.job_client import JobExecutionException
 from tidegate.metrics.checkpoint_stats import CheckpointStats

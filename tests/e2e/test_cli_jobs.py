@@ -12,14 +12,14 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.observed import PARALLELISM, observed, rest_url, start_observed_job, wait_until
+from tests.e2e.observed import PARALLELISM, observed_job, rest_url, start_observed_job
+from tests.support.waiting import wait_until
 from tidegate.cli import cli
 
 
 @pytest.fixture(scope="module")
 def job(spark, tmp_path_factory):
-    client = start_observed_job(tmp_path_factory.mktemp("cli"), "cli jobs job")
-    wait_until(client, lambda: observed(client), "two checkpoints and a metrics sample")
+    client = observed_job(tmp_path_factory.mktemp("cli"), "cli jobs job")
     yield client
     client.cancel().result()
 
@@ -101,7 +101,7 @@ def test_checkpoints_needs_either_a_directory_or_a_job(tmp_path):
 
 def test_cancel_cancels_the_job_and_waits_for_it(spark, tmp_path):
     client = start_observed_job(tmp_path, "cli cancel")
-    wait_until(client, lambda: client.jobmaster.status.name == "RUNNING", "running")
+    wait_until(lambda: client.jobmaster.status.name == "RUNNING", "running", job=client)
     result = tidegate("cancel", client.get_job_id()[:12])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == f"job {client.get_job_id()} is CANCELED"

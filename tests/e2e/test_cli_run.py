@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from tests.e2e.jobs import committed_lines
+from tests.support.output import committed_lines
 
 N = 2_000
 #: the last record of the second source split: checkpoints complete before it fails

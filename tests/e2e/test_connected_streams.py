@@ -16,8 +16,8 @@ from tests.e2e.connected_jobs import (
     order_job,
     order_reference,
 )
-from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.timer_jobs import FailurePlan
+from tests.support.snapshots import stop_with_savepoint
 
 
 def test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill(
@@ -86,9 +86,7 @@ def test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_sav
     n = 4_000
     first = order_job(tmp_path / "run1", tmp_path / "chk", n=n, rate=800, parallelism=2)
     client = first.execute_async("until a savepoint")
-    running_with_checkpoints(client, 3)
-    savepoint = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    savepoint = stop_with_savepoint(client, tmp_path / "savepoints", after_checkpoints=3)
     second = order_job(
         tmp_path / "run2",
         tmp_path / "chk",

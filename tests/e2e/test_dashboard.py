@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.observed import PARALLELISM, observed, rest_url, start_observed_job, wait_until
+from tests.e2e.observed import PARALLELISM, observed_job, rest_url
 from tests.e2e.png import decode_png
 from tidegate.metrics.checkpoint_stats import CheckpointStatus
 
@@ -66,8 +66,9 @@ class Elements(HTMLParser):
 
 @pytest.fixture(scope="module")
 def job(spark, tmp_path_factory):
-    client = start_observed_job(tmp_path_factory.mktemp("dashboard"), "dashboard job", n=400_000)
-    wait_until(client, lambda: observed(client, checkpoints=3), "three checkpoints and metrics")
+    client = observed_job(
+        tmp_path_factory.mktemp("dashboard"), "dashboard job", n=400_000, checkpoints=3
+    )
     yield client
     client.cancel().result()
 

@@ -18,9 +18,10 @@ from tests.e2e.event_time_jobs import (
     window_end,
     window_job,
 )
-from tests.e2e.jobs import committed_lines
-from tests.e2e.savepoint_jobs import running_with_checkpoints, wait_until
 from tests.e2e.timer_jobs import FailurePlan
+from tests.support.output import committed_lines
+from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import wait_until
 
 
 def test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_failures(
@@ -73,9 +74,7 @@ def test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_wind
     n = 8_000
     first = window_job(tmp_path / "run1", tmp_path / "side1", tmp_path / "chk", n=n, rate=1_000)
     client = first.execute_async("until a savepoint")
-    running_with_checkpoints(client, 3)
-    savepoint = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    savepoint = stop_with_savepoint(client, tmp_path / "savepoints", after_checkpoints=3)
     second = window_job(
         tmp_path / "run2",
         tmp_path / "side2",
@@ -98,11 +97,11 @@ def test_an_idle_source_partition_does_not_hold_back_event_time_timers(spark, tm
     client = env.execute_async("one idle source")
     jm = client.jobmaster
     wait_until(
-        client,
         lambda: (
             len(committed_lines(tmp_path / "out")) >= 20 or jm.stats.completed_checkpoints >= 60
         ),
         "20 windows or 60 checkpoints",
+        job=client,
     )
     client.cancel().result()
     firings = fired(tmp_path / "out")

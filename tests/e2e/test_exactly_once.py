@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.jobs import check_exactly_once, committed_lines, count_job, kill_slots
+from tests.e2e.jobs import count_job, kill_slots
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.waiting import wait_until
 
 
 def test_a_job_without_failures_commits_exactly_the_reference_output(runner, tmp_path):
@@ -85,15 +88,13 @@ def test_at_least_once_mode_loses_nothing_under_failures(runner, tmp_path):
 def test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers(runner, tmp_path):
     import os
     import signal
-    import time
 
     n = 30_000
     env = count_job(tmp_path / "out", tmp_path / "chk", runner=runner, n=n, rate=8_000)
     env.get_config().set_integer("heartbeat.timeout", 3_000)
     client = env.execute_async("hung slot")
     jm = client.jobmaster
-    while jm.stats.completed_checkpoints < 1 and not jm.done.is_set():
-        time.sleep(0.05)
+    wait_until(lambda: jm.stats.completed_checkpoints >= 1, "a checkpoint completed", job=client)
     os.kill(jm.slot_pids[1], signal.SIGSTOP)
     client.get_job_execution_result().result(timeout=300)
     assert jm.stats.restarts >= 1

@@ -15,11 +15,10 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from tests.e2e.jobs import committed_lines
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
 from tidegate.common import (
-    Configuration,
     Duration,
-    Encoder,
     RestartStrategies,
     TimestampAssigner,
     WatermarkStrategy,
@@ -31,7 +30,6 @@ from tidegate.datastream import (
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.window import TumblingEventTimeWindows
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -44,13 +42,8 @@ COUNTS = collections.Counter(WORDS)
 
 
 def _env(runner: str, tmp_path: Path, mode: str | None) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    if mode is not None:
-        conf.set_string("execution.runtime-mode", mode)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
+    config = {} if mode is None else {"execution.runtime-mode": mode}
+    return job_environment(runner, tmp_path / "chk", interval_ms=None, restarts=None, config=config)
 
 
 def _word_count(env: StreamExecutionEnvironment):
@@ -192,11 +185,7 @@ def test_a_failure_in_batch_restarts_from_the_start_and_commits_each_count_once(
     env = _env(runner, tmp_path, "BATCH")
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     out = tmp_path / "out"
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
+    sink = file_sink(out)
     (
         env.from_collection(WORDS)
         .map(FailOnce(str(tmp_path / "failed")))

@@ -7,18 +7,13 @@ from __future__ import annotations
 
 import collections
 import os
-import time
 
 import pytest
 
-from tests.e2e.jobs import (
-    FAILURE_SCHEDULE,
-    NUM_KEYS,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    kill_when_scheduled,
-)
+from tests.e2e.jobs import FAILURE_SCHEDULE, count_job, kill_when_scheduled
+from tests.support.output import committed_lines
+from tests.support.references import NUM_KEYS, check_exactly_once
+from tests.support.waiting import wait_until
 from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import CheckpointingMode, ExternalizedCheckpointRetention
@@ -93,13 +88,14 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
     )
     client = env.execute_async("unaligned, to be cancelled")
     jm = client.jobmaster
-    while not jm.done.is_set():
+
+    def holds_in_flight_records() -> bool:
         latest = jm.stats.last_checkpoint
-        if latest is not None and any(
+        return latest is not None and any(
             s.frames for e in latest.metadata.channel_state.values() for s in e.subtasks.values()
-        ):
-            break
-        time.sleep(0.02)
+        )
+
+    wait_until(holds_in_flight_records, "a checkpoint with in-flight records completed", job=client)
     client.cancel().result(timeout=120)
     with pytest.raises(JobExecutionException, match="cancelled"):
         client.get_job_execution_result().result()
@@ -142,9 +138,7 @@ def test_an_unaligned_job_under_backpressure_takes_aligned_savepoints(spark, tmp
     env.set_default_savepoint_directory(str(tmp_path / "savepoints"))
     client = env.execute_async("unaligned with savepoints")
     jm = client.jobmaster
-    while jm.stats.completed_checkpoints < 2:
-        assert not jm.done.is_set()
-        time.sleep(0.02)
+    wait_until(lambda: jm.stats.completed_checkpoints >= 2, "two checkpoints completed", job=client)
     savepoint = client.trigger_savepoint().result(timeout=300)
     stop = client.stop_with_savepoint(False).result(timeout=300)
     for path in (savepoint, stop):

@@ -8,11 +8,13 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import time
 
 import pytest
 
-from tests.e2e.jobs import check_exactly_once, committed_lines, count_job
+from tests.e2e.jobs import count_job
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.waiting import wait_for_checkpoints
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
 
@@ -21,12 +23,14 @@ JOB_ID = "fenced-job"
 
 
 def _job(tmp_path, runner: str, out: str, restore_path: str | None = None):
+    """The running count under JOB_ID; the first driver's is rate-limited (it must still run
+    when its slots freeze), the second one's, restored, runs at full speed."""
     env = count_job(
         tmp_path / out,
         tmp_path / "chk",
         runner=runner,
         n=N,
-        rate=3_000,
+        rate=3_000 if restore_path is None else None,
         restore_path=restore_path,
     )
     env.get_config().set_string("pipeline.job-id", JOB_ID)
@@ -46,11 +50,7 @@ def test_a_second_driver_of_the_same_job_fences_off_the_first_and_its_zombie_slo
     job_dir = str(tmp_path / "chk" / JOB_ID)
     first = _job(tmp_path, runner, "out1").execute_async("driver A")
     jm_a = first.jobmaster
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not jm_a.done.is_set():
-        if jm_a.stats.completed_checkpoints >= 2 and jm_a.status.name == "RUNNING":
-            break
-        time.sleep(0.05)
+    wait_for_checkpoints(first, 2)
     pids = sorted(jm_a.slot_pids.values())
     for pid in pids:  # A's slots freeze mid-run: after the takeover they are zombies
         os.kill(pid, signal.SIGSTOP)

@@ -8,27 +8,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.e2e.jobs import (
-    FAILURE_SCHEDULE,
-    NUM_KEYS,
-    RunningCount,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    kill_when_scheduled,
-)
-from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tests.e2e.jobs import FAILURE_SCHEDULE, RunningCount, count_job, kill_when_scheduled
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
+from tests.support.references import NUM_KEYS, check_exactly_once
+from tests.support.waiting import wait_for_checkpoints
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.checkpoint.verification import verify_checkpoint
-from tidegate.common import Configuration, Encoder, JobStatus, RestartStrategies
+from tidegate.common import JobStatus
 from tidegate.datastream import (
     EmbeddedRocksDBStateBackend,
     ExternalizedCheckpointRetention,
-    StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 
 
 def reused_files(metadata: CheckpointMetadata) -> int:
@@ -70,27 +63,24 @@ def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once
 
 def rescalable_job(out: Path, checkpoints: Path, n: int, parallelism: int, config: dict):
     """numbers (2 subtasks) -> key_by -> running count (`parallelism`) -> FileSink."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    conf.add_all({"state.backend.type": "rocksdb", "state.backend.incremental": "true", **config})
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(150)
+    rocksdb = {"state.backend.type": "rocksdb", "state.backend.incremental": "true"}
+    env = job_environment(
+        "spark",
+        checkpoints,
+        parallelism=parallelism,
+        interval_ms=150,
+        restarts=3,
+        config={**rocksdb, **config},
+    )
     config_ = env.get_checkpoint_config()
-    config_.set_checkpoint_storage_dir(str(checkpoints))
     config_.set_num_retained_checkpoints(2)
     config_.set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=4_000)
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(2)
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 
@@ -100,14 +90,14 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
     client = first.execute_async("incremental at 2")
     jm = client.jobmaster
-    running_with_checkpoints(client, 4)
+    wait_for_checkpoints(client, 4)
     # savepoints stay canonical (self-contained) with incremental checkpoints enabled
     savepoint = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
     savepoint_metadata = read_checkpoint_metadata(savepoint)
     assert list(savepoint_metadata.incremental_handles()) == []
     kept = savepoint_metadata.operators["count"].handles()
     assert sum(len(h.index.key_group_offsets) for h in kept) == NUM_KEYS
-    running_with_checkpoints(client, 1)
+    wait_for_checkpoints(client, 1)
     client.cancel().result()
     jm.done.wait()
     assert client.get_job_status().result() is JobStatus.CANCELED
@@ -147,7 +137,7 @@ def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_si
     first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
     client = first.execute_async("incremental, claimed later")
     jm = client.jobmaster
-    running_with_checkpoints(client, 4)
+    wait_for_checkpoints(client, 4)
     client.cancel().result()
     jm.done.wait()
     (older, _), (latest, _) = [(cp.path, cp) for cp in jm.store.all()]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import cloudpickle
 
-from tidegate.common import Configuration, RestartStrategies
+from tests.support.environments import job_environment
+from tidegate.common import RestartStrategies
 from tidegate.datastream import MapFunction, StreamExecutionEnvironment
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -24,11 +25,7 @@ VALUES = list(range(1, 41))
 
 
 def _env(runner: str, tmp_path: Path) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
+    return job_environment(runner, tmp_path / "chk", parallelism=2, interval_ms=None, restarts=None)
 
 
 class Announce(MapFunction):

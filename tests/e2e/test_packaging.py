@@ -125,7 +125,7 @@ JOB = textwrap.dedent(
 
 
 def test_the_installed_command_runs_a_job_and_serves_the_dashboard(installed, tmp_path):
-    from tests.e2e.jobs import committed_lines
+    from tests.support.output import committed_lines
 
     (tmp_path / "job.py").write_text(JOB)
     out, chk = tmp_path / "out", tmp_path / "chk"

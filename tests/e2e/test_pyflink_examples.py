@@ -12,7 +12,7 @@ import sys
 
 import cloudpickle
 
-from tests.e2e.jobs import committed_lines
+from tests.support.output import committed_lines
 from tidegate.common import Configuration, Duration, Encoder, WatermarkStrategy
 from tidegate.common.typeinfo import Types
 from tidegate.common.watermark_strategy import TimestampAssigner

@@ -15,7 +15,8 @@ from collections import Counter
 import cloudpickle
 import pytest
 
-from tidegate.common import Configuration, Time, Types
+from tests.support.environments import job_environment
+from tidegate.common import Time, Types
 from tidegate.datastream import (
     KeyedProcessFunction,
     RuntimeExecutionMode,
@@ -34,11 +35,9 @@ TEXT = [
 
 
 def _env(runner: str, tmp_path, parallelism: int) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
+    return job_environment(
+        runner, tmp_path / "chk", parallelism=parallelism, interval_ms=None, restarts=None
+    )
 
 
 def _payloads(out: str, parallelism: int) -> Counter:

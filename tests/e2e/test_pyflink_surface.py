@@ -10,7 +10,8 @@ import sys
 import cloudpickle
 import pytest
 
-from tidegate.common import Configuration, TimestampAssigner, Types, WatermarkStrategy
+from tests.support.environments import job_environment
+from tidegate.common import TimestampAssigner, Types, WatermarkStrategy
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import (
     KeyedBroadcastProcessFunction,
@@ -29,11 +30,7 @@ RECORDS = [(f"k{i % 3}", (i * 7) % 11, i) for i in range(30)]
 
 
 def _env(runner: str, tmp_path) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
+    return job_environment(runner, tmp_path / "chk", parallelism=2, interval_ms=None, restarts=None)
 
 
 def _final_per_key(lines: list[str]) -> dict[str, tuple]:

@@ -43,14 +43,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import committed_lines
 from tests.e2e.rescale_jobs import (
     check_key_placement,
     check_list_states,
     check_rescaled_output,
     rescale_job,
 )
-from tests.e2e.savepoint_jobs import running_with_checkpoints, wait_until
+from tests.support.output import committed_lines
+from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import wait_for_checkpoints, wait_until
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
 
@@ -81,8 +82,8 @@ def _first_run(tmp_path: Path, parallelism: int, max_p: int | None, snapshot: st
     )
     client = env.execute_async("first run")
     jm = client.jobmaster
-    running_with_checkpoints(client, 2)
-    wait_until(client, lambda: jm.stats.records_read >= FIRST_RATE // 2, "enough input")
+    wait_for_checkpoints(client, 2)
+    wait_until(lambda: jm.stats.records_read >= FIRST_RATE // 2, "enough input", job=client)
     if snapshot == "savepoint":
         path = client.stop_with_savepoint(False).result()
         client.get_job_execution_result().result()
@@ -168,9 +169,7 @@ def savepoint_of_max_13(tmp_path_factory) -> str:
     env = rescale_job(tmp_path, "1", parallelism=2, n=N, rate=FIRST_RATE, max_parallelism=13)
     env.get_config().set_string("execution.runner", "local")
     client = env.execute_async("first run")
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(False).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client)
     return path
 
 

@@ -13,11 +13,11 @@ from tests.e2e.jobs import count_job
 from tests.e2e.observed import (
     PARALLELISM,
     http,
-    observed,
+    observed_job,
     rest_url,
     start_observed_job,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 from tidegate.rest.discovery import running_drivers, write_discovery_file
 from tidegate.rest.registry import JobRegistry
 from tidegate.rest.routes import RestApi
@@ -27,8 +27,7 @@ from tidegate.rest.server import RestSecurityError, RestServer, parse_ports
 @pytest.fixture(scope="module")
 def job(spark, tmp_path_factory):
     """A job on Spark that completed two checkpoints and reports rates; cancelled afterwards."""
-    client = start_observed_job(tmp_path_factory.mktemp("rest"), "rest api job")
-    wait_until(client, lambda: observed(client), "two checkpoints and a metrics sample")
+    client = observed_job(tmp_path_factory.mktemp("rest"), "rest api job")
     yield client
     client.cancel().result()
 
@@ -215,7 +214,7 @@ def test_a_discovery_file_of_another_home_is_written_with_its_token(tmp_path, mo
 
 def test_cancelling_over_rest_cancels_the_job(spark, tmp_path):
     client = start_observed_job(tmp_path, "to cancel")
-    wait_until(client, lambda: client.jobmaster.status.name == "RUNNING", "running")
+    wait_until(lambda: client.jobmaster.status.name == "RUNNING", "running", job=client)
     status, _ = get(f"/jobs/{client.get_job_id()}?mode=cancel", method="PATCH")
     assert status == 202
     client.jobmaster.done.wait()

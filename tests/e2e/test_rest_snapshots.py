@@ -4,19 +4,18 @@ commands that use it (`tidegate trigger-checkpoint|savepoint|stop`), on jobs run
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.observed import http, observed, rest_url, start_observed_job, wait_until
+from tests.e2e.observed import http, observed_job, rest_url
+from tests.support.waiting import wait_until
 from tidegate.cli import cli
 
 
 @pytest.fixture(scope="module")
 def job(spark, tmp_path_factory):
-    client = start_observed_job(tmp_path_factory.mktemp("snapshots"), "snapshots job")
-    wait_until(client, lambda: observed(client), "two checkpoints and a metrics sample")
+    client = observed_job(tmp_path_factory.mktemp("snapshots"), "snapshots job")
     yield client
     client.cancel().result()
 
@@ -28,12 +27,13 @@ def call(path: str, method: str = "GET", body=None):
 
 def operation(path: str) -> dict:
     """Poll an asynchronous operation until it completed; its `operation`."""
-    while True:
+
+    def completed():
         status, answer = call(path)
         assert status == 200, answer
-        if answer["status"]["id"] == "COMPLETED":
-            return answer["operation"]
-        time.sleep(0.1)
+        return answer["operation"] if answer["status"]["id"] == "COMPLETED" else None
+
+    return wait_until(completed, f"the operation {path} completed", interval=0.1)
 
 
 def test_a_checkpoint_triggered_over_rest_completes_and_is_in_the_history(job):
@@ -89,8 +89,7 @@ def test_the_commands_trigger_a_checkpoint_and_a_savepoint(job, tmp_path):
 
 
 def test_stop_with_a_savepoint_over_rest_finishes_the_job(spark, tmp_path):
-    client = start_observed_job(tmp_path / "job", "stopped over rest")
-    wait_until(client, lambda: observed(client, checkpoints=1), "a checkpoint")
+    client = observed_job(tmp_path / "job", "stopped over rest", checkpoints=1)
     jid = client.get_job_id()
     body = {"targetDirectory": str(tmp_path / "sp"), "drain": False}
     status, answer = call(f"/jobs/{jid}/stop", "POST", body)
@@ -104,8 +103,7 @@ def test_stop_with_a_savepoint_over_rest_finishes_the_job(spark, tmp_path):
 
 
 def test_the_stop_command_stops_a_job_with_a_drained_savepoint(spark, tmp_path):
-    client = start_observed_job(tmp_path / "job", "stopped by the command")
-    wait_until(client, lambda: observed(client, checkpoints=1), "a checkpoint")
+    client = observed_job(tmp_path / "job", "stopped by the command", checkpoints=1)
     args = ["stop", client.get_job_id(), "--savepoint", str(tmp_path / "sp"), "--drain"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -116,8 +114,7 @@ def test_the_stop_command_stops_a_job_with_a_drained_savepoint(spark, tmp_path):
 
 
 def test_a_savepoint_with_cancel_job_cancels_the_job_once_it_completed(spark, tmp_path):
-    client = start_observed_job(tmp_path / "job", "cancelled with a savepoint")
-    wait_until(client, lambda: observed(client, checkpoints=1), "a checkpoint")
+    client = observed_job(tmp_path / "job", "cancelled with a savepoint", checkpoints=1)
     jid = client.get_job_id()
     body = {"target-directory": str(tmp_path / "sp"), "cancel-job": True}
     _, answer = call(f"/jobs/{jid}/savepoints", "POST", body)

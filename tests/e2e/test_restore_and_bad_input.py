@@ -1,5 +1,6 @@
-"""Restoring a job from a retained checkpoint, and bad input: each gives a clear error and
-loses nothing (the checkpoint is left as it was)."""
+"""Bad input when restoring a job from a retained checkpoint (damaged, missing or unwritable
+checkpoints) and in the job itself: each gives a clear error and loses nothing (the checkpoint
+is left as it was). A successful resume from a retained checkpoint is in test_savepoints."""
 
 from __future__ import annotations
 
@@ -7,55 +8,21 @@ import glob
 import json
 import os
 import re
-import time
 
 import pytest
 
-from tests.e2e.jobs import (
-    AlwaysBroken,
-    CountThenFailAfterCheckpoint,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    flip_a_byte,
-)
-from tidegate.common import JobStatus
+from tests.e2e.jobs import AlwaysBroken, CountThenFailAfterCheckpoint, count_job
+from tests.e2e.savepoint_jobs import retained_checkpoint
+from tests.support.environments import job_environment
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.snapshots import checkpoint_dirs, fingerprint
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
 
 
-def _retained_checkpoint(tmp_path, runner: str, n: int = 50_000) -> tuple[str, list[str]]:
-    """Run a slow job until two checkpoints completed, cancel it (checkpoints retained on
-    cancellation); returns the job's checkpoint directory and the output committed so far."""
-    env = count_job(tmp_path / "out1", tmp_path / "chk", runner=runner, n=n, rate=5_000)
-    env.get_checkpoint_config().set_externalized_checkpoint_retention(
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
-    )
-    client = env.execute_async("to be cancelled")
-    jm = client.jobmaster
-    deadline = time.monotonic() + 120
-    while jm.stats.completed_checkpoints < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.cancel().result(timeout=120)
-    assert client.get_job_status().result() is JobStatus.CANCELED
-    with pytest.raises(JobExecutionException, match="cancelled"):
-        client.get_job_execution_result().result()
-    return str(tmp_path / "chk" / jm.job_id), committed_lines(tmp_path / "out1")
-
-
-def test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once(runner, tmp_path):
-    n = 50_000
-    job_dir, first_output = _retained_checkpoint(tmp_path, runner, n)
-    assert 0 < len(first_output) < n
-    env = count_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=n, restore_path=job_dir)
-    client = env.execute_async("resumed")
-    client.get_job_execution_result().result(timeout=300)
-    assert client.jobmaster.stats.restored_from is not None
-    check_exactly_once(first_output + committed_lines(tmp_path / "out2"), n, 2)
-
-
 def test_a_corrupt_metadata_file_fails_the_restore_clearly_and_is_left_untouched(tmp_path):
-    job_dir, _ = _retained_checkpoint(tmp_path, "local")
+    job_dir, _chk, _lines = retained_checkpoint(tmp_path, "local", 50_000)
     metadata = sorted(glob.glob(f"{job_dir}/chk-*/_metadata"))[-1]
     with open(metadata, "w") as f:
         f.write('{"format": "tidegate-checkpoint", "version": 1, "job_id"')
@@ -84,8 +51,7 @@ def test_restoring_from_a_path_without_a_checkpoint_names_the_path(tmp_path):
 
 
 def test_a_missing_state_file_fails_the_restore_and_names_the_file(tmp_path):
-    job_dir, _ = _retained_checkpoint(tmp_path, "local")
-    chk = sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))[-1]
+    _job_dir, chk, _lines = retained_checkpoint(tmp_path, "local", 50_000)
     victim = sorted(glob.glob(f"{chk}/count-*.state"))[0]
     os.remove(victim)
     env = count_job(tmp_path / "out2", tmp_path / "chk", runner="local", n=10, restore_path=chk)
@@ -103,18 +69,11 @@ def test_an_unwritable_checkpoint_directory_fails_with_the_path(tmp_path):
 
 
 def test_a_function_that_always_raises_fails_the_job_with_the_users_error(runner, tmp_path):
-    from tidegate.common import Configuration, Encoder, RestartStrategies
-    from tidegate.datastream import StreamExecutionEnvironment
+    from tidegate.common import Encoder
     from tidegate.datastream.connectors.file_system import FileSink
     from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.runner", runner)
-    )
-    env.set_parallelism(2)
-    env.enable_checkpointing(100)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 0))
+    env = job_environment(runner, tmp_path / "chk", interval_ms=100, restarts=2)
     sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
     env.from_source(NumberSequenceSource(1, 1_000), None, "n").map(AlwaysBroken()).sink_to(sink)
     client = env.execute_async("always broken")
@@ -186,14 +145,6 @@ def _damaging_job(
     return env
 
 
-def _checkpoint_dirs(job_dir: str) -> list[str]:
-    return sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
-
-
-def _contents(directory: str) -> dict[str, bytes]:
-    return {p: open(p, "rb").read() for p in sorted(glob.glob(f"{directory}/*"))}
-
-
 def _resume(tmp_path, runner: str, job_dir: str, fallback: bool):
     env = count_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, restore_path=job_dir)
     if fallback:
@@ -219,6 +170,9 @@ def test_with_restore_fallback_a_restart_skips_a_damaged_checkpoint_exactly_once
 def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_is_kept(
     runner, tmp_path
 ):
+    """A state file that no longer matches its checksum: the restart refuses it and keeps
+    everything; restoring the job directory refuses it too (the file named, nothing changed,
+    nothing committed), and with fallback restores the older checkpoint, exactly-once."""
     # default retention: a failed job deletes its checkpoints, but not after finding damage
     env = _damaging_job(tmp_path, runner, damage=True, restarts=3, fallback=False, retain=False)
     client = env.execute_async("no fallback")
@@ -232,31 +186,32 @@ def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_i
     assert jm.stats.restarts == 1  # the restart's restore refused it; no further attempts
     # nothing deleted: the refused checkpoint still holds the damaged file, the older one too
     job_dir = str(tmp_path / "chk" / jm.job_id)
-    retained = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    retained = [d for d in checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
     assert len(retained) == 2
     assert os.path.exists(f"{retained[-1]}/{damaged_file}")
     first_output = committed_lines(tmp_path / "out1")
     assert len(set(first_output)) == len(first_output) < N
     # restoring the job directory: without fallback the same clear error, with it exactly-once
-    before = {d: _contents(d) for d in retained}
+    before = {d: fingerprint(d) for d in retained}
     with pytest.raises(JobExecutionException, match=damaged_file) as again:
         _resume(tmp_path, runner, job_dir, fallback=False).get_job_execution_result().result(
             timeout=300
         )
+    assert "does not match its checksum" in str(again.value)
     assert f"An older checkpoint is retained ({retained[-2]})" in str(again.value)
-    assert {d: _contents(d) for d in retained} == before
+    assert {d: fingerprint(d) for d in retained} == before
+    assert not committed_lines(tmp_path / "out2")
     resumed = _resume(tmp_path, runner, job_dir, fallback=True)
     resumed.get_job_execution_result().result(timeout=300)
     assert resumed.jobmaster.stats.restored_from == int(retained[-2].rsplit("-", 1)[1])
     check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, 2)
+    assert {d: fingerprint(d) for d in retained} == before  # NO_CLAIM: never modified
 
 
 def _damage(kind: str, checkpoint: str) -> str:
     """Damage `checkpoint` like a storage fault or a wrong tool would; returns the file named."""
     state_file = sorted(glob.glob(f"{checkpoint}/count-*.state"))[0]
     match kind:
-        case "checksum mismatch":
-            flip_a_byte(state_file)
         case "missing file":
             os.remove(state_file)
         case "corrupt metadata":
@@ -275,7 +230,6 @@ def _damage(kind: str, checkpoint: str) -> str:
 @pytest.mark.parametrize(
     ("kind", "error"),
     [
-        ("checksum mismatch", "does not match its checksum"),
         ("missing file", "does not exist"),
         ("corrupt metadata", "not valid checkpoint metadata"),
         ("unknown format version", "version 7, but this tidegate reads version 2; it was"),
@@ -283,22 +237,22 @@ def _damage(kind: str, checkpoint: str) -> str:
 )
 def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, kind, error):
     """Without fallback: a clear error naming the file, the checkpoint untouched. With it: the
-    older retained checkpoint, exactly-once."""
+    older retained checkpoint, exactly-once. (A checksum mismatch: the test above.)"""
     env = _damaging_job(tmp_path, "local", damage=False, restarts=0, fallback=False, retain=True)
     first = env.execute_async("fails after its second checkpoint")
     with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
         first.get_job_execution_result().result(timeout=300)
     job_dir = str(tmp_path / "chk" / first.jobmaster.job_id)
-    older, latest = [d for d in _checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
+    older, latest = [d for d in checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
     named = _damage(kind, latest)
-    before = _contents(latest), _contents(older)
+    before = fingerprint(latest), fingerprint(older)
     with pytest.raises(JobExecutionException) as err:
         _resume(tmp_path, "local", job_dir, fallback=False).get_job_execution_result().result(
             timeout=300
         )
     assert named in str(err.value) and error in str(err.value)
     assert f"An older checkpoint is retained ({older})" in str(err.value)
-    assert (_contents(latest), _contents(older)) == before
+    assert (fingerprint(latest), fingerprint(older)) == before
     assert not committed_lines(tmp_path / "out2")
     resumed = _resume(tmp_path, "local", job_dir, fallback=True)
     resumed.get_job_execution_result().result(timeout=300)
@@ -306,4 +260,4 @@ def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, ki
     check_exactly_once(
         committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2"), N, 2
     )
-    assert (_contents(latest), _contents(older)) == before  # NO_CLAIM: never modified
+    assert (fingerprint(latest), fingerprint(older)) == before  # NO_CLAIM: never modified

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tests.e2e.restore_check_job import build_job
-from tests.e2e.savepoint_jobs import running_with_checkpoints
+from tests.support.snapshots import stop_with_savepoint
 from tidegate.checkpoint.metadata import canonical_json
 from tidegate.cli import cli
 from tidegate.state.checksums import checksum_of
@@ -25,9 +25,7 @@ def savepoint(tmp_path_factory) -> str:
     tmp = tmp_path_factory.mktemp("savepoint")
     env = build_job(str(tmp / "out"), str(tmp / "chk"))
     client = env.execute_async("to check")
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(False, str(tmp / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client, tmp / "savepoints")
     return path
 
 
@@ -98,9 +96,7 @@ def test_pending_sink_transactions_are_listed_with_their_checkpoint(savepoint):
 def test_a_new_operator_is_new_and_the_restore_succeeds(tmp_path):
     env = build_job(str(tmp_path / "out"), str(tmp_path / "chk"), tagger=False)
     client = env.execute_async("without tagger")
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(False, str(tmp_path / "sp")).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client, str(tmp_path / "sp"))
 
     code, report = check_json("--from", path)
 

@@ -12,10 +12,10 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.jobs import check_exactly_once, committed_lines
 from tests.e2e.restore_check_job import build_job
-from tests.e2e.savepoint_jobs import fingerprint, running_with_checkpoints
-from tests.support.snapshots import edit_metadata
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.snapshots import edit_metadata, fingerprint, stop_with_savepoint
 from tidegate.checkpoint.rewrite import RewriteError, rewrite_max_parallelism
 from tidegate.cli import cli
 from tidegate.common.job_client import JobExecutionException
@@ -33,9 +33,7 @@ def original(tmp_path_factory) -> tuple[str, list[str]]:
     tmp = tmp_path_factory.mktemp("original")
     env = build_job(str(tmp / "out"), str(tmp / "chk"), n=N, rate=3_000)
     client = env.execute_async("max parallelism 128")
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(False, str(tmp / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client, tmp / "savepoints")
     return path, committed_lines(tmp / "out")
 
 
@@ -109,9 +107,7 @@ def test_restoring_rewritten_savepoints_on_spark_is_exactly_once_with_keys_where
             config={"execution.savepoint.path": rewritten},
         )
         client = env.execute_async("rewritten")
-        running_with_checkpoints(client)
-        second_savepoint = client.stop_with_savepoint(False, str(run / "sp")).result()
-        client.get_job_execution_result().result()
+        second_savepoint = stop_with_savepoint(client, str(run / "sp"))
         # ...its own savepoint has every key on the subtask the formula predicts...
         check_placement(second_savepoint, max_parallelism, parallelism)
         # ...check-restore accepts it for the last run (a snapshot written on Spark)...

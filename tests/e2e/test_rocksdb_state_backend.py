@@ -8,14 +8,11 @@ import glob
 import os
 from pathlib import Path
 
-from tests.e2e.jobs import (
-    FAILURE_SCHEDULE,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    kill_when_scheduled,
-)
-from tests.e2e.savepoint_jobs import running_with_checkpoints, savepoint_job
+from tests.e2e.jobs import FAILURE_SCHEDULE, count_job, kill_when_scheduled
+from tests.e2e.savepoint_jobs import savepoint_job
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.snapshots import stop_with_savepoint
 from tidegate.common import JobStatus
 from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.state.rocksdb_instance import ROOT_NAME
@@ -51,14 +48,6 @@ def test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_referenc
     assert instance_dirs(local) == []  # disposed at the end; older attempts' deleted
 
 
-def _stop_with_savepoint(client, tmp_path: Path) -> str:
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
-    assert client.get_job_status().result() is JobStatus.FINISHED
-    return path
-
-
 def test_savepoints_move_a_job_from_rocksdb_to_hashmap_and_back_exactly_once(spark, tmp_path):
     n = 30_000
     local = tmp_path / "rocksdb"
@@ -67,12 +56,14 @@ def test_savepoints_move_a_job_from_rocksdb_to_hashmap_and_back_exactly_once(spa
     restore: dict[str, str] = {}
     for step, config in enumerate([rocksdb, {"state.backend.type": "hashmap"}, rocksdb]):
         out = tmp_path / f"out{step}"
+        rate = 5_000 if step < 2 else None  # the last step is not stopped: at full speed
         env = savepoint_job(
-            out, tmp_path / "chk", runner="spark", n=n, config={**config, **restore}
+            out, tmp_path / "chk", runner="spark", n=n, rate=rate, config={**config, **restore}
         )
         client = env.execute_async(f"step {step}")
         if step < 2:  # rocksdb -> savepoint -> hashmap -> savepoint -> rocksdb, to the end
-            path = _stop_with_savepoint(client, tmp_path)
+            path = stop_with_savepoint(client, tmp_path / "savepoints")
+            assert client.get_job_status().result() is JobStatus.FINISHED
             restore = {"execution.savepoint.path": path}
         else:
             client.get_job_execution_result().result()

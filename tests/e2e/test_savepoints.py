@@ -17,20 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import check_exactly_once, committed_lines
-from tests.e2e.savepoint_jobs import (
-    fingerprint,
-    running_with_checkpoints,
-    savepoint_job,
-    split_probe_lines,
-    wait_until,
-)
+from tests.e2e.savepoint_jobs import retained_checkpoint, savepoint_job, split_probe_lines
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+from tests.support.snapshots import fingerprint, stop_with_savepoint
+from tests.support.waiting import wait_for_checkpoints, wait_until
 from tidegate.checkpoint.errors import (
     CheckpointTriggerError,
     JobNotRunningError,
     NoSavepointDirectoryError,
 )
-from tidegate.checkpoint.storage import resolve_checkpoint_path
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
@@ -47,9 +43,7 @@ def _stop_with_savepoint(tmp_path: Path, runner: str, drain: bool = False, **job
     out = tmp_path / "out1"
     env = savepoint_job(out, tmp_path / "chk", runner=runner, n=N, **job)
     client = env.execute_async("stopped with a savepoint")
-    running_with_checkpoints(client)
-    path = client.stop_with_savepoint(drain, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()  # returns: the job FINISHED
+    path = stop_with_savepoint(client, tmp_path / "savepoints", drain=drain)
     assert client.get_job_status().result() is JobStatus.FINISHED
     assert re.fullmatch(rf"savepoint-{client.get_job_id()[:6]}-[0-9a-f]{{12}}", Path(path).name)
     metadata = json.loads((Path(path) / "_metadata").read_text())
@@ -58,8 +52,10 @@ def _stop_with_savepoint(tmp_path: Path, runner: str, drain: bool = False, **job
 
 
 def _resume(tmp_path: Path, runner: str, path: str, name: str = "out2", **job):
-    """Run the job restored from `path` to its end; returns its client and committed output."""
+    """Run the job restored from `path` to its end, at full speed (nothing waits for it while
+    it runs); returns its client and committed output."""
     config = {"execution.savepoint.path": path, **job.pop("config", {})}
+    job.setdefault("rate", None)
     env = savepoint_job(tmp_path / name, tmp_path / "chk", runner=runner, n=N, config=config, **job)
     client = env.execute_async("resumed")
     client.get_job_execution_result().result()
@@ -112,16 +108,16 @@ def test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkp
     env = savepoint_job(out, tmp_path / "chk", runner="spark", n=N, interval_ms=MANUAL_ONLY_MS)
     client = env.execute_async("savepoint then kill")
     jm = client.jobmaster
-    wait_until(client, lambda: jm.stats.records_read > 1_000, "records were read")
+    wait_until(lambda: jm.stats.records_read > 1_000, "records were read", job=client)
     checkpoint = client.trigger_checkpoint().result()
-    wait_until(client, lambda: jm.stats.records_read > 5_000, "more records were read")
+    wait_until(lambda: jm.stats.records_read > 5_000, "more records were read", job=client)
     committed_at_checkpoint = len(committed_lines(out))
     path = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
     # a savepoint counts as a checkpoint for the two-phase-commit sink: it commits
     wait_until(
-        client,
         lambda: len(committed_lines(out)) > committed_at_checkpoint,
         "the savepoint's output was committed",
+        job=client,
     )
     savepoint = jm.latest_savepoint
     assert savepoint.path == path and savepoint.checkpoint_id > checkpoint.checkpoint_id
@@ -140,13 +136,14 @@ def test_three_manual_resumes_in_a_row_from_retained_checkpoints(spark, tmp_path
     for run in range(4):
         config = {"execution.state-recovery.path": restore} if restore else {}
         out = tmp_path / f"out{run}"
-        env = savepoint_job(out, tmp_path / "chk", runner="spark", n=n, config=config)
+        rate = 5_000 if run < 3 else None  # the last run is not cancelled: it runs at full speed
+        env = savepoint_job(out, tmp_path / "chk", runner="spark", n=n, rate=rate, config=config)
         env.get_checkpoint_config().set_externalized_checkpoint_retention(
             ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
         )
         client = env.execute_async(f"run {run}")
         if run < 3:
-            running_with_checkpoints(client, 2)
+            wait_for_checkpoints(client, 2)
             client.cancel().result()
             restore = str(tmp_path / "chk" / client.get_job_id())  # its latest checkpoint
         else:
@@ -157,39 +154,32 @@ def test_three_manual_resumes_in_a_row_from_retained_checkpoints(spark, tmp_path
     check_exactly_once(lines, n, 2)
 
 
-def _retained_checkpoint(tmp_path: Path, runner: str) -> tuple[str, list[str]]:
-    """A cancelled job's latest retained checkpoint (a chk-<n> directory) and its output."""
-    env = savepoint_job(tmp_path / "out1", tmp_path / "chk", runner=runner, n=N)
-    env.get_checkpoint_config().set_externalized_checkpoint_retention(
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
-    )
-    client = env.execute_async("cancelled")
-    running_with_checkpoints(client, 2)
-    client.cancel().result()
-    chk = resolve_checkpoint_path(str(tmp_path / "chk" / client.get_job_id()))
-    return chk, committed_lines(tmp_path / "out1")
-
-
-def test_no_claim_never_modifies_or_deletes_the_restored_snapshot(runner, tmp_path):
-    chk, first = _retained_checkpoint(tmp_path, runner)
+def test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified(
+    runner, tmp_path
+):
+    """Restored from the job directory, a job continues from its latest retained checkpoint;
+    in NO_CLAIM mode (the default) it never modifies or deletes that snapshot."""
+    job_dir, chk, first = retained_checkpoint(tmp_path, runner, N)
+    assert 0 < len(first) < N
     before = fingerprint(chk)
-    config = {"execution.state-recovery.path": chk}  # NO_CLAIM is the default
+    config = {"execution.state-recovery.path": job_dir}
     env = savepoint_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, config=config)
     client = env.execute_async("no claim")
-    running_with_checkpoints(client, 3)  # its own checkpoints subsume each other
+    wait_for_checkpoints(client, 3)  # its own checkpoints subsume each other
     client.get_job_execution_result().result()
 
+    assert client.jobmaster.stats.restored_from == int(chk.rsplit("-", 1)[1])
     assert fingerprint(chk) == before  # every file, byte for byte
     check_exactly_once(first + committed_lines(tmp_path / "out2"), N, 2)
 
 
 def test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed(spark, tmp_path):
-    chk, first = _retained_checkpoint(tmp_path, "spark")
+    _job_dir, chk, first = retained_checkpoint(tmp_path, "spark", N)
     config = {"execution.state-recovery.path": chk, "execution.state-recovery.claim-mode": "CLAIM"}
     env = savepoint_job(tmp_path / "out2", tmp_path / "chk", runner="spark", n=N, config=config)
     client = env.execute_async("claim")
     assert os.path.isdir(chk)
-    running_with_checkpoints(client, 1)  # one checkpoint retained: the claimed one is subsumed
+    wait_for_checkpoints(client, 1)  # one checkpoint retained: the claimed one is subsumed
 
     assert not os.path.exists(chk)
     client.get_job_execution_result().result()
@@ -243,7 +233,7 @@ def test_a_manually_triggered_checkpoint_completes_and_commits_the_output(runner
     )
     client = env.execute_async("manual checkpoint")
     jm = client.jobmaster
-    wait_until(client, lambda: jm.stats.records_read > 0, "records were read")
+    wait_until(lambda: jm.stats.records_read > 0, "records were read", job=client)
 
     checkpoint = client.trigger_checkpoint().result()
 
@@ -252,7 +242,7 @@ def test_a_manually_triggered_checkpoint_completes_and_commits_the_output(runner
     assert checkpoint.path == str(tmp_path / "chk" / client.get_job_id() / "chk-1")
     assert os.path.isfile(f"{checkpoint.path}/_metadata")
     assert jm.store.latest() == checkpoint
-    wait_until(client, lambda: committed_lines(out), "the checkpoint's output was committed")
+    wait_until(lambda: committed_lines(out), "the checkpoint's output was committed", job=client)
     # without a directory the configured default is used
     assert Path(client.trigger_savepoint().result()).parent == default_dir
     client.cancel().result()
@@ -261,7 +251,7 @@ def test_a_manually_triggered_checkpoint_completes_and_commits_the_output(runner
 def test_requests_the_job_cannot_serve_fail_with_the_reason(tmp_path):
     env = savepoint_job(tmp_path / "out", tmp_path / "chk", runner="local", n=N)
     client = env.execute_async("no savepoint directory")
-    running_with_checkpoints(client)
+    wait_for_checkpoints(client)
     with pytest.raises(NoSavepointDirectoryError, match=r"execution\.checkpointing\.savepoint-dir"):
         client.trigger_savepoint().result()
     with pytest.raises(NoSavepointDirectoryError):
@@ -291,11 +281,11 @@ def test_a_failed_savepoint_never_fails_the_job(spark, tmp_path):
     )
     client = env.execute_async("declined savepoints")
     jm = client.jobmaster
-    wait_until(client, lambda: jm.stats.records_read > 0, "records were read")
+    wait_until(lambda: jm.stats.records_read > 0, "records were read", job=client)
 
     with pytest.raises(CheckpointTriggerError, match=r"declined.*The job keeps running"):
         client.trigger_savepoint(str(savepoints)).result()
-    wait_until(client, lambda: os.listdir(savepoints) == [], "the failed savepoint was removed")
+    wait_until(lambda: os.listdir(savepoints) == [], "the failed savepoint was removed", job=client)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     with pytest.raises(CheckpointTriggerError, match="cannot create the savepoint directory"):
@@ -303,7 +293,7 @@ def test_a_failed_savepoint_never_fails_the_job(spark, tmp_path):
     with pytest.raises(CheckpointTriggerError, match=r"declined.*sources resume"):
         client.stop_with_savepoint(False, str(savepoints)).result()
     read = jm.stats.records_read
-    wait_until(client, lambda: jm.stats.records_read > read + 1_000, "the sources resumed")
+    wait_until(lambda: jm.stats.records_read > read + 1_000, "the sources resumed", job=client)
     assert jm.status is JobStatus.RUNNING
 
     flag.unlink()
@@ -324,7 +314,7 @@ def test_a_failed_drain_restarts_the_job_from_its_latest_checkpoint(spark, tmp_p
         finish_probe=True,
     )
     client = env.execute_async("failed drain")
-    running_with_checkpoints(client)
+    wait_for_checkpoints(client)
     flag.touch()
     with pytest.raises(CheckpointTriggerError, match="restarts from its latest checkpoint"):
         client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result()
@@ -353,7 +343,9 @@ from pathlib import Path
 from tests.e2e.savepoint_jobs import savepoint_job
 
 out, checkpoints, count_uid = sys.argv[1:4]
-env = savepoint_job(Path(out), Path(checkpoints), runner="spark", n={N}, count_uid=count_uid)
+env = savepoint_job(
+    Path(out), Path(checkpoints), runner="spark", n={N}, rate=None, count_uid=count_uid
+)
 env.execute("cli restore")
 """
 

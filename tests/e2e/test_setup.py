@@ -92,7 +92,7 @@ JOB = textwrap.dedent(
 def test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible(
     no_java_path, tmp_path
 ):
-    from tests.e2e.jobs import committed_lines
+    from tests.support.output import committed_lines
 
     (tmp_path / "job.py").write_text(JOB)
     out, checkpoints = tmp_path / "out", tmp_path / "chk"

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from tests.e2e.jobs import NUM_KEYS, committed_lines, count_job
-from tests.e2e.savepoint_jobs import running_with_checkpoints, savepoint_job
+from tests.e2e.jobs import count_job
+from tests.e2e.savepoint_jobs import savepoint_job
 from tests.e2e.state_processor_jobs import PROBE_KEYS, probe_job, run_until_savepoint
-from tests.support.snapshots import edit_metadata
+from tests.support.output import committed_lines
+from tests.support.references import NUM_KEYS, records_per_key
+from tests.support.snapshots import edit_metadata, stop_with_savepoint
 from tidegate.state.keygroups import key_group_range, stable_hash
 from tidegate.state_processor import (
     SavepointReader,
@@ -42,9 +44,7 @@ def count_savepoint(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("count-savepoint")
     env = savepoint_job(tmp / "out", tmp / "chk", runner="spark", n=N)
     client = env.execute_async("counted")
-    running_with_checkpoints(client, 2)
-    path = client.stop_with_savepoint(False, str(tmp / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client, tmp / "savepoints", after_checkpoints=2)
     lines = committed_lines(tmp / "out")
     assert 0 < len(lines) < N
     # exactly-once: the savepoint's count of a key is the number of its committed records
@@ -135,7 +135,7 @@ def test_round_trip_through_a_bootstrapped_savepoint_at_another_parallelism_is_l
     for line in committed_lines(tmp_path / "out"):
         key, _value, count = map(int, line.split(","))
         seen[key].append(count)
-    per_key = collections.Counter(v % NUM_KEYS for v in range(n))
+    per_key = records_per_key(n)
     assert {k: sorted(c) for k, c in seen.items()} == {
         k: list(range(reference[k] + 1001, reference[k] + 1001 + per_key[k])) for k in per_key
     }

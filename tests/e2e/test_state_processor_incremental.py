@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import committed_lines
-from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.state_processor_jobs import (
     FAR_FUTURE_MS,
     PROBE_KEYS,
     incremental_probe_job,
     run_until_savepoint,
 )
+from tests.support.output import committed_lines
+from tests.support.waiting import wait_for_checkpoints
 from tidegate.checkpoint.errors import MissingCheckpointFileError
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.common import JobStatus
@@ -38,7 +38,7 @@ def incremental_and_savepoint(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("incremental-state")
     first = incremental_probe_job(tmp / "out1", tmp / "chk", tmp / "rocksdb", None, False)
     client = first.execute_async("incremental probe")
-    running_with_checkpoints(client, 3)
+    wait_for_checkpoints(client, 3)
     client.cancel().result()
     client.jobmaster.done.wait()
     assert client.get_job_status().result() is JobStatus.CANCELED

@@ -3,8 +3,8 @@ the reference output, also when it fails and restores TTL state from a checkpoin
 
 from __future__ import annotations
 
-from tests.e2e.jobs import committed_lines
 from tests.e2e.ttl_jobs import BLOCK, reference, ttl_job
+from tests.support.output import committed_lines
 
 
 def test_expired_state_is_never_returned_and_ttl_state_survives_a_restore(spark, tmp_path):

@@ -11,14 +11,9 @@ import sys
 import cloudpickle
 import pytest
 
-from tests.e2e.jobs import (
-    InjectedFailure,
-    RunningCount,
-    check_exactly_once,
-    committed_lines,
-    count_job,
-    flip_a_byte,
-)
+from tests.e2e.jobs import InjectedFailure, RunningCount, count_job, flip_a_byte
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend
 
 # Pytest imports this file as a top-level module the slot processes cannot import, so the

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.timer_jobs import FailurePlan, check_fired_exactly_once, firings, timer_job
+from tests.support.snapshots import stop_with_savepoint
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 
 
@@ -80,9 +80,7 @@ def _run_until_savepoint(tmp_path: Path, run: str, parallelism: int, restore: st
         tmp_path / run, tmp_path / "chk", parallelism=parallelism, restore_path=restore, **job
     )
     client = env.execute_async(f"timers at parallelism {parallelism}")
-    running_with_checkpoints(client, 2)
-    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = stop_with_savepoint(client, tmp_path / "savepoints", after_checkpoints=2)
     return path
 
 
@@ -116,9 +114,7 @@ def test_stop_with_drain_fires_the_pending_event_time_timers_before_the_savepoin
         runner="local",
     )
     client = env.execute_async("drained")
-    running_with_checkpoints(client, 2)
-    client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    stop_with_savepoint(client, tmp_path / "savepoints", after_checkpoints=2, drain=True)
     fired = firings(tmp_path / "out")
     keys = sorted(f.key for f in fired)
     assert 0 < len(keys) < 100_000

@@ -16,8 +16,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from tests.support.environments import job_environment
 from tidegate.common import (
-    Configuration,
     JobExecutionException,
     Row,
     RowKind,
@@ -71,11 +71,9 @@ def _kinds(row: Row) -> Row:
 
 
 def _env(runner: str, tmp_path: Path, parallelism: int) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "chk"))
-    return env
+    return job_environment(
+        runner, tmp_path / "chk", parallelism=parallelism, interval_ms=None, restarts=None
+    )
 
 
 def _build_examples(env: StreamExecutionEnvironment) -> None:

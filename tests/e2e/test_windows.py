@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import collections
 
-from tests.e2e.jobs import committed_lines
-from tests.e2e.savepoint_jobs import running_with_checkpoints
 from tests.e2e.window_jobs import (
     CountWindowProcessFunction,
     FailurePlan,
@@ -24,8 +22,10 @@ from tests.e2e.window_jobs import (
     processing_time_job,
     window_job,
 )
-from tidegate.common import Configuration, Encoder, Time, Types, WatermarkStrategy
-from tidegate.datastream import StreamExecutionEnvironment
+from tests.support.environments import job_environment
+from tests.support.output import committed_lines
+from tests.support.snapshots import stop_with_savepoint
+from tidegate.common import Encoder, Time, Types, WatermarkStrategy
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.window import (
     EventTimeSessionWindows,
@@ -99,9 +99,7 @@ def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_
             restore_path=restore,
         )
         client = env.execute_async(f"windows at parallelism {parallelism}")
-        running_with_checkpoints(client, 2)
-        restore = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-        client.get_job_execution_result().result()
+        restore = stop_with_savepoint(client, tmp_path / "savepoints", after_checkpoints=2)
     env = window_job(
         tmp_path / "run3",
         tmp_path / "chk",
@@ -119,10 +117,7 @@ def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_
 # PyFlink's windowing examples (apache-flink's examples/datastream/windowing), with tidegate's
 # imports, on the local runner; the expected lines are what Flink prints for them.
 def _run_example(tmp_path, data, build) -> list[str]:
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.runner", "local")
-    )
-    env.set_parallelism(1)
+    env = job_environment("local", parallelism=1, interval_ms=None, restarts=None)
     stream = env.from_collection(data, type_info=Types.TUPLE([Types.STRING(), Types.INT()]))
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
         MyTimestampAssigner()
@@ -183,10 +178,7 @@ def test_pyflinks_windowing_examples_print_flinks_results(tmp_path):
 
 
 def test_pyflinks_count_window_example_sums_every_three_elements_per_key(tmp_path):
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.runner", "local")
-    )
-    env.set_parallelism(1)
+    env = job_environment("local", parallelism=1, interval_ms=None, restarts=None)
     data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
     ds = (
         env.from_collection(data, type_info=Types.TUPLE([Types.INT(), Types.STRING()]))
@@ -202,10 +194,7 @@ def test_pyflinks_count_window_example_sums_every_three_elements_per_key(tmp_pat
 def test_a_window_join_pairs_equal_keys_of_the_same_window_and_co_group_sees_both_sides(
     tmp_path,
 ):
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.runner", "local")
-    )
-    env.set_parallelism(2)
+    env = job_environment("local", parallelism=2, interval_ms=None, restarts=None)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(event_time)
     orders = env.from_collection([("a", 1), ("b", 2), ("a", 3), ("c", 12), ("a", 14)])
     payments = env.from_collection([("a", 4), ("a", 5), ("b", 11), ("c", 13), ("d", 15)])

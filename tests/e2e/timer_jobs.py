@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.jobs import InjectedFailure, committed_lines
-from tidegate.common import Configuration, Encoder, RestartStrategies
+from tests.e2e.jobs import InjectedFailure
+from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
 from tidegate.datastream import KeyedProcessFunction, StreamExecutionEnvironment, TimeDomain
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.state.keygroups import assign_to_key_group, subtask_for_key_group
 
@@ -109,26 +109,14 @@ def timer_job(
     """numbers (1 subtask, `rate`/s) -> key_by(v) -> TimerJob (uid `timers`, `parallelism`)
     -> FileSink (2 subtasks), exactly-once checkpoints every `interval_ms`, on `state_backend`
     (None: the default, hashmap)."""
-    conf = Configuration().set_string("execution.runner", runner)
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
+    env = job_environment(runner, checkpoints, interval_ms=interval_ms, restore_path=restore_path)
     if state_backend is not None:
         env.set_state_backend(state_backend)
     source = DataGeneratorSource(lambda i: i, count=real + padding, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
     function = TimerJob(real, domains, delay_ms, plan or FailurePlan())
     ds = ds.key_by(lambda v: v).process(function).uid("timers").set_parallelism(parallelism)
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink").set_parallelism(2)
+    ds.sink_to(file_sink(out)).uid("sink").set_parallelism(2)
     return env
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.e2e.jobs import FailAtValues
-from tidegate.common import Configuration, Encoder, RestartStrategies, Time
+from tests.support.environments import file_sink, job_environment
+from tidegate.common import Time
 from tidegate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.state import StateTtlConfig, ValueStateDescriptor
 from tidegate.state.ttl import set_time_provider
 
@@ -72,22 +72,12 @@ def ttl_job(
 ) -> StreamExecutionEnvironment:
     """numbers (one source subtask, so each keyed subtask sees increasing times) -> failures ->
     key_by(i % 13) -> LastSeen (2 subtasks) -> exactly-once file sink."""
-    conf = Configuration().set_string("execution.runner", "spark")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(5, 0))
+    env = job_environment("spark", checkpoints, restarts=5)
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers").set_parallelism(1)
     ds = ds.map(FailAtValues(fail_at)).uid("fail").set_parallelism(1)
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(LastSeen()).uid("last-seen")
-    sink = (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    ds.sink_to(sink).uid("sink")
+    ds.sink_to(file_sink(out)).uid("sink")
     return env
 
 

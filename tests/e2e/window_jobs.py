@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.e2e.jobs import InjectedFailure
-from tidegate.common import Configuration, Encoder, RestartStrategies, WatermarkStrategy
+from tests.support.environments import file_sink, job_environment
+from tidegate.common import WatermarkStrategy
 from tidegate.common.time import Time
 from tidegate.common.watermark_strategy import TimestampAssigner
 from tidegate.datastream import (
@@ -38,7 +39,6 @@ from tidegate.datastream import (
     WindowFunction,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
-from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.window import (
     CountWindow,
@@ -132,22 +132,12 @@ def _env(
     parallelism: int = 2,
     restore_path: str | None = None,
 ) -> StreamExecutionEnvironment:
-    conf = Configuration().set_string("execution.runner", runner)
-    if restore_path:
-        conf.set_string("execution.state-recovery.path", restore_path)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(interval_ms)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(str(checkpoints))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(10, 0))
-    return env
-
-
-def _sink(out: Path) -> FileSink:
-    return (
-        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
+    return job_environment(
+        runner,
+        checkpoints,
+        parallelism=parallelism,
+        interval_ms=interval_ms,
+        restore_path=restore_path,
     )
 
 
@@ -196,7 +186,7 @@ def window_job(
         .process(AllLines("A", plan))
         .uid("all")
     )
-    tumbling.union(sliding, sessions, counts, everything).sink_to(_sink(out)).uid("sink")
+    tumbling.union(sliding, sessions, counts, everything).sink_to(file_sink(out)).uid("sink")
     return env
 
 
@@ -284,7 +274,7 @@ def late_data_job(
         .uid("tumbling")
     )
     late = windows.get_side_output(LATE).map(lambda v: f"L,{v}")
-    windows.union(late).sink_to(_sink(out)).uid("sink")
+    windows.union(late).sink_to(file_sink(out)).uid("sink")
     return env
 
 
@@ -378,5 +368,5 @@ def processing_time_job(
         .aggregate(SumCount(), window_function=ProcessingTimeSums(fail_at=5))
         .uid("processing-time")
     )
-    windows.sink_to(_sink(out)).uid("sink")
+    windows.sink_to(file_sink(out)).uid("sink")
     return env

@@ -1,1 +1,7 @@
-"""Helpers shared by the tests (the beginning of one home for them: see issue 12)."""
+"""Helpers shared by the tests, one module a concept (see issue 12):
+
+- waiting: `wait_until` / `wait_for_checkpoints`, polling with a timeout;
+- output: `committed_files` / `committed_lines`, what a file sink committed;
+- environments: `job_environment` / `file_sink`, a configured job environment and sink;
+- references: reference computations (the keyed running count, multiset equality);
+- snapshots: checkpoint metadata, checkpoint directories and their fingerprints."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import wait_for_checkpoints
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, encode_metadata
 
 
@@ -25,3 +27,29 @@ def edit_metadata(directory: Path, change: Callable[[dict[str, Any]], None]) -> 
     change(document)
     content = {k: v for k, v in document.items() if k not in ("format", "version", "checksum")}
     path.write_bytes(encode_metadata(CheckpointMetadata.from_json(content)))
+
+
+def checkpoint_dirs(job_dir: str | Path) -> list[str]:
+    """The `chk-<n>` directories of a job's checkpoint directory, oldest (lowest n) first."""
+    return sorted(glob.glob(f"{job_dir}/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
+
+
+def fingerprint(directory: str | Path) -> dict[str, bytes]:
+    """Every file under `directory` (relative name -> bytes): compare two to show that a
+    snapshot was neither modified nor deleted from."""
+    root = Path(directory)
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def stop_with_savepoint(
+    job, directory: str | Path | None = None, *, after_checkpoints: int = 1, drain: bool = False
+) -> str:
+    """Once `job` (a JobClient) is running and completed `after_checkpoints` more checkpoints,
+    stop it with a savepoint in `directory` (None: the job's default savepoint directory;
+    `drain`: end the input first) and wait until the job finished; returns the savepoint's
+    path."""
+    wait_for_checkpoints(job, after_checkpoints)
+    target = None if directory is None else str(directory)
+    path = job.stop_with_savepoint(drain, target).result()
+    job.get_job_execution_result().result()
+    return path

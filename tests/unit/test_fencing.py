@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from tidegate.checkpoint.errors import CheckpointStorageError, FencedWriterError
 from tidegate.checkpoint.fencing import FENCE_DIR_NAME, KEPT_GENERATIONS
 from tidegate.checkpoint.metadata import CheckpointMetadata
@@ -154,8 +154,7 @@ def test_a_stale_writer_racing_a_new_one_never_replaces_or_adds_to_its_checkpoin
 
     thread = threading.Thread(target=stale_writer)
     thread.start()
-    while not a_results:
-        time.sleep(0.001)
+    wait_until(lambda: a_results, "the stale writer wrote its first checkpoint", interval=0.001)
     b.start_generation()
     taken_over.set()
     b_published = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tests.support.waiting import wait_until
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy.attempt import JobFailure
 from tidegate.metrics.failures import MAX_FAILURES, JobTimeline
@@ -95,8 +96,7 @@ def test_a_writer_counts_the_time_a_full_downstream_gate_blocks_it():
     assert writer.backpressured_s(time.perf_counter()) < 0.05
     blocked = threading.Thread(target=writer.process_batch, args=([2],))
     blocked.start()  # blocks until a reader takes the first frame
-    while writer._blocked[1] is None:  # until the send started
-        time.sleep(0.01)
+    wait_until(lambda: writer._blocked[1] is not None, "the send started", interval=0.01)
     time.sleep(0.3)
     during = writer.backpressured_s(time.perf_counter())  # a send still blocked counts
     assert during >= 0.25
