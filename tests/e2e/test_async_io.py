@@ -18,7 +18,8 @@ from tests.e2e.async_jobs import (
     reference,
 )
 from tests.e2e.event_time_jobs import check_windows_exactly_once, fired
-from tests.e2e.jobs import committed_lines, kill_slots
+from tests.e2e.jobs import kill_slots
+from tests.support.output import committed_lines
 
 
 @pytest.fixture(scope="module")
