@@ -26,6 +26,9 @@ SLOW: dict[str, set[str]] = {
         "test_key_by_on_a_union_keeps_one_state_per_key_across_the_inputs",
         "test_operator_list_state_and_union_list_state_survive_a_restart",
     },
+    "e2e/test_async_io.py": {
+        "test_a_kill_9_mid_stream_commits_the_reference_exactly_once",
+    },
     "e2e/test_broadcast_state.py": {
         "test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions",
     },
