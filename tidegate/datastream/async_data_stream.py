@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from tidegate.common.time import to_millis
+from tidegate.common.typeinfo import as_type_info
 from tidegate.datastream.async_function import AsyncFunction
 from tidegate.datastream.async_retry_strategies import NO_RETRY_STRATEGY, AsyncRetryStrategy
 from tidegate.datastream.data_stream import DataStream
@@ -33,7 +34,13 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return AsyncDataStream._apply(
-            data_stream, async_function, timeout, NO_RETRY_STRATEGY, capacity, ordered=False
+            data_stream,
+            async_function,
+            timeout,
+            NO_RETRY_STRATEGY,
+            capacity,
+            output_type,
+            ordered=False,
         )
 
     @staticmethod
@@ -46,7 +53,13 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return AsyncDataStream._apply(
-            data_stream, async_function, timeout, async_retry_strategy, capacity, ordered=False
+            data_stream,
+            async_function,
+            timeout,
+            async_retry_strategy,
+            capacity,
+            output_type,
+            ordered=False,
         )
 
     @staticmethod
@@ -58,7 +71,13 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return AsyncDataStream._apply(
-            data_stream, async_function, timeout, NO_RETRY_STRATEGY, capacity, ordered=True
+            data_stream,
+            async_function,
+            timeout,
+            NO_RETRY_STRATEGY,
+            capacity,
+            output_type,
+            ordered=True,
         )
 
     @staticmethod
@@ -71,7 +90,13 @@ class AsyncDataStream:
         output_type: Any = None,
     ) -> DataStream:
         return AsyncDataStream._apply(
-            data_stream, async_function, timeout, async_retry_strategy, capacity, ordered=True
+            data_stream,
+            async_function,
+            timeout,
+            async_retry_strategy,
+            capacity,
+            output_type,
+            ordered=True,
         )
 
     @staticmethod
@@ -81,6 +106,7 @@ class AsyncDataStream:
         timeout: Any,
         retry_strategy: Any,
         capacity: int,
+        output_type: Any,
         *,
         ordered: bool,
     ) -> DataStream:
@@ -94,7 +120,8 @@ class AsyncDataStream:
             ordered=ordered,
             retry_strategy=None if retry_strategy is NO_RETRY_STRATEGY else retry_strategy,
         )
-        return data_stream._add("async_wait", "Async Wait", make)
+        out = as_type_info(output_type, "AsyncDataStream(output_type=...)")
+        return data_stream._add("async_wait", "Async Wait", make, output_type=out)
 
 
 def _validate(async_function: Any, timeout_ms: int, retry_strategy: Any, capacity: Any) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "OrderedResultQueue",
@@ -58,48 +58,14 @@ class WatermarkEntry:
 Emission = RequestEntry | WatermarkEntry
 
 
-class ResultQueue(Protocol):
-    capacity: int
-
-    @property
-    def in_flight(self) -> int: ...
-
-    @property
-    def is_full(self) -> bool: ...
-
-    @property
-    def is_empty(self) -> bool: ...
-
-    def add_record(self, value: Any, timestamp: int | None) -> RequestEntry: ...
-
-    def add_watermark(self, watermark: int) -> None: ...
-
-    def complete(self, entry: RequestEntry, results: list) -> None: ...
-
-    def pop_ready(self) -> list[Emission]: ...
-
-    def elements(self) -> list[tuple]: ...
-
-
-def _check_capacity(capacity: int) -> int:
-    if int(capacity) < 1:
-        raise ValueError(f"the capacity of an async operator must be >= 1, got {capacity}")
-    return int(capacity)
-
-
-def _as_element(entry: Emission) -> tuple:
-    """A stored element: ("record", value, timestamp) or ("watermark", watermark)."""
-    if isinstance(entry, WatermarkEntry):
-        return ("watermark", entry.watermark)
-    return ("record", entry.value, entry.timestamp)
-
-
-class OrderedResultQueue:
-    """Results in input order (AsyncDataStream.ordered_wait)."""
+class ResultQueue:
+    """What both queues share: the capacity and the count of requests not yet emitted
+    (completed or not), and the collapsing of consecutive watermarks."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = _check_capacity(capacity)
-        self._entries: deque[Emission] = deque()
+        if int(capacity) < 1:
+            raise ValueError(f"the capacity of an async operator must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
         self._requests = 0
 
     @property
@@ -109,6 +75,29 @@ class OrderedResultQueue:
     @property
     def is_full(self) -> bool:
         return self._requests >= self.capacity
+
+    @staticmethod
+    def _append_watermark(entries: deque, watermark: int) -> None:
+        """A watermark after a watermark replaces it (the newer subsumes the older)."""
+        if entries and isinstance(entries[-1], WatermarkEntry):
+            entries[-1] = WatermarkEntry(watermark)
+        else:
+            entries.append(WatermarkEntry(watermark))
+
+
+def _as_element(entry: Emission) -> tuple:
+    """A stored element: ("record", value, timestamp) or ("watermark", watermark)."""
+    if isinstance(entry, WatermarkEntry):
+        return ("watermark", entry.watermark)
+    return ("record", entry.value, entry.timestamp)
+
+
+class OrderedResultQueue(ResultQueue):
+    """Results in input order (AsyncDataStream.ordered_wait)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._entries: deque[Emission] = deque()
 
     @property
     def is_empty(self) -> bool:
@@ -121,11 +110,7 @@ class OrderedResultQueue:
         return entry
 
     def add_watermark(self, watermark: int) -> None:
-        entries = self._entries
-        if entries and isinstance(entries[-1], WatermarkEntry):
-            entries[-1] = WatermarkEntry(watermark)
-        else:
-            entries.append(WatermarkEntry(watermark))
+        self._append_watermark(self._entries, watermark)
 
     def complete(self, entry: RequestEntry, results: list) -> None:
         entry.results, entry.done = results, True
@@ -156,22 +141,13 @@ class _Segment:
     completed: list = field(default_factory=list)
 
 
-class UnorderedResultQueue:
+class UnorderedResultQueue(ResultQueue):
     """Results as they complete, never across a watermark (AsyncDataStream.unordered_wait)."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = _check_capacity(capacity)
+        super().__init__(capacity)
         self._segments: deque[_Segment | WatermarkEntry] = deque()
         self._segment_of: dict[int, _Segment] = {}  # id(entry) -> its segment
-        self._requests = 0
-
-    @property
-    def in_flight(self) -> int:
-        return self._requests
-
-    @property
-    def is_full(self) -> bool:
-        return self._requests >= self.capacity
 
     @property
     def is_empty(self) -> bool:
@@ -190,11 +166,7 @@ class UnorderedResultQueue:
         return entry
 
     def add_watermark(self, watermark: int) -> None:
-        segments = self._segments
-        if segments and isinstance(segments[-1], WatermarkEntry):
-            segments[-1] = WatermarkEntry(watermark)
-        else:
-            segments.append(WatermarkEntry(watermark))
+        self._append_watermark(self._segments, watermark)
 
     def complete(self, entry: RequestEntry, results: list) -> None:
         entry.results, entry.done = results, True
