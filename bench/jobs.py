@@ -27,7 +27,7 @@ from typing import Any
 
 import cloudpickle
 
-from tidegate.common import Configuration, Encoder, RestartStrategies, WatermarkStrategy
+from tidegate.common import Configuration, Encoder, RestartStrategies, Types, WatermarkStrategy
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
@@ -255,6 +255,8 @@ class JobParams:
     alignment: str = "aligned"
     #: a slow stage before the sink: microseconds of sleep per record (0: none)
     slow_us: int = 0
+    #: keyed pipelines: the pairs declare Types.TUPLE([INT, LONG]) (typed frames, not pickle)
+    typed: bool = False
 
     @property
     def label(self) -> str:
@@ -262,7 +264,8 @@ class JobParams:
         if self.checkpoint_ms and self.alignment != "aligned":
             ck += f" {self.alignment}"
         slow_stage = f" slow {self.slow_us}us" if self.slow_us else ""
-        return f"{self.pipeline} p={self.parallelism} {ck} sink={self.sink}{slow_stage}"
+        typed = " typed" if self.typed else ""
+        return f"{self.pipeline}{typed} p={self.parallelism} {ck} sink={self.sink}{slow_stage}"
 
     def expected_sink_records(self) -> int | None:
         """Records the sink must have committed when the job finished (exactly once)."""
@@ -310,7 +313,8 @@ def build_env(
     if params.pipeline == "stateless":
         ds = ds.map(scale).uid("scale").filter(is_even).uid("even")
     elif params.pipeline in ("keyed", "keyed-ts"):
-        ds = ds.map(functools.partial(to_pair, keys=params.keys)).uid("pair")
+        pair_type = Types.TUPLE([Types.INT(), Types.LONG()]) if params.typed else None
+        ds = ds.map(functools.partial(to_pair, keys=params.keys), pair_type).uid("pair")
         ds = ds.key_by(first).reduce(add_counts).uid("count")
     else:
         raise ValueError(f"unknown pipeline {params.pipeline!r}")

@@ -62,6 +62,7 @@ SLOW: dict[str, set[str]] = {
         "test_at_least_once_mode_loses_nothing_under_failures",
         "test_exceptions_in_an_operator_at_several_records_lose_and_duplicate_nothing",
         "test_kill_9_of_slot_processes_loses_and_duplicates_nothing",
+        "test_typed_records_survive_kill_9_exactly_once",
     },
     "e2e/test_failures_under_backpressure.py": {
         "test_five_failures_under_backpressure_keep_exactly_once",

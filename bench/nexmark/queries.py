@@ -13,11 +13,12 @@ its `expires`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.nexmark.model import Auction, Bid, Person
-from tidegate.common import WatermarkStrategy
+from tidegate.common import Types, WatermarkStrategy
 from tidegate.datastream import (
     AggregateFunction,
     AllWindowFunction,
@@ -277,22 +278,31 @@ def bid_auction(b: Bid) -> int:
     return b.auction
 
 
-def q5(events: DataStream, size: int = WINDOW_MS, slide: int = SLIDE_MS) -> DataStream:
+#: q5's rows (window start, auction, bids) as PyFlink declares them (`q5-typed`)
+THREE_LONGS = Types.TUPLE([Types.LONG(), Types.LONG(), Types.LONG()])
+
+
+def q5(
+    events: DataStream, size: int = WINDOW_MS, slide: int = SLIDE_MS, typed: bool = False
+) -> DataStream:
     """Hot items: per sliding window (10 s every 2 s), the auctions with the most bids, as
     (window start, auction, bids). A window's counts carry its last millisecond as timestamp,
-    so the tumbling `slide` window that holds it gathers exactly that window's counts."""
+    so the tumbling `slide` window that holds it gathers exactly that window's counts. With
+    `typed`, both window results declare THREE_LONGS: the counts cross to the second window in
+    typed frames instead of pickles."""
+    row_type = THREE_LONGS if typed else None
     counts = (
         events.filter(is_bid)
         .uid("q5-bids")
         .key_by(bid_auction)
         .window(SlidingEventTimeWindows.of(size, slide))
-        .aggregate(CountBids(), WithWindowStart())
+        .aggregate(CountBids(), WithWindowStart(), output_type=row_type)
         .uid("q5-count")
     )
     return (
         counts.key_by(window_start_of)
         .window(TumblingEventTimeWindows.of(slide))
-        .aggregate(TopCounts(), HottestRows())
+        .aggregate(TopCounts(), HottestRows(), output_type=row_type)
         .uid("q5-hottest")
     )
 
@@ -388,6 +398,7 @@ QUERIES: dict[str, Callable[[DataStream], DataStream]] = {
     "q3": q3,
     "q4": q4,
     "q5": q5,
+    "q5-typed": functools.partial(q5, typed=True),
     "q7": q7,
     "q8": q8,
 }

@@ -49,7 +49,7 @@ FLINK_PER_CORE = {
 }
 #: rough events/s per slot on the 2-core dev box: sizes runs to about --seconds; a hint only
 EST_RATE = {"q0": 200_000, "q1": 250_000, "q2": 350_000, "q3": 300_000, "q4": 170_000}
-EST_RATE |= {"q5": 20_000, "q5-timers": 60_000}
+EST_RATE |= {"q5": 20_000, "q5-typed": 20_000, "q5-timers": 60_000}
 EST_RATE_DEFAULT = 150_000
 
 
@@ -59,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--queries",
         default=",".join(ALL_QUERIES),
-        help="comma-separated (default: all, and q5/q7/q8 also without the window API: "
-        "q5-timers, q7-timers, q8-timers)",
+        help="comma-separated (default: all, q5 also with declared types: q5-typed, and q5/q7/q8 "
+        "also without the window API: q5-timers, q7-timers, q8-timers)",
     )
     p.add_argument("--backends", default="hashmap,rocksdb", help="skipped when not available")
     p.add_argument("--parallelism", type=int, default=1, help="slots per job (1 = one core)")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests.support.environments import file_sink, job_environment
 from tests.support.references import NUM_KEYS
+from tidegate.common import Row, Types
 from tidegate.datastream import (
     CheckpointedFunction,
     CheckpointingMode,
@@ -156,6 +157,19 @@ class RunningCount(KeyedProcessFunction):
         yield f"{value % NUM_KEYS},{value},{c}"
 
 
+class TypedRunningCount(RunningCount):
+    """RunningCount of `Row(key=..., value=...)` records (typed_records=True): reads the fields
+    by name, which only the declared ROW_NAMED type gave the positional Rows upstream."""
+
+    def process_element(self, row, ctx):
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield f"{row.key},{row.value},{c}"
+
+
+KEYED_ROW = Types.ROW_NAMED(["key", "value"], [Types.INT(), Types.LONG()])
+
+
 def count_job(
     out: Path,
     checkpoints: Path,
@@ -174,10 +188,13 @@ def count_job(
     failure_markers: str | None = None,
     count: RunningCount | None = None,
     configuration: dict[str, str] | None = None,
+    typed_records: bool = False,
 ) -> StreamExecutionEnvironment:
     """numbers 0..n-1 (`rate`/s; None: unlimited) -> [failures] -> key_by(v % NUM_KEYS) ->
     running count (uid `count`) -> [slow map] -> FileSink; its committed output is compared
-    with references.check_exactly_once."""
+    with references.check_exactly_once. With `typed_records`, the numbers become positional
+    `Row(v % NUM_KEYS, v)` declared KEYED_ROW before the key_by, and the count emits declared
+    STRINGs: both edges carry typed frames."""
     config = {**(configuration or {}), "web.checkpoints.history": "10000"}  # every checkpoint
     env = job_environment(
         runner,
@@ -195,7 +212,12 @@ def count_job(
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     if failure_markers:
         ds = ds.map(ScheduledFailures(failure_markers)).uid("scheduled-failures")
-    ds = ds.key_by(lambda v: v % NUM_KEYS).process(count or RunningCount()).uid("count")
+    if typed_records:
+        rows = ds.map(lambda v: Row(v % NUM_KEYS, v), output_type=KEYED_ROW).uid("rows")
+        ds = rows.key_by(lambda row: row[0], key_type=Types.INT())  # as emitted: positional
+        ds = ds.process(count or TypedRunningCount(), Types.STRING()).uid("count")
+    else:
+        ds = ds.key_by(lambda v: v % NUM_KEYS).process(count or RunningCount()).uid("count")
     if slow_sink_s:
         ds = ds.map(SlowMap(slow_sink_s, slow_records)).uid("slow")
     ds.sink_to(file_sink(out)).uid("sink")

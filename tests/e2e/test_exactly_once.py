@@ -67,6 +67,29 @@ def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path,
     check_exactly_once(committed_lines(tmp_path / "out"), n, parallelism)
 
 
+@pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
+def test_typed_records_survive_kill_9_exactly_once(spark, tmp_path, unaligned):
+    """Records of declared types cross slots in typed frames (and, unaligned, sit in channel
+    state); the count reads `row.key` from Rows that were positional before the hop."""
+    n = 30_000
+    env = count_job(
+        tmp_path / "out",
+        tmp_path / "chk",
+        runner="spark",
+        n=n,
+        rate=8_000,
+        interval_ms=300,
+        typed_records=True,
+    )
+    env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
+    client = env.execute_async("typed kill -9")
+    killer = kill_slots(client, kills=2)
+    client.get_job_execution_result().result(timeout=300)
+    killer.join(5)
+    assert len(killer.killed) == 2, "both kills must have fired"
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
 def test_at_least_once_mode_loses_nothing_under_failures(runner, tmp_path):
     from tidegate.datastream import CheckpointingMode
 

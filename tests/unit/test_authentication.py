@@ -49,7 +49,7 @@ def test_the_control_server_listens_on_loopback_and_refuses_a_wrong_secret(secre
 
 def test_a_slot_data_listener_refuses_a_wrong_secret_and_delivers_nothing(secret):
     gate = InputGate(4)
-    network = SlotNetwork(0, secret, "127.0.0.1", {1: gate})
+    network = SlotNetwork(0, secret, "127.0.0.1", {1: gate}, {})
     try:
         assert network.address[0] == "127.0.0.1"
         with pytest.raises(REFUSED):

@@ -3,9 +3,10 @@ classes it returns, as frozen dataclasses (equal and hashable by value, picklabl
 
 A stream's type is declared where PyFlink declares it (`map(f, output_type)`,
 `from_collection(c, type_info)`, ...; `DataStream.get_type()`, PICKLED_BYTE_ARRAY when none
-was declared) and it decides how `DataStream.print()` writes each record: as Flink's Java
-`toString` of that type (tidegate/common/type_format.py). Records still travel between tasks
-as pickled Python objects whatever their type (typed serialization is a later step).
+was declared) and it decides how `DataStream.print()` writes each record, as Flink's Java
+`toString` of that type (tidegate/common/type_format.py), and how records cross from one task
+to the next: checked and converted by the type's codec (tidegate/common/record_codec.py)
+instead of pickled as they are.
 """
 
 from __future__ import annotations

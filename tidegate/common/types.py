@@ -10,16 +10,17 @@
 * Two rows are equal if they have the same kind and values (named rows: the same names with the
   same values, in any order); positional and named rows are never equal.
 
-Rows pickle by value (records cross processes with pickle/cloudpickle).
+Rows pickle by value (records of undeclared streams cross processes with pickle); a stream
+declared `Types.ROW`/`ROW_NAMED` carries them in typed frames (common/record_codec.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from typing import Any
 
-__all__ = ["Row", "RowKind"]
+__all__ = ["Row", "RowKind", "rows_of"]
 
 _INTERNAL = frozenset(("_fields", "_values", "_row_kind", "_from_dict"))
 
@@ -194,6 +195,27 @@ class Row:
         if self._fields is None:
             return hash(tuple(self._values))
         return hash(tuple(self._by_sorted_names()))
+
+
+def rows_of(
+    values: Iterable[Sequence[Any]], fields: list[str] | None, kinds: list[RowKind] | None
+) -> list[Row]:
+    """Rows of `values` (one sequence per row) named `fields` (shared: rows never change a
+    field-name list in place), with `kinds` (None: all inserts). For decoders: ~2x faster than
+    calling Row(...) per row."""
+    new = object.__new__
+    out = []
+    append = out.append
+    kind_of = iter(kinds) if kinds is not None else None
+    for row_values in values:
+        row = new(Row)
+        state = row.__dict__
+        state["_fields"] = fields
+        state["_values"] = list(row_values)
+        state["_row_kind"] = RowKind.INSERT if kind_of is None else next(kind_of)
+        state["_from_dict"] = False
+        append(row)
+    return out
 
 
 def _as_plain(value: Any) -> Any:

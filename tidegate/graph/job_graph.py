@@ -126,7 +126,13 @@ class _Wiring:
                 target_input = t.input_indices[position] if t.input_indices else 0
                 part = _resolve(u, t, p, parallelism)
                 w.edges[edge_id] = EdgeSpec(
-                    edge_id, vertex_of[u.id], u.id, vertex_of[t.id], part, target_input
+                    edge_id,
+                    vertex_of[u.id],
+                    u.id,
+                    vertex_of[t.id],
+                    part,
+                    target_input,
+                    u.output_type,
                 )
                 w.network_outputs[u.id].append(edge_id)
                 w.input_edges[vertex_of[t.id]].append(edge_id)

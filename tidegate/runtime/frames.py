@@ -1,12 +1,34 @@
-"""Frames on a channel: `(channel index, payload)` pairs, pickled for the network and for the
-channel state of unaligned checkpoints."""
+"""Frames on a channel: `(channel index, payload)` pairs as bytes, for the network and for the
+channel state of unaligned checkpoints.
+
+Two encodings, told apart by the first byte:
+
+* a pickle (protocol 5, so it starts with 0x80): any payload — an event, or a batch of a stream
+  without a declared type;
+* a typed frame (0x01): a batch of an edge whose stream declared its type, encoded by that
+  type's codec (common/record_codec.py)::
+
+      0x01 | u32 channel | u32 edge id | u32 records | u8 has timestamps
+           | [records x i64 timestamps] | the codec's bytes
+
+  The receiver decodes it with the codec of the edge it names. Channel state stores pickles
+  only (the gate re-pickles a typed frame it records), so restoring never needs a codec.
+"""
 
 from __future__ import annotations
 
 import pickle
+import struct
+from collections.abc import Mapping
 from typing import Any
 
 import cloudpickle
+
+from tidegate.common.record_codec import BatchCodec
+from tidegate.runtime.records import TimestampedBatch, timestamps_of
+
+TYPED = 0x01
+_TYPED_HEADER = struct.Struct("<BIIIB")
 
 
 def encode_frame(frame: Any, plain: bool = True) -> tuple[bytes, bool]:
@@ -19,3 +41,31 @@ def encode_frame(frame: Any, plain: bool = True) -> tuple[bytes, bool]:
         except (pickle.PicklingError, AttributeError, TypeError):
             pass
     return cloudpickle.dumps(frame, protocol=5), False
+
+
+def encode_typed_frame(channel: int, edge: int, batch: list, codec: BatchCodec) -> bytes:
+    """A typed frame of `batch` (a RecordTypeError if a record does not fit the codec)."""
+    timestamps = timestamps_of(batch)
+    n = len(batch)
+    parts = [_TYPED_HEADER.pack(TYPED, channel, edge, n, timestamps is not None)]
+    if timestamps is not None:
+        parts.append(struct.pack(f"<{n}q", *timestamps))
+    parts.append(codec.encode(batch))
+    return b"".join(parts)
+
+
+def decode_frame(data: bytes, codecs: Mapping[int, BatchCodec]) -> tuple[tuple[int, Any], bool]:
+    """The `(channel, payload)` of `data` and whether `data` is a pickle (kept as it is for
+    channel state) rather than a typed frame."""
+    if data[0] != TYPED:
+        return pickle.loads(data), True
+    _marker, channel, edge, n, has_timestamps = _TYPED_HEADER.unpack_from(data)
+    view = memoryview(data)[_TYPED_HEADER.size :]
+    timestamps = None
+    if has_timestamps:
+        timestamps = list(struct.unpack_from(f"<{n}q", view))
+        view = view[8 * n :]
+    values = codecs[edge].decode(view, n)
+    if timestamps is not None:
+        values = TimestampedBatch(values, timestamps)
+    return (channel, values), False

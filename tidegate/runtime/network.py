@@ -16,23 +16,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from time import perf_counter
 from typing import Any
 
+from tidegate.common.record_codec import BatchCodec
+from tidegate.common.type_format import RecordTypeError
 from tidegate.runtime.auth import (
     AuthenticationFailedError,
     authenticate_client,
     authenticate_server,
 )
 from tidegate.runtime.events import Watermark, WatermarkStatus
-from tidegate.runtime.frames import encode_frame
+from tidegate.runtime.frames import decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
-from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,12 @@ class LocalTransport:
         started = perf_counter()
         self.gate.put_data((channel, payload))
         return perf_counter() - started
+
+    def send_typed(self, channel: int, batch: list, edge: int, codec: BatchCodec) -> float:
+        """A batch of a declared type: converted as a remote receiver would decode it, so a
+        job sees the same records (and the same type errors) wherever its subtasks run."""
+        converted = with_timestamps(codec.convert(batch), timestamps_of(batch))
+        return self.send(channel, converted)
 
     def close(self) -> None:
         pass
@@ -60,6 +68,12 @@ class RemoteTransport:
 
     def send(self, channel: int, payload: Any) -> float:
         data, self._plain_pickle = encode_frame((channel, payload), self._plain_pickle)
+        return self._send_bytes(data)
+
+    def send_typed(self, channel: int, batch: list, edge: int, codec: BatchCodec) -> float:
+        return self._send_bytes(encode_typed_frame(channel, edge, batch, codec))
+
+    def _send_bytes(self, data: bytes) -> float:
         started = perf_counter()
         with self.lock:
             self.conn.send_bytes(data)
@@ -67,6 +81,16 @@ class RemoteTransport:
 
     def close(self) -> None:
         shutdown_connection(self.conn)
+
+
+@dataclass(frozen=True)
+class TypedEdge:
+    """An edge whose records have a declared type: its id (typed frames name it), its codec, and
+    the operator that declared the type (a type error names it)."""
+
+    edge: int
+    codec: BatchCodec
+    operator: str
 
 
 class RecordWriter:
@@ -85,8 +109,11 @@ class RecordWriter:
         batch_size: int,
         route_timestamped: Callable[[list, list[int], list[list], list[list[int]]], None]
         | None = None,
+        typed: TypedEdge | None = None,
     ) -> None:
         self.channels = channels  # (transport, channel index at the receiver)
+        #: batches go out with the edge's codec (events are pickled, as on untyped edges)
+        self.typed = typed
         self.route = route
         self.route_timestamped = route_timestamped
         self.batch_size = batch_size
@@ -144,7 +171,17 @@ class RecordWriter:
         buf = self.buffers[i]
         self.buffers[i] = self._new_buffer()
         transport, channel = self.channels[i]
-        self._transmit(transport, channel, buf)
+        typed = self.typed
+        if typed is None:
+            self._transmit(transport.send, channel, buf)
+            return
+        try:
+            self._transmit(transport.send_typed, channel, buf, typed.edge, typed.codec)
+        except RecordTypeError as e:
+            raise RecordTypeError(
+                f"{typed.operator} emitted a record that does not fit its declared output type "
+                f"{typed.codec.type_info!r}: {e}"
+            ) from None
 
     def flush(self) -> None:
         for i, buf in enumerate(self.buffers):
@@ -154,12 +191,12 @@ class RecordWriter:
     def broadcast_event(self, event: Any) -> None:
         self.flush()
         for transport, channel in self.channels:
-            self._transmit(transport, channel, event)
+            self._transmit(transport.send, channel, event)
 
-    def _transmit(self, transport: Any, channel: int, payload: Any) -> None:
+    def _transmit(self, send: Callable[..., float], *args: Any) -> None:
         done = self._blocked[0]
         self._blocked = (done, perf_counter())
-        self._blocked = (done + transport.send(channel, payload), None)
+        self._blocked = (done + send(*args), None)
 
     def backpressured_s(self, now: float) -> float:
         """Seconds blocked sending so far (`now`: perf_counter()), counting a send that is
@@ -173,8 +210,17 @@ class RecordWriter:
 class SlotNetwork:
     """The slot's data listener and its outgoing connections."""
 
-    def __init__(self, slot: int, secret: bytes, bind_host: str, gates: dict[int, InputGate]):
+    def __init__(
+        self,
+        slot: int,
+        secret: bytes,
+        bind_host: str,
+        gates: dict[int, InputGate],
+        codecs: Mapping[int, BatchCodec],
+    ):
         self.slot = slot
+        #: edge id -> the codec of its declared type, to decode typed frames
+        self.codecs = codecs
         self.secret = secret
         self.gates = gates
         self.listener = Listener((bind_host, 0), backlog=128)
@@ -211,10 +257,11 @@ class SlotNetwork:
         try:
             _src_slot, vertex = conn.recv()
             put = self.gates[vertex].put_data
-            recv, loads = conn.recv_bytes, pickle.loads
+            recv, codecs = conn.recv_bytes, self.codecs
             while True:
                 data = recv()
-                put(loads(data), data)
+                frame, pickled = decode_frame(data, codecs)
+                put(frame, data if pickled else None)
         except (EOFError, OSError, TaskCancelledError):
             return
         except BaseException as e:  # undecodable frame: fail the slot rather than lose data

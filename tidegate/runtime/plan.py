@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.common.typeinfo import TypeInformation
 from tidegate.runtime.partitioners import Partitioner
 
 
@@ -36,6 +37,9 @@ class EdgeSpec:
     #: which input of the target's head operator the edge feeds (1: a two-input operator's
     #: second input, e.g. the broadcast side of a broadcast process operator)
     target_input: int = 0
+    #: the declared type of the records (the source operator's output type; None: undeclared),
+    #: whose codec carries them between processes (common/record_codec.py)
+    type_info: TypeInformation | None = None
 
 
 @dataclass(frozen=True)
