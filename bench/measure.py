@@ -22,6 +22,7 @@ from bench.jobs import (
     first_record_times,
     read_sink_stats,
 )
+from tidegate.common.configuration import Configuration
 
 # bare loop ------------------------------------------------------------------------------------
 BARE_LOOP_SOURCE = """
@@ -267,7 +268,7 @@ def run_recovery(
     work_dir = tempfile.mkdtemp(prefix="recovery-", dir=work_root)
     markers = os.path.join(work_dir, "markers")
     env = build_env(params, runner=runner, work_dir=work_dir, spark=spark)
-    env.get_config().add_all(configuration or {})
+    env.configure(Configuration().add_all(configuration or {}))
     submitted = time.time()
     client = env.execute_async(params.label)
     jm = client.jobmaster

@@ -9,6 +9,7 @@ from tests.e2e.jobs import count_job, kill_slots
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.waiting import wait_until
+from tidegate.common.configuration import Configuration
 
 
 def test_a_job_without_failures_commits_exactly_the_reference_output(runner, tmp_path):
@@ -114,7 +115,7 @@ def test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers(runn
 
     n = 30_000
     env = count_job(tmp_path / "out", tmp_path / "chk", runner=runner, n=n, rate=8_000)
-    env.get_config().set_integer("heartbeat.timeout", 3_000)
+    env.configure(Configuration().set_integer("heartbeat.timeout", 3_000))
     client = env.execute_async("hung slot")
     jm = client.jobmaster
     wait_until(lambda: jm.stats.completed_checkpoints >= 1, "a checkpoint completed", job=client)

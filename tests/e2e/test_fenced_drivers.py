@@ -15,6 +15,7 @@ from tests.e2e.jobs import count_job
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.waiting import wait_for_checkpoints
+from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
 
@@ -33,7 +34,7 @@ def _job(tmp_path, runner: str, out: str, restore_path: str | None = None):
         rate=3_000 if restore_path is None else None,
         restore_path=restore_path,
     )
-    env.get_config().set_string("pipeline.job-id", JOB_ID)
+    env.configure(Configuration().set_string("pipeline.job-id", JOB_ID))
     env.get_checkpoint_config().set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )

@@ -215,3 +215,22 @@ def test_a_keyed_broadcast_function_has_timers_that_read_the_broadcast_state(
     env.execute("broadcast timers")
     reported = [eval(line.split("> ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
     assert sorted(reported) == [("k0", 3, 10_000), ("k1", 3, 10_000)]
+
+
+class Scale(MapFunction):
+    """Reads the global job parameter `factor` once per subtask (PyFlink's get_job_parameter)."""
+
+    def open(self, runtime_context):
+        self.factor = int(runtime_context.get_job_parameter("factor", "1"))
+        self.missing = runtime_context.get_job_parameter("absent", "default")
+
+    def map(self, value):
+        return (value * self.factor, self.missing)
+
+
+def test_functions_read_the_global_job_parameters(runner, tmp_path):
+    env = _env(runner, tmp_path)
+    env.get_config().set_global_job_parameters({"factor": 3})
+    collected = env.from_collection(list(range(10))).map(Scale()).execute_and_collect()
+    with collected:
+        assert sorted(collected) == [(3 * i, "default") for i in range(10)]

@@ -53,6 +53,7 @@ from tests.support.output import committed_lines
 from tests.support.snapshots import stop_with_savepoint
 from tests.support.waiting import wait_for_checkpoints, wait_until
 from tidegate.common import JobStatus
+from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobExecutionException
 
 N = 12_000
@@ -167,7 +168,7 @@ def test_changing_one_operators_parallelism_rescales_only_its_state(spark, tmp_p
 def savepoint_of_max_13(tmp_path_factory) -> str:
     tmp_path = tmp_path_factory.mktemp("max13")
     env = rescale_job(tmp_path, "1", parallelism=2, n=N, rate=FIRST_RATE, max_parallelism=13)
-    env.get_config().set_string("execution.runner", "local")
+    env.configure(Configuration().set_string("execution.runner", "local"))
     client = env.execute_async("first run")
     path = stop_with_savepoint(client)
     return path
@@ -176,7 +177,7 @@ def savepoint_of_max_13(tmp_path_factory) -> str:
 def _refused(tmp_path: Path, path: str, match: str, **job) -> None:
     before = sorted(os.listdir(path))
     env = rescale_job(tmp_path, "2", n=N, rate=None, restore_path=path, **job)
-    env.get_config().set_string("execution.runner", "local")
+    env.configure(Configuration().set_string("execution.runner", "local"))
     with pytest.raises(JobExecutionException, match=match) as err:
         env.execute("refused")
     assert "Traceback" not in str(err.value)

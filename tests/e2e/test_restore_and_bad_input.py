@@ -17,6 +17,7 @@ from tests.support.environments import job_environment
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.snapshots import checkpoint_dirs, fingerprint
+from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
 
@@ -141,14 +142,18 @@ def _damaging_job(
             ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
         )
     if fallback:
-        env.get_config().set_string("execution.checkpointing.restore-fallback", "true")
+        env.configure(
+            Configuration().set_string("execution.checkpointing.restore-fallback", "true")
+        )
     return env
 
 
 def _resume(tmp_path, runner: str, job_dir: str, fallback: bool):
     env = count_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, restore_path=job_dir)
     if fallback:
-        env.get_config().set_string("execution.checkpointing.restore-fallback", "true")
+        env.configure(
+            Configuration().set_string("execution.checkpointing.restore-fallback", "true")
+        )
     return env.execute_async("resumed")
 
 

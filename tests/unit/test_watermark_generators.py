@@ -15,6 +15,7 @@ from tidegate.common.watermark_strategy import (
     WatermarkOutput,
     WatermarksWithIdleness,
 )
+from tidegate.datastream import StreamExecutionEnvironment
 
 MIN = -(2**63)
 
@@ -142,14 +143,15 @@ def test_bad_strategy_arguments_are_refused_with_the_fix():
 
 
 def test_the_auto_watermark_interval_defaults_to_200_ms_and_reads_durations():
-    config = Configuration()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    config = env.get_config()
     assert config.get_auto_watermark_interval() == 200
     assert config.set_auto_watermark_interval(50).get_auto_watermark_interval() == 50
-    config.set_string("pipeline.auto-watermark-interval", "2 s")
+    env.configure(Configuration().set_string("pipeline.auto-watermark-interval", "2 s"))
     assert config.get_auto_watermark_interval() == 2_000
-    config.set_string("pipeline.auto-watermark-interval", "0")
+    env.configure(Configuration().set_string("pipeline.auto-watermark-interval", "0"))
     assert config.get_auto_watermark_interval() == 0
-    config.set_string("pipeline.auto-watermark-interval", "soon")
+    env.configure(Configuration().set_string("pipeline.auto-watermark-interval", "soon"))
     with pytest.raises(ValueError, match="200 ms"):
         config.get_auto_watermark_interval()
 

@@ -2,6 +2,7 @@
 strategies."""
 
 from tidegate.common.configuration import Configuration
+from tidegate.common.execution_config import ExecutionConfig
 from tidegate.common.job_client import JobClient, JobExecutionException, JobExecutionResult
 from tidegate.common.job_status import JobStatus
 from tidegate.common.restart_strategy import RestartStrategies
@@ -21,6 +22,7 @@ __all__ = [
     "Configuration",
     "Duration",
     "Encoder",
+    "ExecutionConfig",
     "JobClient",
     "JobExecutionException",
     "JobExecutionResult",

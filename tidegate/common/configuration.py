@@ -63,8 +63,6 @@ STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
 #: how often sources (and assign_timestamps_and_watermarks) ask their watermark generator for a
 #: periodic watermark: milliseconds ("200") or a duration ("200 ms", "1 s"); 0 disables
 #: periodic watermarks. Default 200 ms (Flink's key and default)
-AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
-DEFAULT_AUTO_WATERMARK_INTERVAL_MS = 200
 
 _DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "h": 3_600_000}
 
@@ -115,17 +113,6 @@ class Configuration:
         for k, v in items.items():
             self.set_string(k, v)
         return self
-
-    def set_auto_watermark_interval(self, interval: int) -> Configuration:
-        """Milliseconds between periodic watermarks (PyFlink's ExecutionConfig method; 0
-        disables them). The same as the key `pipeline.auto-watermark-interval`."""
-        if int(interval) < 0:
-            raise ValueError(f"the auto-watermark interval must be >= 0 ms, got {interval}")
-        return self.set_string(AUTO_WATERMARK_INTERVAL, f"{int(interval)} ms")
-
-    def get_auto_watermark_interval(self) -> int:
-        """Milliseconds between periodic watermarks (default 200)."""
-        return self.get_duration_ms(AUTO_WATERMARK_INTERVAL, DEFAULT_AUTO_WATERMARK_INTERVAL_MS)
 
     def get_duration_ms(self, key: str, default_value: int) -> int:
         """A duration in milliseconds: a number of ms ("200") or with a unit ("200 ms", "10 s",

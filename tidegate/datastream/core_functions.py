@@ -32,6 +32,9 @@ class RuntimeContext(abc.ABC):
     @abc.abstractmethod
     def get_attempt_number(self) -> int: ...
 
+    @abc.abstractmethod
+    def get_job_parameter(self, key: str, default_value: str | None) -> str | None: ...
+
     def get_task_name_with_subtasks(self) -> str:
         return (
             f"{self.get_task_name()} ({self.get_index_of_this_subtask() + 1}/"

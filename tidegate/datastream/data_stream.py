@@ -83,6 +83,14 @@ class DataStream:
         self._transformation.name = name
         return self
 
+    def get_execution_environment(self) -> Any:
+        """The StreamExecutionEnvironment this stream belongs to."""
+        return self._env
+
+    def get_execution_config(self) -> Any:
+        """The environment's ExecutionConfig (`env.get_config()`)."""
+        return self._env.get_config()
+
     def get_name(self) -> str:
         return self._transformation.name
 

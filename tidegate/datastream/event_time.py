@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tidegate.common.execution_config import auto_watermark_interval
 from tidegate.common.typeinfo import as_type_info
 from tidegate.common.watermark_strategy import WatermarkStrategy
 from tidegate.datastream.output_tag import OutputTag
@@ -38,7 +39,7 @@ def assign_timestamps_and_watermarks(stream: DataStream, strategy: Any) -> DataS
     checked = check_strategy(strategy, at_source=False)
     if checked is None:
         raise TypeError("assign_timestamps_and_watermarks needs a WatermarkStrategy, got None")
-    interval = stream._env.get_config().get_auto_watermark_interval
+    interval = partial(auto_watermark_interval, stream._env._config)  # read at submission
     op = partial(TimestampsAndWatermarksOperator, checked, interval)
     return stream._add(
         "timestamps_watermarks", "Timestamps/Watermarks", op, output_type=stream._declared_type()

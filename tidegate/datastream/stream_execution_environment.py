@@ -37,6 +37,11 @@ from tidegate.common.configuration import (
     STATE_SAVEPOINTS_DIR,
     Configuration,
 )
+from tidegate.common.execution_config import (
+    ExecutionConfig,
+    auto_watermark_interval,
+    job_parameters,
+)
 from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.common.type_format import RecordTypeError, converter
@@ -56,6 +61,7 @@ from tidegate.deploy.python_deps import PythonDependencies, script_directory
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.connector_operators import SourceOperator
+from tidegate.runtime.plan import JobGraph
 from tidegate.state.local_recovery import default_local_root
 
 DEFAULT_JOB_NAME = "tidegate job"
@@ -91,8 +97,10 @@ class StreamExecutionEnvironment:
         apply_configuration(self, Configuration(configuration))
         return self
 
-    def get_config(self) -> Configuration:
-        return self._config
+    def get_config(self) -> ExecutionConfig:
+        """PyFlink's ExecutionConfig of this environment (common/execution_config.py); the
+        environment's Configuration keys are set with `configure(...)`."""
+        return ExecutionConfig(self)
 
     def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
         if int(parallelism) < 1:
@@ -239,7 +247,7 @@ class StreamExecutionEnvironment:
         strategy = check_strategy(watermark_strategy, at_source=True)
         make_operator = partial(SourceOperator, source)
         if strategy is not None:
-            interval = self._config.get_auto_watermark_interval  # read at submission
+            interval = partial(auto_watermark_interval, self._config)  # read at submission
             make_operator = partial(SourceOperator, source, strategy, interval)
         t = self._stream_graph.add(
             kind="source",
@@ -273,6 +281,9 @@ class StreamExecutionEnvironment:
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
+        if not self.get_config().has_auto_generated_uids_enabled():
+            _check_uids(graph)
+        graph = replace(graph, job_parameters=job_parameters(self._config))
         checkpoint = self._checkpoint_settings()
         if self._is_batch():  # no periodic checkpoints: only the final one, where sinks commit
             graph = replace(graph, batch=True)
@@ -381,6 +392,17 @@ class StreamExecutionEnvironment:
 
     def close(self) -> None:
         pass
+
+
+def _check_uids(graph: JobGraph) -> None:
+    """`pipeline.auto-generate-uids` is false: every operator must have a uid."""
+    missing = [op.name for v in graph.vertices.values() for op in v.operators if op.uid_generated]
+    if missing:
+        raise ValueError(
+            f"auto-generated uids are disabled (pipeline.auto-generate-uids), but these "
+            f"operators have no uid: {missing}; give each one .uid('...') (a stable name its "
+            "state is found by in savepoints)"
+        )
 
 
 def _converted(elements: list[Any], type_info: TypeInformation) -> list[Any]:

@@ -51,6 +51,10 @@ class _Windowed:
         self._all = all_
         self._spec = WindowSpec(assigner)
 
+    def get_execution_environment(self) -> Any:
+        """The StreamExecutionEnvironment of the windowed stream."""
+        return self._stream.get_execution_environment()
+
     def trigger(self, trigger: Any) -> Any:
         """Replace the assigner's default trigger."""
         if hasattr(self._spec.assigner, "merge_windows") and not trigger.can_merge():

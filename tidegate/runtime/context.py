@@ -33,6 +33,11 @@ class StreamingRuntimeContext:
     def get_attempt_number(self) -> int:
         return self._op.ctx.attempt
 
+    def get_job_parameter(self, key: str, default_value: str | None) -> str | None:
+        """The global job parameter `key` (ExecutionConfig.set_global_job_parameters /
+        `pipeline.global-job-parameters`), `default_value` if it is not set."""
+        return self._op.ctx.job_parameters.get(key, default_value)
+
     def _keyed(self):
         backend = self._op.keyed_backend
         if backend is None:

@@ -5,7 +5,7 @@ one batch may go to several outputs. A batch may carry event-time timestamps
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.runtime.context import (
@@ -46,6 +46,8 @@ class OperatorRuntime:
     batch: bool = False
     #: the task's TaskMailbox (runtime/mailbox.py): runs actions on the task's thread
     mailbox: Any = None
+    #: the job's global parameters (`get_job_parameter`)
+    job_parameters: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

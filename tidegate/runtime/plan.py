@@ -7,7 +7,7 @@ deployment. Slot i hosts subtask i of every vertex whose parallelism is above i.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.common.typeinfo import TypeInformation
@@ -64,6 +64,8 @@ class JobGraph:
     #: RuntimeExecutionMode.BATCH (datastream/execution_mode.py): bounded input, results at
     #: the end of the input, no periodic checkpoints
     batch: bool = False
+    #: `pipeline.global-job-parameters`: what user functions read with `get_job_parameter`
+    job_parameters: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_slots(self) -> int:

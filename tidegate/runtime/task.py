@@ -148,6 +148,7 @@ class StreamTask:
             job_id=env.job_id,
             batch=env.batch,
             mailbox=TaskMailbox(self.gate),
+            job_parameters=env.job_parameters,
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.storage import CheckpointStorage
@@ -37,6 +37,8 @@ class TaskEnvironment:
     state_backend: Any = None
     #: the job runs in BATCH mode (runtime/plan.py JobGraph.batch)
     batch: bool = False
+    #: the job's global parameters (runtime/plan.py JobGraph.job_parameters)
+    job_parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -61,4 +63,5 @@ class TaskEnvironment:
             local_state=local_state,
             state_backend=deployment.state_backend,
             batch=deployment.graph.batch,
+            job_parameters=deployment.graph.job_parameters,
         )
