@@ -438,3 +438,25 @@ def test_print_sink_prints_at_write_and_has_nothing_to_commit(
     assert capsys.readouterr().err == "1\n2\n"
     assert writer.prepare_commit(1) == []
     sink.create_committer().commit([])
+
+
+def test_a_typed_stream_is_written_as_flinks_simple_string_encoder_writes_it(tmp_path: Path):
+    """sink_to hands the stream's declared type to the sink: Java's toString of the type
+    (a Tuple `(a,1.5)`, a Row `+I[a, 1]`, a DOUBLE `1.0E10`); undeclared: str(record)."""
+    from tidegate.common import Row, Types
+    from tidegate.datastream import StreamExecutionEnvironment
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    sink = make_sink(tmp_path)
+    cases = [
+        (Types.TUPLE([Types.STRING(), Types.DOUBLE()]), ("a", 1.5), "(a,1.5)"),
+        (Types.ROW_NAMED(["n", "k"], [Types.STRING(), Types.INT()]), Row("a", 1), "+I[a, 1]"),
+        (Types.DOUBLE(), 1e10, "1.0E10"),
+        (None, ("a", 1), "('a', 1)"),
+    ]
+    for type_info, record, line in cases:
+        ds = env.from_collection([record], type_info=type_info)
+        typed = ds.sink_to(sink)._stream._transformation.make_operator.args[0]
+        assert typed.encoder.encode(record) == f"{line}\n".encode()
+        assert typed.encoder.encode_batch([record, record]) == f"{line}\n{line}\n".encode()
+    assert sink.encoder.encode(("a", 1)) == b"('a', 1)\n"  # the sink given is not changed

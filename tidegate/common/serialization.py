@@ -7,6 +7,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from tidegate.common.type_format import printer_java
+from tidegate.common.typeinfo import PickledBytesTypeInfo, TypeInformation
+
 __all__ = ["Encoder", "SimpleStringSchema"]
 
 
@@ -39,6 +42,11 @@ class Encoder:
         """The bytes of a whole batch (sinks write batches; override for speed)."""
         return b"".join(map(self.encode, elements))
 
+    def for_type(self, type_info: TypeInformation | None) -> Encoder:
+        """The encoder for records of the declared `type_info` (a FileSink asks when it is
+        added to a stream); this one whatever the type unless a subclass knows better."""
+        return self
+
     @staticmethod
     def simple_string_encoder(
         charset_name: str = "UTF-8", *, charset: str | None = None
@@ -55,6 +63,25 @@ class _SimpleStringEncoder(Encoder):
 
     def encode_batch(self, elements: list[Any]) -> bytes:
         return "".join([f"{e}\n" for e in elements]).encode(self.charset)
+
+    def for_type(self, type_info: TypeInformation | None) -> Encoder:
+        """As Flink's SimpleStringEncoder writes a record of `type_info`: its Java `toString`
+        (`(a,1)` for a Tuple, `+I[a, 1]` for a Row, `1.0E10` for a DOUBLE; common/type_format.py);
+        `str(record)` for an undeclared stream."""
+        if type_info is None or isinstance(type_info, PickledBytesTypeInfo):
+            return self
+        return _TypedStringEncoder(self.charset, printer_java(type_info))
+
+
+class _TypedStringEncoder(Encoder):
+    def __init__(self, charset: str, text: Callable[[Any], str]) -> None:
+        super().__init__(lambda element: f"{text(element)}\n".encode(charset))
+        self.charset = charset
+        self.text = text
+
+    def encode_batch(self, elements: list[Any]) -> bytes:
+        text = self.text
+        return "".join([f"{text(e)}\n" for e in elements]).encode(self.charset)
 
 
 class SimpleStringSchema:

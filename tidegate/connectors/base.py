@@ -113,6 +113,17 @@ class Sink(Protocol):
         ...
 
 
+@runtime_checkable
+class TypedSink(Protocol):
+    """A sink whose output depends on the declared type of the stream it is added to."""
+
+    def for_input_type(self, type_info: Any) -> Sink:
+        """Called once by `DataStream.sink_to`, before the job is built, with the stream's
+        declared TypeInformation (None if undeclared or a union of different types); returns
+        the sink to run (a new one: the sink given may be shared by several streams)."""
+        ...
+
+
 def writer_subtask(writer_index: int, parallelism: int) -> int:
     """The subtask that takes over the committables and leftovers of sink writer index
     `writer_index` at `parallelism` subtasks: the index itself while it exists, else

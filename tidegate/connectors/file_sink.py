@@ -35,6 +35,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.common.serialization import Encoder
+from tidegate.common.typeinfo import TypeInformation
 from tidegate.connectors.base import writer_subtask
 
 
@@ -233,6 +234,11 @@ class FileSink:
 
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> FileSinkWriter:
         return FileSinkWriter(self, subtask_index, attempt)
+
+    def for_input_type(self, type_info: TypeInformation | None) -> FileSink:
+        """This sink for a stream of the declared `type_info`: its encoder's choice
+        (`Encoder.for_type`: the simple string encoder writes Flink's `toString` of the type)."""
+        return replace(self, encoder=self.encoder.for_type(type_info))
 
     def create_committer(self) -> FileSinkCommitter:
         return FileSinkCommitter(self.base_path)

@@ -6,7 +6,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tidegate.common.typeinfo import TypeInformation, Types, as_type_info
-from tidegate.connectors.base import Sink
+from tidegate.connectors.base import Sink, TypedSink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.datastream import event_time
 from tidegate.datastream.aggregations import Aggregation, FieldAggregation
@@ -292,6 +292,9 @@ class DataStream:
                 f"sink_to expects a Sink (e.g. FileSink.for_row_format(...).build()), "
                 f"got {type(sink).__name__}"
             )
+        if isinstance(sink, TypedSink):
+            types = {t.output_type for t, _ in self._inputs}
+            sink = sink.for_input_type(types.pop() if len(types) == 1 else None)
         t = self._add("sink", f"Sink: {type(sink).__name__}", partial(SinkOperator, sink))
         return DataStreamSink(t)
 
