@@ -40,6 +40,7 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_code_shipping.py": {
         "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",
+        "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
     "e2e/test_connected_streams.py": {

@@ -6,6 +6,7 @@ no PYTHONPATH to them), on both runners; without shipping, the job fails saying 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -106,3 +107,52 @@ def test_requirements_install_on_the_workers_from_shipped_wheels(project, runner
     done = _run(project, runner, "true", "-", str(requirements), wheels)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _values(done.stdout) == [f"{v} hello from a wheel" for v in (12, 3, 6, 9)]
+
+
+ARCHIVE_JOB = textwrap.dedent(
+    """
+    import sys
+    from tidegate.common import Configuration
+    from tidegate.datastream import MapFunction, StreamExecutionEnvironment
+
+    runner, archive = sys.argv[1:3]
+
+
+    class Scale(MapFunction):
+        def open(self, runtime_context):
+            with open("data/nested/factor.txt") as f:  # relative: from the shipped archive
+                self.factor = int(f.read())
+
+        def map(self, value):
+            return value * self.factor
+
+
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", runner)
+    )
+    env.set_parallelism(2)
+    env.add_python_archive(archive, "data")
+    env.from_collection([1, 2, 3, 4]).map(Scale()).print()
+    env.execute("archive")
+    """
+)
+
+
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_an_archive_is_extracted_into_each_slots_working_directory(tmp_path, runner):
+    (tmp_path / "src" / "nested").mkdir(parents=True)
+    (tmp_path / "src" / "nested" / "factor.txt").write_text("5")
+    archive = shutil.make_archive(str(tmp_path / "lookup"), "gztar", tmp_path / "src")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "job.py").write_text(ARCHIVE_JOB)
+    (tmp_path / "cwd").mkdir()
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "job" / "job.py"), runner, archive],
+        cwd=tmp_path / "cwd",
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _values(done.stdout) == ["10", "15", "20", "5"]
+    assert not (tmp_path / "cwd" / "data").exists()  # the driver's directory is untouched

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +131,58 @@ def test_a_requirement_that_cannot_be_installed_says_what_pip_said_and_what_to_d
         pass
     assert "tidegate-no-such-package-anywhere" in str(e.value)
     assert "pip download -d DIR -r FILE" in str(e.value)
+
+
+def _archives(tmp_path) -> tuple[str, str]:
+    """A zip and a tar.gz of a data file each."""
+    source = tmp_path / "archive-src"
+    (source / "nested").mkdir(parents=True)
+    (source / "nested" / "lookup.txt").write_text("a=1\n")
+    zipped = shutil.make_archive(str(tmp_path / "lookup"), "zip", source)
+    tarred = shutil.make_archive(str(tmp_path / "model"), "gztar", source)
+    return zipped, tarred
+
+
+def test_archives_appear_in_the_slots_own_working_directory_by_relative_path(tmp_path):
+    zipped, tarred = _archives(tmp_path)
+    deps = PythonDependencies.collect([], archives=[(zipped, "data"), (tarred, None)])
+    before = os.getcwd()
+    with installed(deps):
+        workdir = os.getcwd()
+        assert workdir != before
+        assert Path("data/nested/lookup.txt").read_text() == "a=1\n"
+        assert Path("model.tar.gz/nested/lookup.txt").read_text() == "a=1\n"
+    assert os.getcwd() == before
+    assert not os.path.exists(workdir)
+    with installed(deps):  # extracted once per host: the second slot reuses it
+        assert Path("data/nested/lookup.txt").read_text() == "a=1\n"
+
+
+def test_a_bad_archive_is_refused_on_the_driver_or_named_on_the_worker(tmp_path):
+    zipped, _ = _archives(tmp_path)
+    with pytest.raises(PythonDependencyError, match="not an archive"):
+        PythonDependencies.collect([], archives=[(str(tmp_path / "notes.txt"), None)])
+    with pytest.raises(PythonDependencyError, match="cannot read the Python archive"):
+        PythonDependencies.collect([], archives=[(str(tmp_path / "missing.zip"), None)])
+    with pytest.raises(PythonDependencyError, match="relative path"):
+        PythonDependencies.collect([], archives=[(zipped, "../outside")])
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"not a tar at all")
+    deps = PythonDependencies.collect([], archives=[(str(broken), "x")])
+    with (
+        pytest.raises(PythonDependencyError, match="cannot extract the Python archive"),
+        installed(deps),
+    ):
+        pass
+
+
+def test_a_tar_member_escaping_its_directory_is_refused(tmp_path):
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    deps = PythonDependencies.collect([], archives=[(str(evil), "x")])
+    with pytest.raises(PythonDependencyError, match="cannot extract"), installed(deps):
+        pass
+    assert not list(tmp_path.rglob("escaped.txt"))

@@ -9,6 +9,7 @@ RUNNER = "execution.runner"  # "spark" (default) | "local"
 RUNTIME_MODE = "execution.runtime-mode"  # STREAMING (default) | BATCH | AUTOMATIC
 PYTHON_FILES = "python.files"  # comma-separated files and directories shipped to the workers
 PYTHON_REQUIREMENTS = "python.requirements"  # FILE or FILE#CACHE_DIR, installed on the workers
+PYTHON_ARCHIVES = "python.archives"  # comma-separated ARCHIVE or ARCHIVE#TARGET_DIR
 SHIP_SCRIPT_DIR = "tidegate.python.ship-script-dir"  # ship the job script's directory (true)
 SPARK_MASTER = "spark.master"  # default local[N]
 BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1; 0.0.0.0 for a cluster

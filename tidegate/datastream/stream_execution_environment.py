@@ -21,6 +21,7 @@ from tidegate.common.configuration import (
     JOB_ID,
     LOCAL_RECOVERY,
     LOCAL_RECOVERY_DIRS,
+    PYTHON_ARCHIVES,
     PYTHON_FILES,
     PYTHON_REQUIREMENTS,
     QUEUE_CAPACITY,
@@ -82,6 +83,8 @@ class StreamExecutionEnvironment:
         #: add_python_file paths and set_python_requirements' (file, cache dir)
         self._python_files: list[str] = []
         self._python_requirements: tuple[str, str | None] | None = None
+        #: add_python_archive (archive path, target directory or None)
+        self._python_archives: list[tuple[str, str | None]] = []
         self._spark_session = None
         apply_configuration(self, self._config)
 
@@ -209,12 +212,12 @@ class StreamExecutionEnvironment:
         )
 
     def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> None:
-        """Not supported yet: raises, saying what to use instead."""
-        raise NotImplementedError(
-            "add_python_archive is not supported yet: ship code with add_python_file and "
-            "packages with set_python_requirements, or put the archive's files on storage "
-            "every worker can read"
-        )
+        """Ship an archive (zip, tar, tar.gz, tgz, tar.bz2, tar.xz) to every worker, extracted
+        into the slot's working directory under `target_dir` (default: the archive's file
+        name), so user functions open its files by relative path (`open("data/model.txt")`).
+        Slots then run in a working directory of their own."""
+        path = os.path.abspath(os.path.expanduser(archive_path))
+        self._python_archives.append((path, target_dir))
 
     def _python_dependencies(self) -> PythonDependencies:
         """What the workers need of the job's Python code (deploy/python_deps.py)."""
@@ -229,7 +232,14 @@ class StreamExecutionEnvironment:
         if requirements is None and configured:
             requirements, _, cache = configured.partition("#")
             cache_dir = cache or None
-        return PythonDependencies.collect(paths, requirements, cache_dir)
+        archives = [
+            (path, target or None)
+            for entry in (cfg.get_string(PYTHON_ARCHIVES) or "").split(",")
+            if entry.strip()
+            for path, _, target in [entry.strip().partition("#")]
+        ]
+        archives += self._python_archives
+        return PythonDependencies.collect(paths, requirements, cache_dir, archives)
 
     # sources -----------------------------------------------------------------------------------
     def from_source(

@@ -1,5 +1,6 @@
-"""The job's Python code and packages, shipped to every worker (PyFlink's `add_python_file`,
-`set_python_requirements`, and the job script's own directory).
+"""The job's Python code, packages and archives, shipped to every worker (PyFlink's
+`add_python_file`, `set_python_requirements`, `add_python_archive`, and the job script's own
+directory).
 
 A job's functions are pickled by value when the job script defines them, but by reference when
 they come from a module the script imports (`from helpers import parse`): a worker must be able
@@ -14,7 +15,11 @@ cannot see the driver's files, so the driver packs them and they travel with the
   `<tmp>/tidegate-python-<uid>/<digest>/`, installs the requirements once per host with `pip
   install --target` (only from the shipped wheels when a cache directory was given), and puts
   both first on `sys.path` for the slot's lifetime; afterwards the paths and the modules
-  imported from them are removed again (a Spark Python worker runs other jobs later).
+  imported from them are removed again (a Spark Python worker runs other jobs later);
+* archives (zip, tar, tar.gz/tgz, tar.bz2, tar.xz) are extracted once per host too, and the slot
+  runs in a working directory of its own where each appears under its target directory name
+  (so user functions open their files by relative path, as in PyFlink); the previous working
+  directory is restored when the slot ends.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -52,10 +58,12 @@ class PythonDependencies:
     #: a zip of the requirements' wheels (set_python_requirements' cache directory), for
     #: workers without a package index
     wheels: bytes | None = None
+    #: (target directory, archive file name, archive bytes) of each add_python_archive
+    archives: tuple[tuple[str, str, bytes], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return self.files is None and self.requirements is None
+        return self.files is None and self.requirements is None and not self.archives
 
     def digest(self, *parts: bytes | None) -> str:
         h = hashlib.sha256()
@@ -69,9 +77,18 @@ class PythonDependencies:
         paths: Iterable[str],
         requirements: str | None = None,
         cache_dir: str | None = None,
+        archives: Iterable[tuple[str, str | None]] = (),
     ) -> PythonDependencies:
-        """Pack `paths` (files, packages, directories) and the requirements (driver side)."""
+        """Pack `paths` (files, packages, directories), the requirements and the `archives`
+        ((archive path, target directory or None for the archive's file name)), driver side."""
         files = _zip_paths(list(paths))
+        packed = tuple(_archive(path, target) for path, target in archives)
+        if sum(len(data) for _, _, data in packed) > MAX_BUNDLE_BYTES:
+            raise PythonDependencyError(
+                f"the Python archives are larger than {MAX_BUNDLE_BYTES >> 20} MiB together; "
+                "they travel with every slot's deployment: put large data on storage every "
+                "worker reads (a shared filesystem, S3) instead"
+            )
         req = wheels = None
         if requirements is not None:
             req = _read(requirements, "requirements file")
@@ -82,7 +99,7 @@ class PythonDependencies:
                         "a directory of wheels (e.g. made by `pip download -d DIR -r FILE`)"
                     )
                 wheels = _zip_paths([cache_dir])
-        return cls(files, req, wheels)
+        return cls(files, req, wheels, packed)
 
 
 def script_directory() -> str | None:
@@ -95,6 +112,31 @@ def script_directory() -> str | None:
     if Path(path).name in ("pytest", "__main__.py") or "pytest" in Path(path).parts:
         return None
     return os.path.dirname(os.path.abspath(path))
+
+
+def _archive_format(name: str) -> str | None:
+    """shutil's unpack format for an archive file name (None: not an archive it can read)."""
+    for fmt, extensions, _ in shutil.get_unpack_formats():
+        if any(name.endswith(ext) for ext in extensions):
+            return fmt
+    return None
+
+
+def _archive(path: str, target: str | None) -> tuple[str, str, bytes]:
+    name = os.path.basename(path)
+    if _archive_format(name) is None:
+        known = ", ".join(ext for _, exts, _ in shutil.get_unpack_formats() for ext in exts)
+        raise PythonDependencyError(
+            f"{path} is not an archive tidegate can extract (by its name: one of {known})"
+        )
+    target = name if target is None else target
+    parts = Path(target).parts
+    if not target or Path(target).is_absolute() or ".." in parts or "." in parts:
+        raise PythonDependencyError(
+            f"the target directory of archive {path} must be a relative path inside the "
+            f"worker's working directory (no '..'), got {target!r}"
+        )
+    return target, name, _read(path, "Python archive")
 
 
 def _read(path: str, what: str) -> bytes:
@@ -213,16 +255,72 @@ def _pip_install(deps: PythonDependencies, root: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _extract_archive(name: str, data: bytes, target: Path) -> None:
+    """Unpack an archive into `target`, whole or not at all; tar members that would land
+    outside it (absolute paths, '..', links out) are refused by tarfile's "data" filter."""
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".archive-"))
+    try:
+        archive = staging / name
+        archive.write_bytes(data)
+        (staging / "content").mkdir()
+        fmt = _archive_format(name)
+        try:
+            if fmt == "zip":
+                shutil.unpack_archive(archive, staging / "content", fmt)
+            else:
+                shutil.unpack_archive(archive, staging / "content", fmt, filter="data")
+        except (OSError, ValueError, shutil.ReadError, tarfile.TarError) as e:
+            raise PythonDependencyError(f"cannot extract the Python archive {name}: {e}") from e
+        os.rename(staging / "content", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _archive_dirs(deps: PythonDependencies) -> list[tuple[str, Path]]:
+    """(target directory, extracted directory) of each archive, extracted once per host."""
+    root, out = _cache_root(), []
+    with _host_lock(root):
+        for target, name, data in deps.archives:
+            extracted = root / f"archive-{deps.digest(data)}"
+            if not extracted.exists():
+                _extract_archive(name, data, extracted)
+            out.append((target, extracted))
+    return out
+
+
+@contextlib.contextmanager
+def _working_directory(archives: list[tuple[str, Path]]) -> Iterator[None]:
+    """Run in a fresh working directory holding each archive under its target name."""
+    if not archives:
+        yield
+        return
+    workdir = Path(tempfile.mkdtemp(dir=_cache_root(), prefix="workdir-"))
+    for target, extracted in archives:
+        link = workdir / target
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(extracted, target_is_directory=True)
+    previous = os.getcwd()
+    os.chdir(workdir)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def installed(deps: PythonDependencies | None) -> Iterator[None]:
-    """The job's Python dependencies importable while the block runs (worker side)."""
+    """The job's Python dependencies importable, and its archives in the working directory,
+    while the block runs (worker side)."""
     if deps is None or deps.empty:
         yield
         return
     paths = _install(deps)
+    archives = _archive_dirs(deps)
     sys.path[:0] = paths
     try:
-        yield
+        with _working_directory(archives):
+            yield
     finally:
         for path in paths:
             with contextlib.suppress(ValueError):
