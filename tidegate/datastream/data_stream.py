@@ -337,8 +337,8 @@ class KeyedStream(DataStream):
 
     def reduce(self, func: Any) -> DataStream:
         fn, call = _callable(func, ReduceFunction, "reduce", "reduce")
-        op = partial(KeyedReduceOperator, fn, call, self._selector)
         out = self._declared_type()  # the reduced records are the input's
+        op = partial(KeyedReduceOperator, fn, call, self._selector, state_type=out)
         return self._add("reduce", "Keyed Reduce", op, keyed=True, output_type=out)
 
     def sum(self, position_to_sum: int | str = 0) -> DataStream:

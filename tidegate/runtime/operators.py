@@ -383,8 +383,13 @@ class KeyedReduceOperator(MapOperator):
 
     _STATE = "__reduce__"
 
+    def __init__(self, function, call, key_selector=None, state_type=None, **kw) -> None:
+        super().__init__(function, call, key_selector, **kw)
+        #: the stream's declared type: the aggregates are written to snapshots as its column
+        self.state_type = state_type
+
     def open(self) -> None:
-        desc = ReducingStateDescriptor(self._STATE, self.call)
+        desc = ReducingStateDescriptor(self._STATE, self.call, self.state_type)
         self._add = self.keyed_backend.get_reducing_state(desc).add_for_key
         super().open()
 

@@ -270,6 +270,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         self.current_key: Any = None
         self._tables: dict[str, dict[Any, Any]] = {}
         self._kinds: dict[str, StateKind] = {}
+        self._value_types: dict[str, Any] = {}
         self._states: dict[str, _KeyedState] = {}
         self._snapshots_taken = 0
         self.snapshots_in_flight = 0
@@ -324,6 +325,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             tables,
             self._key_groups.key_group,
             transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
+            value_types=self._value_types,
         )
         # Values are shared with the snapshot until it is written (and dropped): only then
         # must reducing/aggregating values be copied before they are changed in place.

@@ -46,10 +46,13 @@ class KeyedStateRegistry:
     key_group_range: range
     _kinds: dict[str, StateKind]
     _states: dict[str, Any]
+    #: declared value types of value, reducing and aggregating states (state/typed_tables.py)
+    _value_types: dict[str, Any]
     _restored_key_groups: set[int]
 
     @ttl_aware
     def get_state(self, state_descriptor: ValueStateDescriptor) -> Any:
+        self._declare(state_descriptor)
         return self._register(state_descriptor.name, StateKind.VALUE)
 
     @ttl_aware
@@ -64,13 +67,20 @@ class KeyedStateRegistry:
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> Any:
         function = state_descriptor.reduce_function
         reduce = getattr(function, "reduce", function)  # a ReduceFunction or a plain callable
+        self._declare(state_descriptor)
         return self._register(state_descriptor.name, StateKind.REDUCING, reduce)
 
     @ttl_aware
     def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> Any:
+        self._declare(state_descriptor)
         return self._register(
             state_descriptor.name, StateKind.AGGREGATING, state_descriptor.agg_function
         )
+
+    def _declare(self, descriptor: Any) -> None:
+        """Remember the declared type of a value-like state (None: undeclared)."""
+        if descriptor.type_info is not None:
+            self._value_types.setdefault(descriptor.name, descriptor.type_info)
 
     def _register(self, name: str, kind: StateKind, *args: Any) -> Any:
         """The state object for `name`, created on first use; one kind per name."""

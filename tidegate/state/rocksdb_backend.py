@@ -90,6 +90,7 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         self._prefix: bytes | None = None
         self._prefixes: dict[Any, bytes] = {}
         self._kinds: dict[str, StateKind] = {}
+        self._value_types: dict[str, Any] = {}  # declared, not used: values are pickled
         self._states: dict[str, Any] = {}
         self._column_families: dict[str, rocksdict.Rdict] = {}
         self._restored_key_groups: set[int] = set()

@@ -32,7 +32,9 @@ from typing import Any, BinaryIO
 import cloudpickle
 
 from tidegate.checkpoint.errors import CheckpointIntegrityError
+from tidegate.common.record_codec import batch_codec
 from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
+from tidegate.state.typed_tables import TypedTable
 
 __all__ = [
     "FORMAT_VERSION",
@@ -144,6 +146,8 @@ class KeyedStateSnapshot:
     transformers: Mapping[str, Callable[[Any], Any]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: state name -> declared type of its values: written as a typed column (TypedTable)
+    value_types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def state_kinds(self) -> dict[str, str]:
@@ -161,7 +165,11 @@ class KeyedStateSnapshot:
         )
         groups: list[KeyGroupData] = [{} for _ in range(m)]
         for name, (kind, table) in self.tables.items():
-            by_group: list[dict[Any, Any]] = [{} for _ in range(m)]
+            type_info = self.value_types.get(name)
+            if type_info is not None and batch_codec(type_info) is not None:
+                by_group: list[dict[Any, Any]] = [TypedTable(name, type_info) for _ in range(m)]
+            else:
+                by_group = [{} for _ in range(m)]
             transform = self.transformers.get(name)
             items = table.items() if transform is None else transform_entries(table, transform)
             for key, value in items:

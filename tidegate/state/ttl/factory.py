@@ -163,6 +163,7 @@ class TtlStates:
         policy = _TtlPolicy(config, self.clock or current_timestamp)
         inner = copy.copy(descriptor)
         object.__setattr__(inner, "ttl_config", None)
+        object.__setattr__(inner, "type_info", None)  # it stores TTL wrappers, not the type
         extra: tuple[Any, ...] = ()
         if kind is TtlReducingState:
             function = descriptor.reduce_function
