@@ -291,19 +291,20 @@ def q5(
     `typed`, both window results declare THREE_LONGS: the counts cross to the second window in
     typed frames instead of pickles."""
     row_type = THREE_LONGS if typed else None
+    name = "q5-typed" if typed else "q5"
     counts = (
         events.filter(is_bid)
-        .uid("q5-bids")
+        .uid(f"{name}-bids")
         .key_by(bid_auction)
         .window(SlidingEventTimeWindows.of(size, slide))
         .aggregate(CountBids(), WithWindowStart(), output_type=row_type)
-        .uid("q5-count")
+        .uid(f"{name}-count")
     )
     return (
         counts.key_by(window_start_of)
         .window(TumblingEventTimeWindows.of(slide))
         .aggregate(TopCounts(), HottestRows(), output_type=row_type)
-        .uid("q5-hottest")
+        .uid(f"{name}-hottest")
     )
 
 

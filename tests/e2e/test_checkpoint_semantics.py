@@ -47,12 +47,14 @@ def test_concurrent_aligned_checkpoints_overlap_and_keep_exactly_once(spark, tmp
 
 def test_expired_checkpoints_do_not_block_the_next_ones(spark, tmp_path):
     # The first records are slow: barriers wait behind them longer than the timeout. Then the
-    # backlog drains and later checkpoints complete.
+    # backlog drains and later checkpoints complete (2.5 s of fast records: enough for two
+    # even when the machine is busy).
+    n = 2 * N
     env = count_job(
         tmp_path / "out",
         tmp_path / "chk",
         runner="spark",
-        n=N,
+        n=n,
         rate=10_000,
         interval_ms=100,
         slow_sink_s=0.0005,
@@ -67,7 +69,7 @@ def test_expired_checkpoints_do_not_block_the_next_ones(spark, tmp_path):
     assert stats.failed_checkpoints >= 1
     assert stats.completed_checkpoints >= 2
     assert stats.restarts == 0
-    check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 
 def test_more_consecutive_failures_than_tolerated_fail_the_job_over(spark, tmp_path):
