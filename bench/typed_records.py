@@ -3,7 +3,7 @@ costs or saves, side by side in one run.
 
     .venv/bin/python bench/typed_records.py [--quick] [--repeats 3] [--seconds 10]
 
-Three parts:
+Four parts:
 
 * codec: ns per record to encode + decode a 512-record batch, pickle vs the typed codec
   (common/record_codec.py), for the shapes PyFlink programs declare; one core, no processes.
@@ -12,6 +12,9 @@ Three parts:
   undeclared (pickled frames) and declared `Types.TUPLE([INT, LONG])` (typed frames; the
   edges inside a slot convert through the codec too), at p=1 and p=2, runs interleaved.
 * Nexmark q5 (hot items) and q5-typed (its window results declared as three LONGs) at p=1.
+* state: writing a heap snapshot (the asynchronous phase: `write_state_file`) of one value
+  state of 200k keys, undeclared (pickled) vs declared (typed columns), for LONG and named-Row
+  values; ms (best of 3) and bytes.
 
 Figures: steady records/s (median of --repeats) and typed / untyped. Prints a table and
 writes JSON (default bench/results/typed_records.json). Nothing asserts a limit.
@@ -20,11 +23,13 @@ writes JSON (default bench/results/typed_records.json). Nothing asserts a limit.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import pickle
 import statistics
 import sys
 import tempfile
+import time
 import timeit
 from typing import Any
 
@@ -38,6 +43,9 @@ from bench.nexmark.measure import bare_rate, run_query_job
 from bench.run import REPO, start_spark
 from tidegate.common import Row, Types
 from tidegate.common.record_codec import batch_codec
+from tidegate.datastream.state import ValueStateDescriptor
+from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.snapshot_format import write_state_file
 
 BATCH = 512
 W1_RATE = {1: 700_000, 2: 1_300_000}  # rough steady records/s: sizes runs to --seconds
@@ -86,11 +94,39 @@ def codec_costs() -> list[dict[str, Any]]:
             "pickle_loads_ns": _ns(lambda p=pickled: pickle.loads(p)),
             "typed_encode_ns": _ns(lambda b=batch, c=codec: c.encode(b)),
             "typed_decode_ns": _ns(lambda e=encoded, c=codec: c.decode(e, BATCH)),
+            "typed_convert_ns": _ns(lambda b=batch, c=codec: c.convert(b)),
             "pickle_bytes_per_record": len(pickled) / BATCH,
             "typed_bytes_per_record": len(encoded) / BATCH,
         }
         row["pickle_ns"] = row["pickle_dumps_ns"] + row["pickle_loads_ns"]
         row["typed_ns"] = row["typed_encode_ns"] + row["typed_decode_ns"]
+        out.append(row)
+    return out
+
+
+def state_costs(keys: int = 200_000) -> list[dict[str, Any]]:
+    person = Types.ROW_NAMED(["name", "n"], [Types.STRING(), Types.LONG()])
+    shapes = [
+        ("long", Types.LONG(), lambda k: k),
+        ("named Row", person, lambda k: Row(name=f"n{k}", n=k)),
+    ]
+    out = []
+    for name, type_info, make in shapes:
+        row: dict[str, Any] = {"shape": name, "keys": keys}
+        for label, declared in (("pickle", None), ("typed", type_info)):
+            backend = HeapKeyedStateBackend(128, range(128))
+            backend.get_state(ValueStateDescriptor("s", declared))
+            table = backend.table("s")
+            for k in range(keys):
+                table[k] = make(k)
+            best, size = float("inf"), 0
+            for _ in range(3):
+                buffer = io.BytesIO()
+                started = time.perf_counter()
+                write_state_file(buffer, backend.snapshot(), None)
+                best = min(best, time.perf_counter() - started)
+                size = len(buffer.getvalue())
+            row[f"{label}_ms"], row[f"{label}_bytes"] = best * 1e3, size
         out.append(row)
     return out
 
@@ -164,13 +200,23 @@ def run_q5(args, spark, work_root: str) -> list[dict[str, Any]]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    print("\ncodec: ns per record, encode + decode of a 512-record batch (one core)")
-    print(f"{'shape':24s} {'pickle':>8s} {'typed':>8s} {'x':>6s} {'B/rec p':>8s} {'B/rec t':>8s}")
+    print("\ncodec: ns per record of a 512-record batch (one core): between processes, encode +")
+    print("decode (pickle vs typed); inside a slot, the typed conversion (untyped: nothing)")
+    head = f"{'shape':24s} {'pickle':>8s} {'typed':>8s} {'x':>6s} {'convert':>8s}"
+    print(f"{head} {'B/rec p':>8s} {'B/rec t':>8s}")
     for r in report["codec"]:
         print(
             f"{r['shape']:24s} {r['pickle_ns']:8.1f} {r['typed_ns']:8.1f} "
-            f"{r['pickle_ns'] / r['typed_ns']:6.2f} {r['pickle_bytes_per_record']:8.1f} "
-            f"{r['typed_bytes_per_record']:8.1f}"
+            f"{r['pickle_ns'] / r['typed_ns']:6.2f} {r['typed_convert_ns']:8.1f} "
+            f"{r['pickle_bytes_per_record']:8.1f} {r['typed_bytes_per_record']:8.1f}"
+        )
+    print("\nstate: heap snapshot write (async phase), one value state")
+    for r in report["state"]:
+        print(
+            f"{r['shape']:10s} x {r['keys']:,}  pickle "
+            f"{r['pickle_ms']:7.1f} ms {r['pickle_bytes'] / 1e6:5.1f} MB   typed "
+            f"{r['typed_ms']:7.1f} ms {r['typed_bytes'] / 1e6:5.1f} MB   "
+            f"x{r['pickle_ms'] / r['typed_ms']:5.2f}"
         )
     print("\njobs on Spark: steady records/s (median), typed / untyped")
     pairs = report["w1"] + report["q5"]
@@ -198,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs.register_by_value()
     report = report_header(args)
     report["codec"] = codec_costs()
+    report["state"] = state_costs()
     spark = start_spark(args, report)
     work_root = args.work_dir or tempfile.mkdtemp(prefix="tidegate-typed-")
     report["w1"] = run_w1(args, spark, work_root)

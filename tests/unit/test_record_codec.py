@@ -1,6 +1,7 @@
-"""Typed batch codecs (common/record_codec.py): a batch of a declared type crosses a process as
-the codec encodes it, and comes out exactly as `converter(type)` makes each record — the same
-values, Python types, row names and kinds — or fails with the converter's RecordTypeError."""
+"""Typed batch codecs (common/record_codec.py): a batch of a declared type, converted inside a
+slot or encoded and decoded between processes, comes out exactly as `converter(type)` makes
+each record — the same values, Python types, row names and kinds — or fails with the
+converter's RecordTypeError; the fast (msgspec) and exact ways agree."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tidegate.common.type_format import RecordTypeError, converter
 from tidegate.common.typeinfo import Types
 from tidegate.common.types import Row, RowKind
 from tidegate.runtime.events import CheckpointBarrier
-from tidegate.runtime.frames import decode_frame, encode_frame, encode_typed_frame
+from tidegate.runtime.frames import TypedEdge, decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate
-from tidegate.runtime.network import LocalTransport, RecordWriter, TypedEdge
+from tidegate.runtime.network import LocalTransport, RecordWriter
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 
 PERSON = Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()])
@@ -96,18 +97,32 @@ def _typed(values):
 @pytest.mark.parametrize("type_info,batch", FITTING, ids=lambda x: repr(x)[:40])
 def test_a_batch_comes_out_as_the_converter_makes_each_record(type_info, batch):
     codec = batch_codec(type_info)
-    expected = [converter(type_info)(record) for record in batch]
-    decoded = codec.decode(codec.encode(batch), len(batch))
-    assert _typed(decoded) == _typed(expected)
+    expected = _typed([converter(type_info)(record) for record in batch])
+    assert _typed(codec.convert(batch)) == expected
+    assert _typed(codec.decode(codec.encode(batch), len(batch))) == expected
 
 
 @pytest.mark.parametrize("type_info,batch", MISFITTING, ids=lambda x: repr(x)[:40])
 def test_a_record_that_does_not_fit_is_the_converters_error_naming_the_record(type_info, batch):
+    codec = batch_codec(type_info)
     with pytest.raises(RecordTypeError) as expected:
         converter(type_info)(batch[1])
     with pytest.raises(RecordTypeError) as error:
-        batch_codec(type_info).encode(batch)
+        codec.convert(batch)
     assert str(error.value) == f"record {batch[1]!r}: {expected.value}"
+    # between processes the receiver finds it (in the form the frame carried it)
+    with pytest.raises(RecordTypeError, match="does not match"):
+        codec.decode(codec.encode(batch), len(batch))
+
+
+def test_common_shapes_take_the_fast_way_and_odd_ones_the_exact_way():
+    pairs = batch_codec(Types.TUPLE([Types.STRING(), Types.LONG()]))
+    assert pairs.encode([("a", 1)])[0] == 0  # MessagePack
+    assert pairs.encode([("a", 1), Row("b", 2)])[0] == 1  # a Row among tuples: the converter
+    assert batch_codec(PERSON).encode([Row("a", 1), Row(name="b", age=2)])[0] == 0
+    assert batch_codec(PERSON).encode([Row(age=2, name="b")])[0] == 1  # read by name
+    assert batch_codec(Types.FLOAT()).encode([1.5])[0] == 1  # 32-bit rounding
+    assert batch_codec(Types.STRING()).encode(["\udc80"])[0] == 1  # not UTF-8
 
 
 def test_rows_are_named_by_the_declared_type_and_keep_their_kind():
@@ -128,21 +143,23 @@ def test_no_codec_for_undeclared_streams():
 
 
 def test_typed_frames_round_trip_with_timestamps_and_pickled_frames_still_decode():
-    codec = batch_codec(Types.TUPLE([Types.STRING(), Types.LONG()]))
+    edge = TypedEdge(7, batch_codec(Types.TUPLE([Types.STRING(), Types.LONG()])), "operator 'P'")
     batch = TimestampedBatch([("a", 1), ("b", 2)], [10, 20])
-    (channel, decoded), pickled = decode_frame(encode_typed_frame(3, 7, batch, codec), {7: codec})
+    (channel, decoded), pickled = decode_frame(encode_typed_frame(3, edge, batch), {7: edge})
     assert (channel, decoded, timestamps_of(decoded), pickled) == (3, batch, [10, 20], False)
-    (channel, decoded), pickled = decode_frame(encode_typed_frame(0, 7, [], codec), {7: codec})
+    (channel, decoded), pickled = decode_frame(encode_typed_frame(0, edge, []), {7: edge})
     assert (channel, decoded, timestamps_of(decoded), pickled) == (0, [], None, False)
+    with pytest.raises(RecordTypeError, match=r"operator 'P' emitted .*'x' \(str\) does not"):
+        decode_frame(encode_typed_frame(0, edge, [("a", "x")]), {7: edge})
     data, _ = encode_frame((2, ["any", object.__name__]))
     assert decode_frame(data, {}) == ((2, ["any", "object"]), True)
 
 
 def test_a_gate_records_a_typed_frame_as_a_pickle_for_channel_state():
-    codec = batch_codec(PERSON)
+    edge = TypedEdge(1, batch_codec(PERSON), "operator 'P'")
     gate = InputGate(10)
     gate.start_capture(1, [0])
-    frame, pickled = decode_frame(encode_typed_frame(0, 1, [Row("a", 1)], codec), {1: codec})
+    frame, pickled = decode_frame(encode_typed_frame(0, edge, [Row("a", 1)]), {1: edge})
     assert not pickled
     gate.put_data(frame, None)  # what the slot's reader passes for a typed frame
     gate.put_data((0, CheckpointBarrier(1, 0)))

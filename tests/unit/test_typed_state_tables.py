@@ -39,9 +39,7 @@ def _restored(backend: HeapKeyedStateBackend) -> dict[str, dict]:
 def test_declared_values_round_trip_as_their_type_and_undeclared_ones_as_they_are():
     backend = HeapKeyedStateBackend(M, range(M))
     count = backend.get_state(ValueStateDescriptor("count", Types.DOUBLE()))
-    person = backend.get_reducing_state(
-        ReducingStateDescriptor("person", lambda a, b: b, PERSON)
-    )
+    person = backend.get_reducing_state(ReducingStateDescriptor("person", lambda a, b: b, PERSON))
     plain = backend.get_state(ValueStateDescriptor("plain"))
     for key in range(50):
         backend.current_key = f"k{key}"

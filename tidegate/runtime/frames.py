@@ -20,11 +20,13 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
 
 from tidegate.common.record_codec import BatchCodec
+from tidegate.common.type_format import RecordTypeError
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 
 TYPED = 0x01
@@ -43,29 +45,53 @@ def encode_frame(frame: Any, plain: bool = True) -> tuple[bytes, bool]:
     return cloudpickle.dumps(frame, protocol=5), False
 
 
-def encode_typed_frame(channel: int, edge: int, batch: list, codec: BatchCodec) -> bytes:
-    """A typed frame of `batch` (a RecordTypeError if a record does not fit the codec)."""
+@dataclass(frozen=True)
+class TypedEdge:
+    """An edge whose records have a declared type: its id (typed frames name it), its codec, and
+    the operator that declared the type (a misfit names it)."""
+
+    edge: int
+    codec: BatchCodec
+    operator: str
+
+    def misfit(self, error: RecordTypeError) -> RecordTypeError:
+        return RecordTypeError(
+            f"{self.operator} emitted a record that does not fit its declared output type "
+            f"{self.codec.type_info!r}: {error}"
+        )
+
+
+def encode_typed_frame(channel: int, edge: TypedEdge, batch: list) -> bytes:
+    """A typed frame of `batch`; its records are checked when the receiver decodes it."""
     timestamps = timestamps_of(batch)
     n = len(batch)
-    parts = [_TYPED_HEADER.pack(TYPED, channel, edge, n, timestamps is not None)]
+    parts = [_TYPED_HEADER.pack(TYPED, channel, edge.edge, n, timestamps is not None)]
     if timestamps is not None:
         parts.append(struct.pack(f"<{n}q", *timestamps))
-    parts.append(codec.encode(batch))
+    try:
+        parts.append(edge.codec.encode(batch))
+    except RecordTypeError as e:
+        raise edge.misfit(e) from None
     return b"".join(parts)
 
 
-def decode_frame(data: bytes, codecs: Mapping[int, BatchCodec]) -> tuple[tuple[int, Any], bool]:
+def decode_frame(data: bytes, edges: Mapping[int, TypedEdge]) -> tuple[tuple[int, Any], bool]:
     """The `(channel, payload)` of `data` and whether `data` is a pickle (kept as it is for
-    channel state) rather than a typed frame."""
+    channel state) rather than a typed frame. A record of a typed frame that does not fit its
+    type is a RecordTypeError naming the operator that emitted it."""
     if data[0] != TYPED:
         return pickle.loads(data), True
-    _marker, channel, edge, n, has_timestamps = _TYPED_HEADER.unpack_from(data)
+    _marker, channel, edge_id, n, has_timestamps = _TYPED_HEADER.unpack_from(data)
     view = memoryview(data)[_TYPED_HEADER.size :]
     timestamps = None
     if has_timestamps:
         timestamps = list(struct.unpack_from(f"<{n}q", view))
         view = view[8 * n :]
-    values = codecs[edge].decode(view, n)
+    edge = edges[edge_id]
+    try:
+        values = edge.codec.decode(view, n)
+    except RecordTypeError as e:
+        raise edge.misfit(e) from None
     if timestamps is not None:
         values = TimestampedBatch(values, timestamps)
     return (channel, values), False

@@ -19,12 +19,10 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from time import perf_counter
 from typing import Any
 
-from tidegate.common.record_codec import BatchCodec
 from tidegate.common.type_format import RecordTypeError
 from tidegate.runtime.auth import (
     AuthenticationFailedError,
@@ -32,7 +30,7 @@ from tidegate.runtime.auth import (
     authenticate_server,
 )
 from tidegate.runtime.events import Watermark, WatermarkStatus
-from tidegate.runtime.frames import decode_frame, encode_frame, encode_typed_frame
+from tidegate.runtime.frames import TypedEdge, decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 
@@ -48,11 +46,14 @@ class LocalTransport:
         self.gate.put_data((channel, payload))
         return perf_counter() - started
 
-    def send_typed(self, channel: int, batch: list, edge: int, codec: BatchCodec) -> float:
+    def send_typed(self, channel: int, batch: list, edge: TypedEdge) -> float:
         """A batch of a declared type: converted as a remote receiver would decode it, so a
         job sees the same records (and the same type errors) wherever its subtasks run."""
-        converted = with_timestamps(codec.convert(batch), timestamps_of(batch))
-        return self.send(channel, converted)
+        try:
+            converted = edge.codec.convert(batch)
+        except RecordTypeError as e:
+            raise edge.misfit(e) from None
+        return self.send(channel, with_timestamps(converted, timestamps_of(batch)))
 
     def close(self) -> None:
         pass
@@ -70,8 +71,8 @@ class RemoteTransport:
         data, self._plain_pickle = encode_frame((channel, payload), self._plain_pickle)
         return self._send_bytes(data)
 
-    def send_typed(self, channel: int, batch: list, edge: int, codec: BatchCodec) -> float:
-        return self._send_bytes(encode_typed_frame(channel, edge, batch, codec))
+    def send_typed(self, channel: int, batch: list, edge: TypedEdge) -> float:
+        return self._send_bytes(encode_typed_frame(channel, edge, batch))
 
     def _send_bytes(self, data: bytes) -> float:
         started = perf_counter()
@@ -81,16 +82,6 @@ class RemoteTransport:
 
     def close(self) -> None:
         shutdown_connection(self.conn)
-
-
-@dataclass(frozen=True)
-class TypedEdge:
-    """An edge whose records have a declared type: its id (typed frames name it), its codec, and
-    the operator that declared the type (a type error names it)."""
-
-    edge: int
-    codec: BatchCodec
-    operator: str
 
 
 class RecordWriter:
@@ -171,17 +162,10 @@ class RecordWriter:
         buf = self.buffers[i]
         self.buffers[i] = self._new_buffer()
         transport, channel = self.channels[i]
-        typed = self.typed
-        if typed is None:
+        if self.typed is None:
             self._transmit(transport.send, channel, buf)
-            return
-        try:
-            self._transmit(transport.send_typed, channel, buf, typed.edge, typed.codec)
-        except RecordTypeError as e:
-            raise RecordTypeError(
-                f"{typed.operator} emitted a record that does not fit its declared output type "
-                f"{typed.codec.type_info!r}: {e}"
-            ) from None
+        else:
+            self._transmit(transport.send_typed, channel, buf, self.typed)
 
     def flush(self) -> None:
         for i, buf in enumerate(self.buffers):
@@ -216,11 +200,11 @@ class SlotNetwork:
         secret: bytes,
         bind_host: str,
         gates: dict[int, InputGate],
-        codecs: Mapping[int, BatchCodec],
+        typed_edges: Mapping[int, TypedEdge],
     ):
         self.slot = slot
-        #: edge id -> the codec of its declared type, to decode typed frames
-        self.codecs = codecs
+        #: the edges with a declared type, by id, to decode typed frames
+        self.typed_edges = typed_edges
         self.secret = secret
         self.gates = gates
         self.listener = Listener((bind_host, 0), backlog=128)
@@ -257,10 +241,10 @@ class SlotNetwork:
         try:
             _src_slot, vertex = conn.recv()
             put = self.gates[vertex].put_data
-            recv, codecs = conn.recv_bytes, self.codecs
+            recv, edges = conn.recv_bytes, self.typed_edges
             while True:
                 data = recv()
-                frame, pickled = decode_frame(data, codecs)
+                frame, pickled = decode_frame(data, edges)
                 put(frame, data if pickled else None)
         except (EOFError, OSError, TaskCancelledError):
             return

@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tidegate.checkpoint.storage import CheckpointStorage
-from tidegate.common.record_codec import BatchCodec, batch_codec
+from tidegate.common.record_codec import batch_codec
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
+from tidegate.runtime.frames import TypedEdge
 from tidegate.runtime.gate import InputGate
 from tidegate.runtime.messages import (
     CancelSlot,
@@ -34,7 +35,7 @@ from tidegate.runtime.messages import (
     SubtaskMetrics,
     TriggerCheckpoint,
 )
-from tidegate.runtime.network import RecordWriter, SlotNetwork, TypedEdge, advertised_address
+from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
 from tidegate.runtime.output import forward_output
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.task import StreamTask
@@ -55,7 +56,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
     network = SlotNetwork(
-        slot, deployment.secret, deployment.bind_host, gates, edge_codecs(deployment.graph)
+        slot, deployment.secret, deployment.bind_host, gates, typed_edges(deployment.graph)
     )
     control = ControlClient(deployment.driver_address, deployment.secret)
     inbox = _SlotInbox(deployment.graph, subtasks, gates)
@@ -245,19 +246,21 @@ def _record_writer(deployment, network, addresses, edge_id: int, index: int) -> 
         channels.append((transport, channel))
     route = edge.partitioner.bind(len(targets), graph.max_parallelism)
     route_ts = edge.partitioner.bind_timestamped(len(targets), graph.max_parallelism)
-    codec = batch_codec(edge.type_info)
-    typed = None
-    if codec is not None:
-        source = graph.vertices[edge.source_vertex]
-        name = next(op.name for op in source.operators if op.op_id == edge.source_op)
-        typed = TypedEdge(edge_id, codec, f"operator {name!r} ({source.name})")
+    typed = typed_edges(graph).get(edge_id)
     return RecordWriter(channels, route, deployment.batch_size, route_ts, typed)
 
 
-def edge_codecs(graph: JobGraph) -> dict[int, BatchCodec]:
-    """The codec of every edge whose records have a declared type, by edge id."""
-    codecs = {e: batch_codec(spec.type_info) for e, spec in graph.edges.items()}
-    return {e: codec for e, codec in codecs.items() if codec is not None}
+def typed_edges(graph: JobGraph) -> dict[int, TypedEdge]:
+    """Every edge whose records have a declared type, by edge id, with its codec and the
+    operator that declared the type."""
+    out = {}
+    for edge_id, edge in graph.edges.items():
+        codec = batch_codec(edge.type_info)
+        if codec is not None:
+            source = graph.vertices[edge.source_vertex]
+            name = next(op.name for op in source.operators if op.op_id == edge.source_op)
+            out[edge_id] = TypedEdge(edge_id, codec, f"operator {name!r} ({source.name})")
+    return out
 
 
 def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:

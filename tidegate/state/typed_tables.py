@@ -33,9 +33,9 @@ class TypedTable(dict):
 
     def __reduce__(self) -> tuple[Any, ...]:
         codec = batch_codec(self.type_info)
-        keys, values = list(self.keys()), list(self.values())
+        keys = list(self.keys())
         try:
-            encoded = codec.encode(values)
+            encoded = codec.encode(codec.convert(list(self.values())))  # checked now
         except RecordTypeError:
             self._raise_misfit()
             raise
