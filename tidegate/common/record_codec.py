@@ -120,13 +120,15 @@ class BatchCodec:
         return self._exact(batch)
 
     # between processes -----------------------------------------------------------------------
-    def encode(self, batch: Sequence[Any]) -> bytes:
+    def encode(self, batch: Sequence[Any], checked: bool = False) -> bytes:
         """The bytes of `batch`: MessagePack when the fast way can carry it (checked by the
-        receiver's decode), else a pickle of the converted records (checked here). State
-        snapshots, which must fail when they are taken, use `encode(convert(batch))`."""
+        receiver's decode; with `checked`, here, for state snapshots that must fail when they
+        are taken), else a pickle of the converted records (checked here)."""
         if self._fast is not None:
             try:
                 kinds, values = self._fast_values(batch)
+                if checked:
+                    values = msgspec.convert(values, self._fast)
                 return bytes([_FAST]) + _encoder.encode((kinds, values))
             except _REFUSED:
                 pass

@@ -1,5 +1,5 @@
 """Keyed state of a declared type in state files: the values of a state in one key group as
-one typed column (common/record_codec.py) instead of one pickle per value.
+one batch of the type's codec (common/record_codec.py) instead of one pickle per value.
 
 A value, reducing or aggregating state whose descriptor declares its type
 (`ValueStateDescriptor("count", Types.LONG())`) is written by the heap backend as a
@@ -35,7 +35,7 @@ class TypedTable(dict):
         codec = batch_codec(self.type_info)
         keys = list(self.keys())
         try:
-            encoded = codec.encode(codec.convert(list(self.values())))  # checked now
+            encoded = codec.encode(list(self.values()), checked=True)
         except RecordTypeError:
             self._raise_misfit()
             raise
