@@ -188,7 +188,8 @@ def test_pyflinks_count_window_example_sums_every_three_elements_per_key(tmp_pat
     )
     ds.sink_to(FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()).build())
     env.execute()
-    assert sorted(committed_lines(tmp_path)) == ["('hello', 12)", "('hi', 9)"]
+    # the simple string encoder writes Flink's toString of the declared Tuple type
+    assert sorted(committed_lines(tmp_path)) == ["(hello,12)", "(hi,9)"]
 
 
 def test_a_window_join_pairs_equal_keys_of_the_same_window_and_co_group_sees_both_sides(

@@ -12,7 +12,7 @@ PYTHON_REQUIREMENTS = "python.requirements"  # FILE or FILE#CACHE_DIR, installed
 PYTHON_ARCHIVES = "python.archives"  # comma-separated ARCHIVE or ARCHIVE#TARGET_DIR
 SHIP_SCRIPT_DIR = "tidegate.python.ship-script-dir"  # ship the job script's directory (true)
 SPARK_MASTER = "spark.master"  # default local[N]
-BIND_HOST = "tidegate.network.bind-host"  # default 127.0.0.1; 0.0.0.0 for a cluster
+BIND_HOST = "tidegate.network.bind-host"  # default: by the master (deploy/network_plan.py)
 #: the driver's address as workers dial it (default: the driver host's name resolved)
 ADVERTISED_HOST = "tidegate.network.advertised-host"
 BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512

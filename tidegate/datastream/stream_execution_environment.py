@@ -306,7 +306,7 @@ class StreamExecutionEnvironment:
             restart_strategy=self.get_restart_strategy(),
             runner=overrides.get("runner") or cfg.get_string(RUNNER, "spark"),
             spark_master=overrides.get("spark_master") or cfg.get_string(SPARK_MASTER),
-            bind_host=cfg.get_string(BIND_HOST, "127.0.0.1"),
+            bind_host=cfg.get_string(BIND_HOST),
             advertised_host=cfg.get_string(ADVERTISED_HOST),
             checkpoint_history_size=cfg.get_integer(CHECKPOINTS_HISTORY, 10),
             configuration=cfg.to_dict(),

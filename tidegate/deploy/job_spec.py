@@ -96,7 +96,7 @@ class JobSpec:
     restart_strategy: Any
     runner: str = "spark"
     spark_master: str | None = None
-    bind_host: str = "127.0.0.1"
+    bind_host: str | None = None
     #: the host slots dial to reach the driver when it binds to all interfaces
     advertised_host: str | None = None
     #: checkpoints kept in the statistics' history (`web.checkpoints.history`)

@@ -42,6 +42,13 @@ from tidegate.deploy.attempt import JobAttempt, JobFailure
 from tidegate.deploy.attempt_events import Cancel, RunnerEnded
 from tidegate.deploy.control_server import ControlServer, SlotLost
 from tidegate.deploy.job_spec import CheckpointRetention, JobSpec, RestoreMode
+from tidegate.deploy.network_plan import (
+    ClusterNetworkError,
+    NetworkPlan,
+    is_local_master,
+    plan_network,
+    route_to_master,
+)
 from tidegate.deploy.restore import RestorePlan, plan_restore, warn_generated_uids
 from tidegate.deploy.shared_state import delete_shared_files, pin_retained_snapshots
 from tidegate.deploy.slot_output import SlotOutputPrinter
@@ -137,6 +144,7 @@ class JobMaster:
         self.done = threading.Event()
         self._cancelled = threading.Event()
         self.server: ControlServer | None = None
+        self.network = NetworkPlan("127.0.0.1", None, "127.0.0.1")  # decided in run()
         #: where the first attempt restored from (newest first); later ones fall back to them
         self._initial_candidates: list[RestoreCandidate] = []
         #: set when a checkpoint turned out damaged or another driver took over: the job then
@@ -237,7 +245,10 @@ class JobMaster:
             self.next_checkpoint_id = max(
                 self.next_checkpoint_id, self.storage.highest_checkpoint_id() + 1
             )
-            self.server = ControlServer(self.secret, self.spec.bind_host, self._on_slot_message)
+            self.network = self._network_plan()
+            self.server = ControlServer(
+                self.secret, self.network.driver_bind, self._on_slot_message
+            )
             while True:
                 outcome = self._run_attempt(restore)
                 if outcome is not None:
@@ -263,6 +274,29 @@ class JobMaster:
             self._shutdown()
             self._settle_stop(self.status)
             self.done.set()
+
+    def _network_plan(self) -> NetworkPlan:
+        """Where to bind and what to advertise (deploy/network_plan.py), from the Spark session
+        the job runs on; a plan that cannot work fails the job saying which key to set."""
+        master = driver_host = None
+        if self.spec.runner != "local":
+            from tidegate.deploy.spark_session import get_spark
+
+            spark = self.spec.spark_session or get_spark(
+                self.spec.spark_master, self.spec.graph.num_slots
+            )
+            master = spark.sparkContext.master
+            driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
+        try:
+            return plan_network(
+                master,
+                bind_host=self.spec.bind_host,
+                advertised_host=self.spec.advertised_host,
+                spark_driver_host=driver_host,
+                route_host=None if is_local_master(master) else route_to_master(master),
+            )
+        except ClusterNetworkError as e:
+            raise JobFailure(str(e), recoverable=False) from None
 
     # attempts ---------------------------------------------------------------------------------
     def _initial_restore(self) -> Restore | None:
@@ -391,8 +425,8 @@ class JobMaster:
             attempt=self.attempt,
             graph=graph,
             secret=self.secret,
-            driver_address=advertised_address(self.server.address, self.spec.advertised_host),
-            bind_host=self.spec.bind_host,
+            driver_address=advertised_address(self.server.address, self.network.advertised_host),
+            bind_host=self.network.slot_bind,
             checkpoint_base=self.spec.checkpoint.storage,
             exactly_once=self.spec.checkpoint.exactly_once,
             batch_size=self.spec.batch_size,

@@ -6,15 +6,15 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Client
 from typing import Any
 
 from tidegate.runtime.auth import authenticate_client
+from tidegate.runtime.connect import connect
 
 
 class ControlClient:
     def __init__(self, address: tuple[str, int], secret: bytes) -> None:
-        self.conn = Client(tuple(address))
+        self.conn = connect(tuple(address), "driver")
         authenticate_client(self.conn, secret)
         self._lock = threading.Lock()
         self._closed = False

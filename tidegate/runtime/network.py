@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, Listener
 from time import perf_counter
 from typing import Any
 
@@ -29,6 +29,7 @@ from tidegate.runtime.auth import (
     authenticate_client,
     authenticate_server,
 )
+from tidegate.runtime.connect import connect
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import TypedEdge, decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
@@ -257,7 +258,7 @@ class SlotNetwork:
             if slot == self.slot:
                 self._transports[key] = LocalTransport(self.gates[vertex])
             else:
-                conn = Client(tuple(addresses[slot]))
+                conn = connect(tuple(addresses[slot]), "peer")
                 authenticate_client(conn, self.secret)
                 conn.send((self.slot, vertex))
                 self._transports[key] = RemoteTransport(conn)
