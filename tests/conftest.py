@@ -38,6 +38,11 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_cli_run.py": {
         "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",
     },
+    "e2e/test_cluster.py": {
+        "test_a_job_spans_two_hosts_exactly_once_without_network_settings",
+        "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
+        "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
+    },
     "e2e/test_code_shipping.py": {
         "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",
         "test_an_archive_is_extracted_into_each_slots_working_directory",

@@ -1,0 +1,63 @@
+"""A job for the multi-host tests (tests/e2e/test_cluster.py), run as its own driver process:
+numbers 0..N-1 (5,000/s) -> key_by(v % NUM_KEYS) -> running count -> exactly-once FileSink,
+p = 2, on the Spark master given; nothing about tidegate's networking is configured (that is
+what is tested), beyond extra `key=value` configuration entries.
+
+    python cluster_job.py MASTER_URL DRIVER_HOST OUT CHECKPOINTS N [KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import SparkSession
+
+from tests.support.references import NUM_KEYS
+from tidegate.common import Configuration, Encoder, RestartStrategies
+from tidegate.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink
+from tidegate.datastream.state import ValueStateDescriptor
+
+
+class RunningCount(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield f"{value % NUM_KEYS},{value},{c}"
+
+
+def main() -> None:
+    master, driver_host, out, checkpoints, n = sys.argv[1:6]
+    extra = dict(entry.split("=", 1) for entry in sys.argv[6:])
+    # Spark's own RPC needs a driver address the executors reach (the host name resolves to
+    # loopback here, as on many machines); tidegate takes its own from Spark's
+    SparkSession.builder.master(master).appName("tidegate cluster test").config(
+        "spark.driver.host", driver_host
+    ).config("spark.cores.max", "2").config(
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s"
+    ).config("spark.ui.enabled", "false").getOrCreate()
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", "spark").add_all(extra)
+    )
+    env.set_parallelism(2)
+    env.enable_checkpointing(300)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoints)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(5, 0))
+    source = DataGeneratorSource(lambda i: i, count=int(n), records_per_second=5_000)
+    sink = (
+        FileSink.for_row_format(out, Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+    numbers = env.from_source(source, None, "numbers").uid("numbers")
+    counts = numbers.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    counts.sink_to(sink).uid("sink")
+    env.execute("cluster")
+
+
+if __name__ == "__main__":
+    main()

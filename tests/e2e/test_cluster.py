@@ -1,0 +1,115 @@
+"""Jobs across hosts: a Spark standalone cluster whose two workers each run in a network
+namespace of their own (tests/support/cluster.py: own address, own temp directory, no loopback
+path to the driver), the driver a separate process in the test's namespace. Nothing about
+tidegate's networking is configured: the driver binds to all interfaces and advertises the
+address that routes to the master, slots advertise theirs. Each test compares the committed
+output with the reference, record for record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import NamespaceCluster
+from tests.support.output import committed_lines
+from tests.support.references import check_exactly_once
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = Path(__file__).with_name("cluster_job.py")
+JOB_TIMEOUT_S = 300
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = NamespaceCluster(tmp_path_factory.mktemp("cluster"), workers=2).start()
+    yield started
+    started.stop()
+
+
+def _start_job(cluster: NamespaceCluster, work: Path, n: int, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO))
+    command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
+    command += [str(work / "out"), str(work / "chk"), str(n), *extra]
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finish(job: subprocess.Popen) -> tuple[int, str]:
+    try:
+        _, stderr = job.communicate(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        _, stderr = job.communicate()
+        raise AssertionError(f"no end within {JOB_TIMEOUT_S} s:\n{stderr[-3000:]}") from None
+    return job.returncode, stderr
+
+
+def _executor_pids(namespace: str) -> list[int]:
+    """The executor JVMs running in worker namespace `namespace`."""
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    pids = []
+    for pid in map(int, listed.stdout.split()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"CoarseGrainedExecutorBackend" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def _completed_checkpoints(checkpoints: Path) -> int:
+    """Completed checkpoints the job still retains (the latest, while it runs)."""
+    return len(list(checkpoints.glob("*/chk-*/_metadata")))
+
+
+def test_a_job_spans_two_hosts_exactly_once_without_network_settings(cluster, tmp_path):
+    n = 15_000
+    code, stderr = _finish(_start_job(cluster, tmp_path, n))
+    assert code == 0, stderr[-3000:]
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing(cluster, tmp_path):
+    n = 40_000
+    job = _start_job(cluster, tmp_path, n)
+    killed: list[tuple[int, float]] = []
+
+    def kill_after_a_checkpoint() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None:
+            pids = _executor_pids(cluster.namespace(1))
+            if pids and _completed_checkpoints(tmp_path / "chk") >= 1:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append((pids[0], time.monotonic()))
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_after_a_checkpoint, daemon=True)
+    killer.start()
+    code, stderr = _finish(job)
+    killer.join(5)
+    assert killed, "the executor was never killed (no checkpoint completed in time?)"
+    assert code == 0, stderr[-3000:]
+    assert "attempt 0 failed" in stderr  # the kill was noticed and the job restarted
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key(
+    cluster, tmp_path
+):
+    job = _start_job(cluster, tmp_path, 100, "tidegate.network.advertised-host=127.0.0.1")
+    code, stderr = _finish(job)
+    assert code != 0
+    assert "runs executors on other hosts" in stderr
+    assert "set tidegate.network.advertised-host" in stderr
