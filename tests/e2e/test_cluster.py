@@ -105,9 +105,7 @@ def test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing(clus
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 
-def test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key(
-    cluster, tmp_path
-):
+def test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key(cluster, tmp_path):
     job = _start_job(cluster, tmp_path, 100, "tidegate.network.advertised-host=127.0.0.1")
     code, stderr = _finish(job)
     assert code != 0
