@@ -28,6 +28,7 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_async_io.py": {
         "test_a_kill_9_mid_stream_commits_the_reference_exactly_once",
+        "test_an_exception_in_async_invoke_restarts_the_job_which_commits_exactly_once",
     },
     "e2e/test_broadcast_state.py": {
         "test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions",
@@ -37,11 +38,14 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_cli_run.py": {
         "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",
+        "test_a_failing_function_is_located_in_the_script_with_the_oldest_cloudpickle_allowed",
     },
     "e2e/test_cluster.py": {
         "test_a_job_spans_two_hosts_exactly_once_without_network_settings",
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
+        "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
+        "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
     },
     "e2e/test_code_shipping.py": {
         "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",

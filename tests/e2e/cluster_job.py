@@ -3,7 +3,7 @@ numbers 0..N-1 (5,000/s) -> key_by(v % NUM_KEYS) -> running count -> exactly-onc
 p = 2, on the Spark master given; nothing about tidegate's networking is configured (that is
 what is tested), beyond extra `key=value` configuration entries.
 
-    python cluster_job.py MASTER_URL DRIVER_HOST OUT CHECKPOINTS N [KEY=VALUE ...]
+    python cluster_job.py MASTER_URL DRIVER_HOST OUT CHECKPOINTS|- N [KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def main() -> None:
     )
     env.set_parallelism(2)
     env.enable_checkpointing(300)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoints)
+    if checkpoints != "-":  # "-": none set
+        env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoints)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(5, 0))
     source = DataGeneratorSource(lambda i: i, count=int(n), records_per_second=5_000)
     sink = (

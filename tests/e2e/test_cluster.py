@@ -35,10 +35,13 @@ def cluster(tmp_path_factory):
     started.stop()
 
 
-def _start_job(cluster: NamespaceCluster, work: Path, n: int, *extra: str) -> subprocess.Popen:
+def _start_job(
+    cluster: NamespaceCluster, work: Path, n: int, *extra: str, checkpoints: str | None = None
+) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO))
     command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
-    command += [str(work / "out"), str(work / "chk"), str(n), *extra]
+    checkpoints = checkpoints or str(work / "chk")
+    command += [str(work / "out"), checkpoints, str(n), *extra]
     return subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -111,3 +114,23 @@ def test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key(
     assert code != 0
     assert "runs executors on other hosts" in stderr
     assert "set tidegate.network.advertised-host" in stderr
+
+
+def test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host(
+    cluster, tmp_path
+):
+    # the driver writes into its own cluster.private_dir; each worker has an empty one there
+    checkpoints = cluster.private_dir / tmp_path.name
+    job = _start_job(cluster, tmp_path, 1_000, checkpoints=str(checkpoints))
+    code, stderr = _finish(job)
+    assert code != 0
+    assert "StorageNotSharedError" in stderr
+    assert f"is not the same storage on host vm ({cluster.subnet}.1" in stderr
+    assert "attempt 1" not in stderr  # not restarted: the next attempt could not see it either
+
+
+def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_path):
+    code, stderr = _finish(_start_job(cluster, tmp_path, 100, checkpoints="-"))
+    assert code != 0
+    assert "the checkpoint directory must be storage every host reaches" in stderr
+    assert "execution.checkpointing.dir" in stderr

@@ -4,7 +4,10 @@ Each worker runs in a network namespace of its own (`ip netns`), linked by a vet
 bridge in the test's namespace, with its own address and its own temp directory (`TMPDIR`,
 Spark's local and work directories): it cannot reach the driver or its peers over loopback,
 and what a process writes to "its" temp directory the others do not see. The master and the
-driver run in the test's namespace, on the bridge's address. Everything (master, workers,
+driver run in the test's namespace, on the bridge's address. `private_dir` is a path every
+host has but none shares: each worker mounts an empty tmpfs of its own there (a mount
+namespace of its own), so a checkpoint directory under it is "storage that is not shared".
+Everything (master, workers,
 namespaces, links) is started here and stopped by PID / deleted on `stop()`, also after a
 failed start. Needs root (CI and the dev machines run the tests as root).
 
@@ -60,6 +63,8 @@ class NamespaceCluster:
     namespaces: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.private_dir = self.work_dir / "private"
+        self.private_dir.mkdir(parents=True, exist_ok=True)
         pid = os.getpid()
         self.subnet = f"10.{200 + pid % 50}.{(pid // 50) % 250}"
         self.bridge = f"{self.prefix}b"
@@ -151,7 +156,10 @@ class NamespaceCluster:
         env = self._environment(self.work_dir / f"worker{i}-tmp")
         env["SPARK_LOCAL_IP"] = host
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
-        command = ["ip", "netns", "exec", self.namespace(i), spark_class]
+        private = f'mount -t tmpfs tmpfs "{self.private_dir}" && exec "$@"'
+        command = ["ip", "netns", "exec", self.namespace(i)]
+        command += ["unshare", "--mount", "--propagation", "private", "sh", "-c", private, "sh"]
+        command += [spark_class]
         command += ["org.apache.spark.deploy.worker.Worker", "--host", host]
         command += ["--cores", str(self.cores), "--memory", self.memory]
         command += ["--work-dir", str(self.work_dir / f"worker{i}-work"), self.master_url]

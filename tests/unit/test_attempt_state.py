@@ -350,6 +350,13 @@ def test_a_slot_that_cannot_load_the_job_fails_it_for_good() -> None:
     assert not failure(state.handle(Tick(), 2.0)).recoverable
 
 
+def test_a_slot_that_does_not_see_the_shared_storage_fails_the_job_for_good() -> None:
+    state = running()
+    error = "tidegate.checkpoint.errors.StorageNotSharedError: the checkpoint directory /x is"
+    state.handle(failed(0, error), 1.0)
+    assert not failure(state.handle(Tick(), 2.0)).recoverable
+
+
 def test_a_slot_failing_during_registration_is_blamed_too() -> None:
     state = AttemptState(config(), now=0.0)
     state.handle(register(0), 1.0)

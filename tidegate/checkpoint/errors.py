@@ -34,6 +34,11 @@ class CheckpointStorageError(CheckpointError):
     """The checkpoint storage cannot be created, written or read."""
 
 
+class StorageNotSharedError(CheckpointStorageError):
+    """A slot does not see the checkpoint storage the driver writes to (not the same storage
+    on its host): never restarted, the next attempt would not see it either."""
+
+
 class FencedWriterError(CheckpointStorageError):
     """This writer's generation is older than the job directory's fence: another attempt or
     driver of the job took over, so this one must neither write nor delete anything there."""

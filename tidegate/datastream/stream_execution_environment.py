@@ -349,7 +349,9 @@ class StreamExecutionEnvironment:
         settings, cfg = self._checkpoint_config.settings, self._config
         if settings.storage is None:
             settings = replace(
-                settings, storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints")
+                settings,
+                storage=os.path.join(tempfile.gettempdir(), "tidegate-checkpoints"),
+                storage_defaulted=True,
             )
         if settings.savepoint_dir is None:
             configured = cfg.get_string(SAVEPOINT_DIR) or cfg.get_string(STATE_SAVEPOINTS_DIR)

@@ -87,6 +87,16 @@ SLOT_MESSAGE_GRACE_S = 5.0
 #: how often heartbeats (and the registration deadline) are checked when no event arrives
 CHECK_INTERVAL_S = 1.0
 LOAD_FAILURE = "could not load the job"  # runtime/slot.py: deterministic, never restarted
+#: slot errors (by exception class name) that another attempt would hit again
+NOT_RESTARTED = frozenset({"StorageNotSharedError"})
+
+
+def restartable(error: str) -> bool:
+    """Whether a slot's error (`module.Class: message`) may be cured by a restart: not when
+    the job cannot load, nor for the errors of NOT_RESTARTED."""
+    if error.startswith(LOAD_FAILURE):
+        return False
+    return error.split(":", 1)[0].rsplit(".", 1)[-1] not in NOT_RESTARTED
 #: errors a slot reports when a peer failed first (its connections broke, it was cancelled)
 _CONSEQUENCES = (
     "ConnectionResetError",
@@ -266,7 +276,7 @@ class AttemptState:
         return commands + self._fail(
             f"slot {root.slot} failed: {root.error}",
             root.traceback,
-            recoverable=not root.error.startswith(LOAD_FAILURE),
+            recoverable=restartable(root.error),
         )
 
     def _draining(self, event: Event, now: float) -> list[Command]:

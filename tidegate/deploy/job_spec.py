@@ -62,6 +62,8 @@ class CheckpointSettings:
     aligned_timeout_ms: int = 0
     #: where savepoints go when none is given when one is triggered (None: must be given)
     savepoint_dir: str | None = None
+    #: `storage` is the default temp directory (none was configured): refused on a cluster
+    storage_defaulted: bool = False
 
     def validate(self) -> CheckpointSettings:
         """Raise ValueError for settings that contradict each other (checked when the job is

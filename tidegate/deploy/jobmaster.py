@@ -287,6 +287,15 @@ class JobMaster:
             )
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
+        if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
+            raise JobFailure(
+                f"the Spark master {master!r} runs slots on other hosts, so the checkpoint "
+                f"directory must be storage every host reaches, but none was set (the default "
+                f"{self.spec.checkpoint.storage} is this host's own): set "
+                "execution.checkpointing.dir (or env.get_checkpoint_config()"
+                ".set_checkpoint_storage_dir) to a shared filesystem or s3://... path",
+                recoverable=False,
+            )
         try:
             return plan_network(
                 master,
@@ -376,9 +385,9 @@ class JobMaster:
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         graph, plan, restored_id = self._plan_restore(restore)
-        payload = runners.pack_deployment(
-            self._deployment(graph, plan, restored_id), self.spec.python
-        )
+        token = self.storage.write_storage_token()  # each slot proves it sees the storage
+        deployment = self._deployment(graph, plan, restored_id, token)
+        payload = runners.pack_deployment(deployment, self.spec.python)
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         if self.spec.runner == "local":
@@ -417,7 +426,7 @@ class JobMaster:
         return dataclasses.replace(graph, max_parallelism=max_p), plan, metadata.checkpoint_id
 
     def _deployment(
-        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None
+        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None, storage_token: str
     ) -> Deployment:
         """What every slot of this attempt is sent: the graph, the job's settings, its state."""
         return Deployment(
@@ -438,6 +447,7 @@ class JobMaster:
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
             log_level=logging.getLogger().getEffectiveLevel(),
+            storage_token=storage_token,
         )
 
     def _on_slot_message(self, message: object) -> None:

@@ -34,3 +34,6 @@ class Deployment:
     state_backend: Any = None
     #: the driver's root log level: slot `logging` records from this level up reach the driver
     log_level: int = logging.WARNING
+    #: the token the driver wrote into the job directory for this attempt: every slot checks
+    #: that it reads it there (the checkpoint storage is shared); None: not checked
+    storage_token: str | None = None

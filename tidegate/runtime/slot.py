@@ -169,6 +169,9 @@ def _task_environment(
     storage = CheckpointStorage(
         deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
     )
+    if deployment.storage_token is not None:
+        host = f"{socket.gethostname()} ({control.conn_local_host()})"
+        storage.check_storage_token(deployment.storage_token, host)
     local_state = None
     if deployment.local_recovery_dir is not None:
         local_state = LocalStateStore(deployment.local_recovery_dir, deployment.job_id)
