@@ -97,6 +97,8 @@ def restartable(error: str) -> bool:
     if error.startswith(LOAD_FAILURE):
         return False
     return error.split(":", 1)[0].rsplit(".", 1)[-1] not in NOT_RESTARTED
+
+
 #: errors a slot reports when a peer failed first (its connections broke, it was cancelled)
 _CONSEQUENCES = (
     "ConnectionResetError",
