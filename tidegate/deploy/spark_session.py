@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from tidegate.deploy.java import JavaUnavailableError, use_java
@@ -11,6 +12,28 @@ from tidegate.deploy.java import JavaUnavailableError, use_java
 
 class SparkUnavailableError(RuntimeError):
     pass
+
+
+#: how long a job on a cluster master waits for executors with enough cores to register
+EXECUTOR_WAIT_S = 60.0
+
+
+def _task_slots(spark: Any, num_slots: int) -> int:
+    """The tasks Spark can run at once, as its barrier scheduling counts them (free executor
+    cores of the registered executors); on a cluster master after waiting up to
+    EXECUTOR_WAIT_S for executors to register (`defaultParallelism` would count only those
+    registered, and at least 2 on a standalone master)."""
+    from tidegate.deploy.network_plan import is_local_master
+
+    context = spark.sparkContext
+    scala = context._jsc.sc()
+    profile = scala.resourceProfileManager().defaultResourceProfile()
+    deadline = time.monotonic() + (0 if is_local_master(context.master) else EXECUTOR_WAIT_S)
+    while (slots := scala.maxNumConcurrentTasks(profile)) < num_slots:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    return slots
 
 
 def get_spark(master: str | None, num_slots: int) -> Any:
@@ -41,6 +64,8 @@ def get_spark(master: str | None, num_slots: int) -> Any:
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.python.worker.reuse", "true")
             .config("spark.stage.maxConsecutiveAttempts", "1")
+            # a barrier stage waiting for free slots re-checks every second, not every 15 s
+            .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
             .config("spark.sql.shuffle.partitions", "4")
             .getOrCreate()
         )
@@ -50,7 +75,7 @@ def get_spark(master: str | None, num_slots: int) -> Any:
             f"a SparkSession on {spark.sparkContext.master!r} is already active in this process; "
             f"cannot switch to {master!r}. Stop it first or leave spark.master unset."
         )
-    cores = spark.sparkContext.defaultParallelism
+    cores = _task_slots(spark, num_slots)
     if cores < num_slots:
         raise SparkUnavailableError(
             f"the job needs {num_slots} slots (its highest parallelism), but Spark offers "
