@@ -46,6 +46,7 @@ SLOW: dict[str, set[str]] = {
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
         "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
         "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
+        "test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once",
     },
     "e2e/test_code_shipping.py": {
         "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",

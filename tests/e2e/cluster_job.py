@@ -4,6 +4,8 @@ p = 2, on the Spark master given; nothing about tidegate's networking is configu
 what is tested), beyond extra `key=value` configuration entries.
 
     python cluster_job.py MASTER_URL DRIVER_HOST OUT CHECKPOINTS|- N [KEY=VALUE ...]
+
+(`spark.*` keys go to the SparkSession; spark.cores.max is 2 unless given.)
 """
 
 from __future__ import annotations
@@ -32,14 +34,19 @@ class RunningCount(KeyedProcessFunction):
 
 def main() -> None:
     master, driver_host, out, checkpoints, n = sys.argv[1:6]
-    extra = dict(entry.split("=", 1) for entry in sys.argv[6:])
+    entries = dict(entry.split("=", 1) for entry in sys.argv[6:])
+    spark_conf = {"spark.cores.max": "2"} | {
+        k: v for k, v in entries.items() if k.startswith("spark.")
+    }
+    extra = {k: v for k, v in entries.items() if not k.startswith("spark.")}
     # Spark's own RPC needs a driver address the executors reach (the host name resolves to
     # loopback here, as on many machines); tidegate takes its own from Spark's
-    SparkSession.builder.master(master).appName("tidegate cluster test").config(
-        "spark.driver.host", driver_host
-    ).config("spark.cores.max", "2").config(
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s"
-    ).config("spark.ui.enabled", "false").getOrCreate()
+    builder = SparkSession.builder.master(master).appName("tidegate cluster test")
+    builder = builder.config("spark.driver.host", driver_host).config("spark.ui.enabled", "false")
+    builder = builder.config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
+    builder.getOrCreate()
     env = StreamExecutionEnvironment.get_execution_environment(
         Configuration().set_string("execution.runner", "spark").add_all(extra)
     )

@@ -134,3 +134,51 @@ def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_pa
     assert code != 0
     assert "the checkpoint directory must be storage every host reaches" in stderr
     assert "execution.checkpointing.dir" in stderr
+
+
+def test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once(cluster, tmp_path):
+    """Runs last: it adds a third host and leaves the cut-off one's worker behind."""
+    cluster.add_worker()  # three hosts, an executor on each, two slots: one spare
+    n = 40_000
+    job = _start_job(cluster, tmp_path, n, "heartbeat.timeout=5000", "spark.cores.max=3")
+    cut: list[tuple[int, float]] = []
+
+    def partition_a_slot_host() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None:
+            if _completed_checkpoints(tmp_path / "chk") >= 1:
+                busy = [i for i in range(1, cluster.workers + 1) if _slot_pids(cluster, i)]
+                if busy:
+                    cluster.partition(busy[0])
+                    cut.append((busy[0], time.monotonic()))
+                    return
+            time.sleep(0.1)
+
+    cutter = threading.Thread(target=partition_a_slot_host, daemon=True)
+    cutter.start()
+    try:
+        code, stderr = _finish(job)
+    finally:
+        cutter.join(5)
+        for host, _ in cut:
+            cluster.partition(host, cut=False)
+    assert cut, "no slot host was partitioned (no checkpoint completed in time?)"
+    assert code == 0, stderr[-3000:]
+    assert "attempt 0 failed" in stderr and "heartbeat" in stderr
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def _slot_pids(cluster: NamespaceCluster, i: int) -> list[int]:
+    """Python workers running a slot on host `i` (pyspark daemons' children do)."""
+    listed = subprocess.run(
+        ["ip", "netns", "pids", cluster.namespace(i)], capture_output=True, text=True
+    )
+    pids = []
+    for pid in map(int, listed.stdout.split()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"pyspark.daemon" in cmdline:
+            pids.append(pid)
+    return pids

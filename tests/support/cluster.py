@@ -89,9 +89,10 @@ class NamespaceCluster:
     # lifecycle ----------------------------------------------------------------------------
     def start(self) -> NamespaceCluster:
         try:
-            self._network()
+            self._bridge()
             self._start_master()
             for i in range(1, self.workers + 1):
+                self._host(i)
                 self.start_worker(i)
             self.wait_for_workers(self.workers)
         except BaseException:
@@ -99,19 +100,36 @@ class NamespaceCluster:
             raise
         return self
 
-    def _network(self) -> None:
+    def _bridge(self) -> None:
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.driver_host}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
-        for i in range(1, self.workers + 1):
-            ns, veth = self.namespace(i), f"{self.prefix}v{i}"
-            _run("ip", "netns", "add", ns)
-            self.namespaces.append(ns)
-            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _run("ip", "link", "set", veth, "master", self.bridge, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{self.worker_host(i)}/24", "dev", "eth0")
-            _run("ip", "-n", ns, "link", "set", "eth0", "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def _host(self, i: int) -> None:
+        """Host `i`: its namespace, linked to the bridge by a veth pair, with its address."""
+        ns = self.namespace(i)
+        _run("ip", "netns", "add", ns)
+        self.namespaces.append(ns)
+        _run("ip", "link", "add", self.veth(i), "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _run("ip", "link", "set", self.veth(i), "master", self.bridge, "up")
+        _run("ip", "-n", ns, "addr", "add", f"{self.worker_host(i)}/24", "dev", "eth0")
+        _run("ip", "-n", ns, "link", "set", "eth0", "up")
+        _run("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def veth(self, i: int) -> str:
+        return f"{self.prefix}v{i}"
+
+    def add_worker(self) -> int:
+        """Another host with a worker (a spare, or one to scale onto); returns its number."""
+        self.workers += 1
+        self._host(self.workers)
+        self.start_worker(self.workers)
+        self.wait_for_workers(self.workers)
+        return self.workers
+
+    def partition(self, i: int, cut: bool = True) -> None:
+        """Cut host `i` off the network (its link down), or heal it (`cut=False`)."""
+        _run("ip", "link", "set", self.veth(i), "down" if cut else "up")
 
     def _environment(self, tmp: Path) -> dict[str, str]:
         use_java()
@@ -186,7 +204,7 @@ class NamespaceCluster:
 
     def stop(self) -> None:
         """Stop every process group (SIGTERM, then SIGKILL), then remove the namespaces and the
-        bridge (deleting a namespace deletes its end of the veth pair, and so the pair)."""
+        bridge."""
         for process in self.processes.values():
             _stop_group(process)
         for ns in self.namespaces:
@@ -196,6 +214,10 @@ class NamespaceCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        # a namespace whose sockets still wait on an unreachable peer (after a partition)
+        # lives on in the kernel for a while: delete the links explicitly
+        for i in range(1, self.workers + 1):
+            subprocess.run(["ip", "link", "del", self.veth(i)], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         self.namespaces.clear()
 
