@@ -47,6 +47,8 @@ SLOW: dict[str, set[str]] = {
         "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
         "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
         "test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once",
+        "test_spark_submit_runs_the_example_unchanged_across_hosts",
+        "test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts",
     },
     "e2e/test_code_shipping.py": {
         "test_a_module_beside_the_script_and_an_added_package_reach_the_workers",

@@ -77,6 +77,15 @@ _TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (
     "restarts after a failure) instead of failing.",
 )
 @click.option(
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A configuration entry (repeatable), overriding the script's: tidegate and Flink keys "
+    "(execution.checkpointing.dir=s3://b/chk), and spark.* keys for the Spark session tidegate "
+    "starts (spark.driver.host=10.0.0.5).",
+)
+@click.option(
     "--status-interval",
     type=click.FloatRange(min=0),
     default=2.0,
@@ -95,6 +104,7 @@ def run_command(
     allow_non_restored_state: bool | None,
     claim_mode: str | None,
     restore_fallback: bool | None,
+    conf: tuple[str, ...],
     status_interval: float,
     verbose: bool,
 ) -> None:
@@ -105,6 +115,7 @@ def run_command(
     the script as sys.argv[1:].
     """
     script = _check_script(job)
+    configuration = _parse_conf(conf)
     printer = StatusPrinter(sys.stderr)
     overrides: dict[str, Any] = {
         "parallelism": parallelism,
@@ -113,6 +124,7 @@ def run_command(
         "allow_non_restored_state": allow_non_restored_state,
         "restore_mode": claim_mode and claim_mode.upper(),
         "restore_fallback": restore_fallback,
+        "configuration": configuration or None,
     }
     if restore_from is not None and restore_fallback:
         # the job picks the newest intact checkpoint: check only that the path holds some
@@ -132,6 +144,17 @@ def run_command(
 
 
 # setup ----------------------------------------------------------------------------------------
+def _parse_conf(entries: tuple[str, ...]) -> dict[str, str]:
+    """`--conf KEY=VALUE` entries as a dict; a usage error for one without `=`."""
+    parsed = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{entry!r} is not KEY=VALUE", param_hint="--conf")
+        parsed[key.strip()] = value
+    return parsed
+
+
 def _check_script(path: str) -> str:
     if not os.path.exists(path):
         raise CliError(f"job script {path} does not exist", "check the path of JOB.py")

@@ -288,6 +288,8 @@ class StreamExecutionEnvironment:
         """The job as the JobMaster runs it: its graph and every setting, the CLI's overrides
         (`tidegate run -p ...`) taking precedence over the configuration."""
         overrides = self.cli_overrides
+        if overrides.get("configuration"):  # `tidegate run --conf`: over the script's settings
+            self.configure(Configuration().add_all(overrides["configuration"]))
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
         graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)

@@ -283,7 +283,7 @@ class JobMaster:
             from tidegate.deploy.spark_session import get_spark
 
             spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, self.spec.graph.num_slots
+                self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
             )
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
@@ -395,7 +395,9 @@ class JobMaster:
         else:
             from tidegate.deploy.spark_session import get_spark
 
-            spark = self.spec.spark_session or get_spark(self.spec.spark_master, graph.num_slots)
+            spark = self.spec.spark_session or get_spark(
+                self.spec.spark_master, graph.num_slots, self.spec.configuration
+            )
             slots = runners.start_spark(spark, payload, graph.num_slots, on_end)
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:

@@ -36,8 +36,10 @@ def _task_slots(spark: Any, num_slots: int) -> int:
     return slots
 
 
-def get_spark(master: str | None, num_slots: int) -> Any:
-    """Reuse the active SparkSession, or start `local[N]` (N = max(slots, cores))."""
+def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
+    """Reuse the active SparkSession, or start one on `master` (default `local[N]`, N =
+    max(slots, cores)) with the `spark.*` entries of `conf` (the job's configuration: `tidegate
+    run --conf spark.driver.host=...`); a running session keeps its own settings."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -58,7 +60,7 @@ def get_spark(master: str | None, num_slots: int) -> Any:
             master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
         if master is not None:
             builder = builder.master(master)
-        spark = (
+        builder = (
             builder.appName("tidegate")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
@@ -67,8 +69,11 @@ def get_spark(master: str | None, num_slots: int) -> Any:
             # a barrier stage waiting for free slots re-checks every second, not every 15 s
             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
             .config("spark.sql.shuffle.partitions", "4")
-            .getOrCreate()
         )
+        for key, value in (conf or {}).items():  # the job's spark.* entries win
+            if key.startswith("spark.") and key != "spark.master":
+                builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
     elif master is not None and spark.sparkContext.master != master:
         raise SparkUnavailableError(
