@@ -50,7 +50,8 @@ def main() -> None:
     env = StreamExecutionEnvironment.get_execution_environment(
         Configuration().set_string("execution.runner", "spark").add_all(extra)
     )
-    env.set_parallelism(2)
+    if "parallelism.default" not in extra:
+        env.set_parallelism(2)
     env.enable_checkpointing(300)
     if checkpoints != "-":  # "-": none set
         env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoints)

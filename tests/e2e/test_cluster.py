@@ -1,4 +1,4 @@
-"""Jobs across hosts: a Spark standalone cluster whose two workers each run in a network
+"""Jobs across hosts: a Spark standalone cluster whose workers each run in a network
 namespace of their own (tests/support/cluster.py: own address, own temp directory, no loopback
 path to the driver), the driver a separate process in the test's namespace. Nothing about
 tidegate's networking is configured: the driver binds to all interfaces and advertises the
@@ -43,7 +43,13 @@ def _start_job(
     checkpoints = checkpoints or str(work / "chk")
     command += [str(work / "out"), checkpoints, str(n), *extra]
     return subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the driver and its JVM: one process group to kill
     )
 
 
@@ -194,6 +200,35 @@ def test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified:" in done.stdout
+
+
+def test_a_new_driver_resumes_a_killed_drivers_job_rescaled_onto_a_new_host(cluster, tmp_path):
+    """The driver (and its JVM) is killed; a new driver of the same job id resumes from the
+    job's latest checkpoint at parallelism 3, on a third host that joined meanwhile."""
+    n, job_id = 60_000, "resumed-on-three"
+    first = _start_job(cluster, tmp_path, n, f"pipeline.job-id={job_id}")
+    deadline = time.monotonic() + 120
+    while _completed_checkpoints(tmp_path / "chk") < 1 and time.monotonic() < deadline:
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        time.sleep(0.1)
+    time.sleep(1.0)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate(timeout=30)
+    cluster.add_worker()
+    second = _start_job(
+        cluster,
+        tmp_path,
+        n,
+        f"pipeline.job-id={job_id}",
+        "parallelism.default=3",
+        f"execution.state-recovery.path={tmp_path / 'chk' / job_id}",
+        "spark.cores.max=3",
+    )
+    code, stderr = _finish(second)
+    assert code == 0, stderr[-3000:]
+    # what the killed driver's attempt committed plus what the new one did, exactly once (the
+    # source's splits were planned at parallelism 2)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 
 def test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once(cluster, tmp_path):
