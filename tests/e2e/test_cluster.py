@@ -63,18 +63,8 @@ def _finish(job: subprocess.Popen) -> tuple[int, str]:
     return job.returncode, stderr
 
 
-def _executor_pids(namespace: str) -> list[int]:
-    """The executor JVMs running in worker namespace `namespace`."""
-    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
-    pids = []
-    for pid in map(int, listed.stdout.split()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"CoarseGrainedExecutorBackend" in cmdline:
-            pids.append(pid)
-    return pids
+EXECUTOR = b"CoarseGrainedExecutorBackend"  # an executor JVM's command line
+SLOT = b"pyspark.daemon"  # a Python worker's (slots run in their children)
 
 
 def _completed_checkpoints(checkpoints: Path) -> int:
@@ -97,7 +87,7 @@ def test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing(clus
     def kill_after_a_checkpoint() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and job.poll() is None:
-            pids = _executor_pids(cluster.namespace(1))
+            pids = cluster.pids(1, EXECUTOR)
             if pids and _completed_checkpoints(tmp_path / "chk") >= 1:
                 os.kill(pids[0], signal.SIGKILL)
                 killed.append((pids[0], time.monotonic()))
@@ -145,14 +135,18 @@ def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_pa
 EXAMPLE = REPO / "examples" / "account_balances.py"
 
 
-def _example_env(cluster: NamespaceCluster) -> dict[str, str]:
-    """What a user sets on the driver host: the Python the executors run, and the address
-    Spark binds the driver to (the host name resolves to loopback on this machine)."""
-    return dict(
+def _run_example(cluster: NamespaceCluster, tmp_path: Path, command: list[str]):
+    """Run `command` (which ends in the example's arguments, `_example_args`) as a user on
+    the driver host would: with the Python the executors run, and the address Spark binds the
+    driver to (the host name resolves to loopback on this machine)."""
+    env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP=cluster.driver_host,
+    )
+    return subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
     )
 
 
@@ -173,15 +167,7 @@ def _example_args(tmp_path: Path) -> list[str]:
 def test_spark_submit_runs_the_example_unchanged_across_hosts(cluster, tmp_path):
     spark_submit = os.path.join(spark_home(), "bin", "spark-submit")
     command = [spark_submit, "--master", cluster.master_url, "--conf", "spark.cores.max=2"]
-    command += [str(EXAMPLE), *_example_args(tmp_path)]
-    done = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env=_example_env(cluster),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-    )
+    done = _run_example(cluster, tmp_path, [*command, str(EXAMPLE), *_example_args(tmp_path)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified:" in done.stdout  # the example compares its output with its reference
 
@@ -189,15 +175,7 @@ def test_spark_submit_runs_the_example_unchanged_across_hosts(cluster, tmp_path)
 def test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts(cluster, tmp_path):
     command = [sys.executable, "-m", "tidegate", "run", "--spark-master", cluster.master_url]
     command += ["--conf", "spark.cores.max=2", "--status-interval", "0", str(EXAMPLE), "--"]
-    command += _example_args(tmp_path)
-    done = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env=_example_env(cluster),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-    )
+    done = _run_example(cluster, tmp_path, [*command, *_example_args(tmp_path)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified:" in done.stdout
 
@@ -242,7 +220,7 @@ def test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once(cluster, tmp_p
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and job.poll() is None:
             if _completed_checkpoints(tmp_path / "chk") >= 1:
-                busy = [i for i in range(1, cluster.workers + 1) if _slot_pids(cluster, i)]
+                busy = [i for i in range(1, cluster.workers + 1) if cluster.pids(i, SLOT)]
                 if busy:
                     cluster.partition(busy[0])
                     cut.append((busy[0], time.monotonic()))
@@ -261,19 +239,3 @@ def test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once(cluster, tmp_p
     assert code == 0, stderr[-3000:]
     assert "attempt 0 failed" in stderr and "heartbeat" in stderr
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
-
-
-def _slot_pids(cluster: NamespaceCluster, i: int) -> list[int]:
-    """Python workers running a slot on host `i` (pyspark daemons' children do)."""
-    listed = subprocess.run(
-        ["ip", "netns", "pids", cluster.namespace(i)], capture_output=True, text=True
-    )
-    pids = []
-    for pid in map(int, listed.stdout.split()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"pyspark.daemon" in cmdline:
-            pids.append(pid)
-    return pids

@@ -127,6 +127,10 @@ class NamespaceCluster:
         self.wait_for_workers(self.workers)
         return self.workers
 
+    def pids(self, i: int, marker: bytes = b"") -> list[int]:
+        """The processes running on host `i` whose command line contains `marker`."""
+        return _pids_in(self.namespace(i), marker)
+
     def partition(self, i: int, cut: bool = True) -> None:
         """Cut host `i` off the network (its link down), or heal it (`cut=False`)."""
         _run("ip", "link", "set", self.veth(i), "down" if cut else "up")
@@ -208,11 +212,9 @@ class NamespaceCluster:
         for process in self.processes.values():
             _stop_group(process)
         for ns in self.namespaces:
-            for pid in subprocess.run(
-                ["ip", "netns", "pids", ns], capture_output=True, text=True
-            ).stdout.split():
+            for pid in _pids_in(ns):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         # a namespace whose sockets still wait on an unreachable peer (after a partition)
         # lives on in the kernel for a while: delete the links explicitly
@@ -220,6 +222,20 @@ class NamespaceCluster:
             subprocess.run(["ip", "link", "del", self.veth(i)], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         self.namespaces.clear()
+
+
+def _pids_in(namespace: str, marker: bytes = b"") -> list[int]:
+    """The processes in network namespace `namespace` whose command line contains `marker`."""
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    pids = []
+    for pid in map(int, listed.stdout.split()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        if marker in cmdline:
+            pids.append(pid)
+    return pids
 
 
 def _stop_group(process: subprocess.Popen) -> None:

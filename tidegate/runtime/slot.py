@@ -249,7 +249,7 @@ def _record_writer(deployment, network, addresses, edge_id: int, index: int) -> 
         channels.append((transport, channel))
     route = edge.partitioner.bind(len(targets), graph.max_parallelism)
     route_ts = edge.partitioner.bind_timestamped(len(targets), graph.max_parallelism)
-    typed = typed_edges(graph).get(edge_id)
+    typed = network.typed_edges.get(edge_id)  # computed once per slot
     return RecordWriter(channels, route, deployment.batch_size, route_ts, typed)
 
 
