@@ -209,6 +209,44 @@ def test_a_new_driver_resumes_a_killed_drivers_job_rescaled_onto_a_new_host(clus
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 
+def test_a_cut_off_slot_ends_on_its_own_and_the_job_resumes_when_the_partition_heals(
+    cluster, tmp_path
+):
+    """No spare (two executors for two slots): a slot host is cut off; its slot notices it
+    lost the driver within the heartbeat timeout and ends (no connection of it stays open to
+    another host), while the driver fails the attempt and waits for slots. Once the link is up
+    again the job resumes on the same hosts and commits exactly once."""
+    n, timeout_s = 40_000, 5
+    job = _start_job(cluster, tmp_path, n, f"heartbeat.timeout={timeout_s * 1000}")
+    deadline = time.monotonic() + 120
+    while _completed_checkpoints(tmp_path / "chk") < 1 and time.monotonic() < deadline:
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.1)
+    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    assert busy, "no host runs a connected slot"
+    host = busy[0]
+    cluster.partition(host)
+    cut_at = time.monotonic()
+    try:
+        ended_after = None
+        while time.monotonic() - cut_at < timeout_s + 15:
+            if not cluster.remote_connections(host, SLOT):
+                ended_after = time.monotonic() - cut_at
+                break
+            time.sleep(0.2)
+        time.sleep(max(0.0, timeout_s + 3 - (time.monotonic() - cut_at)))
+        assert job.poll() is None  # still waiting for its slots, not given up
+    finally:
+        cluster.partition(host, cut=False)
+    code, stderr = _finish(job)
+    assert ended_after is not None, (
+        f"the cut-off slot still holds connections: {cluster.remote_connections(host, SLOT)}"
+    )
+    assert code == 0, stderr[-3000:]
+    assert "attempt 0 failed" in stderr and "heartbeat" in stderr
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
 def test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once(cluster, tmp_path):
     """Runs last: it adds a third host and leaves the cut-off one's worker behind."""
     cluster.add_worker()  # three hosts, an executor on each, two slots: one spare

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import signal
 import socket
@@ -130,6 +131,25 @@ class NamespaceCluster:
     def pids(self, i: int, marker: bytes = b"") -> list[int]:
         """The processes running on host `i` whose command line contains `marker`."""
         return _pids_in(self.namespace(i), marker)
+
+    def remote_connections(self, i: int, marker: bytes) -> list[str]:
+        """The remote addresses of the established TCP connections that processes on host `i`
+        whose command line contains `marker` hold to other hosts (not to loopback)."""
+        pids = set(self.pids(i, marker))
+        listed = subprocess.run(
+            ["ip", "netns", "exec", self.namespace(i), "ss", "-Htnp", "state", "established"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        remote = []
+        for line in listed.stdout.splitlines():
+            fields = line.split()
+            owners = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+            peer = fields[3] if len(fields) > 3 else ""
+            if owners & pids and not peer.startswith(("127.", "[::1]", "[::ffff:127.")):
+                remote.append(peer)
+        return remote
 
     def partition(self, i: int, cut: bool = True) -> None:
         """Cut host `i` off the network (its link down), or heal it (`cut=False`)."""

@@ -33,7 +33,7 @@ def connect(address, secret: bytes):
 
 def test_the_control_server_listens_on_loopback_and_refuses_a_wrong_secret(secret):
     events: queue.Queue = queue.Queue()
-    server = ControlServer(secret, "127.0.0.1", events.put)
+    server = ControlServer(secret, "127.0.0.1", events.put, 50.0)
     try:
         assert server.address[0] == "127.0.0.1"
         with pytest.raises(REFUSED):
@@ -49,7 +49,7 @@ def test_the_control_server_listens_on_loopback_and_refuses_a_wrong_secret(secre
 
 def test_a_slot_data_listener_refuses_a_wrong_secret_and_delivers_nothing(secret):
     gate = InputGate(4)
-    network = SlotNetwork(0, secret, "127.0.0.1", {1: gate}, {})
+    network = SlotNetwork(0, secret, "127.0.0.1", {1: gate}, {}, 50.0)
     try:
         assert network.address[0] == "127.0.0.1"
         with pytest.raises(REFUSED):
@@ -66,7 +66,7 @@ def test_a_slot_data_listener_refuses_a_wrong_secret_and_delivers_nothing(secret
 
 def test_a_client_that_never_answers_does_not_block_other_connections(secret):
     events: queue.Queue = queue.Queue()
-    server = ControlServer(secret, "127.0.0.1", events.put)
+    server = ControlServer(secret, "127.0.0.1", events.put, 50.0)
     silent = socket.create_connection(server.address)  # connects, then says nothing
     try:
         good = connect(server.address, secret)
@@ -79,7 +79,7 @@ def test_a_client_that_never_answers_does_not_block_other_connections(secret):
 
 
 def test_a_server_without_the_secret_is_not_trusted_by_the_client(secret):
-    other = ControlServer(secrets.token_bytes(32), "127.0.0.1", lambda _m: None)
+    other = ControlServer(secrets.token_bytes(32), "127.0.0.1", lambda _m: None, 50.0)
     try:
         with pytest.raises(REFUSED):
             connect(other.address, secret)

@@ -1,13 +1,17 @@
-"""Connections to the driver and to peers (runtime/connect.py): keepalive on, and a refused
-connection names the address and what to check."""
+"""Connections to the driver and to peers (runtime/connect.py): a refused connection names the
+address and what to check; silence is bounded by keepalive, and on control connections by
+TCP_USER_TIMEOUT, which a backpressured data connection must not get."""
 
 from __future__ import annotations
 
 import socket
+import threading
+import time
+from multiprocessing.connection import Connection
 
 import pytest
 
-from tidegate.runtime.connect import PeerUnreachableError, connect
+from tidegate.runtime.connect import PeerUnreachableError, bound_silence, connect
 
 
 def _closed_port() -> int:
@@ -27,12 +31,71 @@ def test_a_refused_connection_names_the_address_and_the_setting_to_check():
         connect(("127.0.0.1", port), "peer", timeout=2)
 
 
-def test_a_connection_has_keepalive_on():
+def _options(conn) -> tuple[int, int, int]:
+    with socket.socket(fileno=conn.fileno()) as sock:
+        try:
+            return (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+            )
+        finally:
+            sock.detach()
+
+
+@pytest.fixture
+def listening():
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        conn = connect(server.getsockname(), "peer")
-        with socket.socket(fileno=conn.fileno()) as sock:
-            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-            sock.detach()
-        conn.close()
+        yield server
+
+
+def test_a_control_connection_fails_after_the_silence_bound_a_data_connection_keeps_alive(
+    listening,
+):
+    control = connect(listening.getsockname(), "driver", silence_s=8)
+    data = connect(listening.getsockname(), "peer", silence_s=8)
+    assert _options(control) == (1, 4, 8000)  # keepalive from half the bound; user timeout
+    assert _options(data) == (1, 4, 0)  # keepalive only
+    accepted, _ = listening.accept()
+    conn = Connection(accepted.detach())
+    bound_silence(conn, 8, control=True)
+    assert _options(conn) == (1, 4, 8000)
+    for c in (control, data, conn):
+        c.close()
+
+
+def test_a_data_connection_to_a_backpressured_reader_outlives_the_silence_bound(listening):
+    """A receiver that stops reading (backpressure) is not a dead peer: its closed window must
+    not abort the connection, as TCP_USER_TIMEOUT would."""
+    data = connect(listening.getsockname(), "peer", silence_s=1)
+    stalled, _ = listening.accept()  # never reads while the sender fills its window
+    sent: list[int] = []
+    failed: list[BaseException] = []
+
+    def pump() -> None:
+        try:
+            while True:
+                data.send_bytes(b"x" * 65536)
+                sent.append(1)
+        except OSError as e:
+            failed.append(e)
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    time.sleep(4)  # four times the bound, with the window closed
+    assert not failed, failed
+    blocked_at = len(sent)
+    received = 0
+    stalled.settimeout(10)
+    while received < 65536 * 4:  # reading again unblocks the sender
+        received += len(stalled.recv(1 << 20))
+    deadline = time.monotonic() + 10
+    while len(sent) <= blocked_at and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(sent) > blocked_at and not failed
+    stalled.close()  # the pump's next send fails: it ends before its connection is closed
+    pumping.join(10)
+    assert not pumping.is_alive() and failed
+    data.close()

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from tidegate.runtime.auth import AuthenticationFailedError, authenticate_server
+from tidegate.runtime.connect import bound_silence
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
 from tidegate.runtime.network import close_listener, shutdown_connection
 
@@ -26,8 +27,15 @@ class SlotLost:
 
 
 class ControlServer:
-    def __init__(self, secret: bytes, bind_host: str, on_message: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        bind_host: str,
+        on_message: Callable[[Any], None],
+        silence_s: float,
+    ) -> None:
         self.secret = secret
+        self.silence_s = silence_s  # a slot silent this long: its connection fails
         self.listener = Listener((bind_host, 0), backlog=256)
         self.address: tuple[str, int] = self.listener.address
         self.on_message = on_message
@@ -46,6 +54,7 @@ class ControlServer:
             if self._closed:
                 conn.close()
                 return
+            bound_silence(conn, self.silence_s, control=True)
             threading.Thread(target=self._read_loop, args=(conn,), daemon=True).start()
 
     def _read_loop(self, conn: Connection) -> None:

@@ -247,7 +247,10 @@ class JobMaster:
             )
             self.network = self._network_plan()
             self.server = ControlServer(
-                self.secret, self.network.driver_bind, self._on_slot_message
+                self.secret,
+                self.network.driver_bind,
+                self._on_slot_message,
+                self.spec.heartbeat_timeout_ms / 1000,
             )
             while True:
                 outcome = self._run_attempt(restore)
@@ -450,6 +453,7 @@ class JobMaster:
             state_backend=self.spec.state_backend,
             log_level=logging.getLogger().getEffectiveLevel(),
             storage_token=storage_token,
+            heartbeat_timeout_s=self.spec.heartbeat_timeout_ms / 1000,
         )
 
     def _on_slot_message(self, message: object) -> None:

@@ -9,12 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from tidegate.runtime.auth import authenticate_client
-from tidegate.runtime.connect import connect
+from tidegate.runtime.connect import DEFAULT_SILENCE_S, connect
 
 
 class ControlClient:
-    def __init__(self, address: tuple[str, int], secret: bytes) -> None:
-        self.conn = connect(tuple(address), "driver")
+    def __init__(
+        self, address: tuple[str, int], secret: bytes, silence_s: float = DEFAULT_SILENCE_S
+    ) -> None:
+        self.conn = connect(tuple(address), "driver", silence_s=silence_s)
         authenticate_client(self.conn, secret)
         self._lock = threading.Lock()
         self._closed = False

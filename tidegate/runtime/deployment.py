@@ -37,3 +37,6 @@ class Deployment:
     #: the token the driver wrote into the job directory for this attempt: every slot checks
     #: that it reads it there (the checkpoint storage is shared); None: not checked
     storage_token: str | None = None
+    #: a connection whose peer stays silent this long fails (runtime/connect.py): a slot cut
+    #: off from its driver ends on its own; the job's heartbeat timeout
+    heartbeat_timeout_s: float = 50.0

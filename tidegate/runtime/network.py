@@ -29,7 +29,7 @@ from tidegate.runtime.auth import (
     authenticate_client,
     authenticate_server,
 )
-from tidegate.runtime.connect import connect
+from tidegate.runtime.connect import bound_silence, connect
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import TypedEdge, decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
@@ -202,11 +202,13 @@ class SlotNetwork:
         bind_host: str,
         gates: dict[int, InputGate],
         typed_edges: Mapping[int, TypedEdge],
+        silence_s: float,
     ):
         self.slot = slot
         #: the edges with a declared type, by id, to decode typed frames
         self.typed_edges = typed_edges
         self.secret = secret
+        self.silence_s = silence_s
         self.gates = gates
         self.listener = Listener((bind_host, 0), backlog=128)
         #: what this slot listens on; slot.py advertises it to peers via the driver
@@ -227,6 +229,7 @@ class SlotNetwork:
                 conn.close()
                 return
             self._connections.append(conn)
+            bound_silence(conn, self.silence_s, control=False)
             threading.Thread(
                 target=self._read_loop, args=(conn,), name="tidegate-recv", daemon=True
             ).start()
@@ -258,7 +261,7 @@ class SlotNetwork:
             if slot == self.slot:
                 self._transports[key] = LocalTransport(self.gates[vertex])
             else:
-                conn = connect(tuple(addresses[slot]), "peer")
+                conn = connect(tuple(addresses[slot]), "peer", silence_s=self.silence_s)
                 authenticate_client(conn, self.secret)
                 conn.send((self.slot, vertex))
                 self._transports[key] = RemoteTransport(conn)
@@ -266,9 +269,10 @@ class SlotNetwork:
 
     def close(self) -> None:
         self._closed = True
-        for t in self._transports.values():
+        # copies: a cancellation (another thread) may close while transports are created
+        for t in list(self._transports.values()):
             t.close()
-        for c in self._connections:
+        for c in list(self._connections):
             shutdown_connection(c)
         close_listener(self.listener)
 

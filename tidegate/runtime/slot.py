@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,10 +57,17 @@ def run_slot(deployment: Deployment, slot: int) -> None:
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
     network = SlotNetwork(
-        slot, deployment.secret, deployment.bind_host, gates, typed_edges(deployment.graph)
+        slot,
+        deployment.secret,
+        deployment.bind_host,
+        gates,
+        typed_edges(deployment.graph),
+        deployment.heartbeat_timeout_s,
     )
-    control = ControlClient(deployment.driver_address, deployment.secret)
-    inbox = _SlotInbox(deployment.graph, subtasks, gates)
+    control = ControlClient(
+        deployment.driver_address, deployment.secret, deployment.heartbeat_timeout_s
+    )
+    inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network)
     # from now on (the driver takes nothing before the registration) until the end, print()
@@ -108,8 +116,15 @@ class _SlotInbox:
     """Routes the driver's messages to the subtasks' gates (the control connection's reader
     thread calls `on_message`), and holds the address book of the address exchange."""
 
-    def __init__(self, graph: JobGraph, subtasks: list, gates: dict[int, InputGate]) -> None:
+    def __init__(
+        self,
+        graph: JobGraph,
+        subtasks: list,
+        gates: dict[int, InputGate],
+        close_network: Callable[[], None],
+    ) -> None:
         self.graph, self.subtasks, self.gates = graph, subtasks, gates
+        self.close_network = close_network
         self.addresses: dict[int, tuple[str, int]] = {}
         self.got_addresses = threading.Event()
         self.cancelled = threading.Event()
@@ -131,12 +146,16 @@ class _SlotInbox:
                 for g in self.gates.values():
                     g.put_control(msg)
                     g.close()
+                # the attempt is over: wake subtasks blocked sending to a peer that may be
+                # gone (data connections have no send timeout, runtime/connect.py)
+                self.close_network()
             case _:
                 for g in self.gates.values():
                     g.put_control(msg)
 
     def on_driver_lost(self) -> None:
-        """The driver is gone: nobody can complete a checkpoint any more."""
+        """The driver is gone, or cut off for the heartbeat timeout (runtime/connect.py):
+        nobody can complete a checkpoint any more, so the slot ends."""
         self.on_message(CancelSlot("lost the connection to the driver"))
 
     def wait_for_addresses(self, slot: int) -> dict[int, tuple[str, int]]:
@@ -300,7 +319,7 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
             for t in tasks
         }
         control.send(SlotMetrics(deployment.attempt, slot, metrics, now))
+    if cancelled.is_set():  # errors then are of the cancellation (closed connections)
+        raise SlotCancelledError()
     if errors:
         raise errors[0]
-    if cancelled.is_set():
-        raise SlotCancelledError()
