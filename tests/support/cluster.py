@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
