@@ -5,11 +5,15 @@ what is tested), beyond extra `key=value` configuration entries.
 
     python cluster_job.py MASTER_URL DRIVER_HOST OUT CHECKPOINTS|- N [KEY=VALUE ...]
 
-(`spark.*` keys go to the SparkSession; spark.cores.max is 2 unless given.)
+(`spark.*` keys go to the SparkSession; spark.cores.max is 2 unless given.) Log records go to
+stderr stamped with their Unix time, from the level in $CLUSTER_JOB_LOG_LEVEL (WARNING):
+bench/cluster_recovery.py times the job's recoveries from them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -33,6 +37,10 @@ class RunningCount(KeyedProcessFunction):
 
 
 def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("CLUSTER_JOB_LOG_LEVEL", "WARNING"),
+        format="%(created).3f %(levelname)s %(name)s: %(message)s",
+    )
     master, driver_host, out, checkpoints, n = sys.argv[1:6]
     entries = dict(entry.split("=", 1) for entry in sys.argv[6:])
     spark_conf = {"spark.cores.max": "2"} | {

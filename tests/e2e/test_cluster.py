@@ -8,6 +8,7 @@ output with the reference, record for record."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,9 +37,19 @@ def cluster(tmp_path_factory):
 
 
 def _start_job(
-    cluster: NamespaceCluster, work: Path, n: int, *extra: str, checkpoints: str | None = None
+    cluster: NamespaceCluster,
+    work: Path,
+    n: int,
+    *extra: str,
+    checkpoints: str | None = None,
+    log_level: str = "WARNING",
 ) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),
+        CLUSTER_JOB_LOG_LEVEL=log_level,
+    )
     command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
     checkpoints = checkpoints or str(work / "chk")
     command += [str(work / "out"), checkpoints, str(n), *extra]
@@ -206,6 +217,43 @@ def test_a_new_driver_resumes_a_killed_drivers_job_rescaled_onto_a_new_host(clus
     assert code == 0, stderr[-3000:]
     # what the killed driver's attempt committed plus what the new one did, exactly once (the
     # source's splits were planned at parallelism 2)
+    check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def test_restarted_slots_return_to_the_hosts_of_their_task_local_state(cluster, tmp_path):
+    """Three executors for two slots, task-local recovery on: after a slot's Python process is
+    killed, Spark is asked to place each slot where its local copy is (it would pick two of the
+    three executors at random), and both restore their keyed state from that copy."""
+    if cluster.workers < 3:
+        cluster.add_worker()
+    n = 30_000
+    job = _start_job(
+        cluster,
+        tmp_path,
+        n,
+        "state.backend.local-recovery=true",
+        "spark.cores.max=3",
+        log_level="INFO",
+    )
+    deadline = time.monotonic() + 120
+    while _completed_checkpoints(tmp_path / "chk") < 1 and time.monotonic() < deadline:
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.1)
+    time.sleep(1.0)
+    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    assert len(busy) == 2, busy
+    os.kill(cluster.forked_python_workers(busy[0])[0], signal.SIGKILL)
+    code, stderr = _finish(job)
+    assert code == 0, stderr[-3000:]
+    assert "attempt 0 failed" in stderr
+    assert "where its task-local state is" not in stderr, stderr[-3000:]
+    restores = re.findall(
+        r"restored keyed state: (\d+) file\(s\) from the task-local copy, "
+        r"(\d+) from",
+        stderr,
+    )
+    assert len(restores) == 2, stderr[-3000:]
+    assert all(int(local) > 0 and int(remote) == 0 for local, remote in restores), restores
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 

@@ -132,6 +132,11 @@ class NamespaceCluster:
         """The processes running on host `i` whose command line contains `marker`."""
         return _pids_in(self.namespace(i), marker)
 
+    def forked_python_workers(self, i: int) -> list[int]:
+        """The Python workers pyspark's daemon forked on host `i`: a slot runs in one."""
+        pids = self.pids(i, b"pyspark.daemon")
+        return [p for p in pids if _parent(p) in pids]
+
     def remote_connections(self, i: int, marker: bytes) -> list[str]:
         """The remote addresses of the established TCP connections that processes on host `i`
         whose command line contains `marker` hold to other hosts (not to loopback)."""
@@ -256,6 +261,13 @@ def _pids_in(namespace: str, marker: bytes = b"") -> list[int]:
         if marker in cmdline:
             pids.append(pid)
     return pids
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):  # it ended meanwhile
+        return -1
 
 
 def _stop_group(process: subprocess.Popen) -> None:

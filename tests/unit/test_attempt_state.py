@@ -121,7 +121,7 @@ def test_the_addresses_go_out_and_checkpointing_starts_once_every_slot_registere
     state = AttemptState(config(), now=0.0)
     assert state.handle(register(1), 1.0) == []
     assert state.handle(register(0), 2.0) == [
-        SendAddresses({1: ("w", 1), 0: ("w", 0)}, {1: 101, 0: 100}),
+        SendAddresses({1: ("w", 1), 0: ("w", 0)}, {1: 101, 0: 100}, {1: "worker", 0: "worker"}),
         StartCheckpointing(),
     ]
     assert state.phase is Phase.RUNNING and state.checkpointing

@@ -58,6 +58,7 @@ from tidegate.deploy.attempt_events import (
     TriggerFinalCheckpoint,
 )
 from tidegate.deploy.attempt_state import AttemptConfig, AttemptState, FinalStep
+from tidegate.deploy.placement import misplaced
 from tidegate.deploy.restore import warn_generated_uids
 from tidegate.deploy.shared_state import check_references, delete_shared_files, discard_references
 from tidegate.deploy.snapshot_metadata import build_metadata
@@ -150,10 +151,14 @@ class JobAttempt:
     def _apply(self, command: Command) -> _Outcome:
         jm = self.jm
         match command:
-            case SendAddresses(addresses=addresses, pids=pids):
+            case SendAddresses(addresses=addresses, pids=pids, hosts=hosts):
                 jm.slot_pids = dict(pids)
+                jm.local_state_hosts.attempt_running(hosts)
+                for message in misplaced(jm.preferred_hosts, hosts):
+                    log.warning(message)
                 jm.server.broadcast(self.attempt, SlotAddresses(dict(addresses)))
                 jm.status = JobStatus.RUNNING
+                log.info("attempt %d running: all %d slots registered", self.attempt, len(pids))
             case StartCheckpointing():
                 self._start_coordinator()
             case TriggerFinalCheckpoint():
@@ -265,6 +270,7 @@ class JobAttempt:
     def _on_complete(self, cp: CompletedCheckpoint) -> None:
         jm = self.jm
         jm.stats.checkpoints.report_completed(cp)
+        jm.local_state_hosts.checkpoint_completed()
         try:  # shared files the completion released (also when it subsumed nothing)
             delete_shared_files(jm.storage, jm.shared_registry.take_unused())
         except FencedWriterError as e:

@@ -146,6 +146,7 @@ class SendAddresses:
 
     addresses: Mapping[int, tuple[str, int]]
     pids: Mapping[int, int]
+    hosts: Mapping[int, str]
 
 
 @dataclass(frozen=True)

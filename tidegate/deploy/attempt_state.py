@@ -241,6 +241,7 @@ class AttemptState:
             SendAddresses(
                 {s: r.data_address for s, r in self.registered.items()},
                 {s: r.pid for s, r in self.registered.items()},
+                {s: r.host for s, r in self.registered.items()},
             ),
             StartCheckpointing(),
         ]

@@ -49,6 +49,7 @@ from tidegate.deploy.network_plan import (
     plan_network,
     route_to_master,
 )
+from tidegate.deploy.placement import LocalStateHosts
 from tidegate.deploy.restore import RestorePlan, plan_restore, warn_generated_uids
 from tidegate.deploy.shared_state import delete_shared_files, pin_retained_snapshots
 from tidegate.deploy.slot_output import SlotOutputPrinter
@@ -141,6 +142,9 @@ class JobMaster:
         self.failure_times: list[float] = []
         self.next_checkpoint_id = 1
         self.slot_pids: dict[int, int] = {}
+        #: where slots' task-local state is, and the current attempt's wish (deploy/placement.py)
+        self.local_state_hosts = LocalStateHosts(enabled=spec.local_recovery_dir is not None)
+        self.preferred_hosts: list[str | None] | None = None
         self.done = threading.Event()
         self._cancelled = threading.Event()
         self.server: ControlServer | None = None
@@ -393,6 +397,7 @@ class JobMaster:
         payload = runners.pack_deployment(deployment, self.spec.python)
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
+        self.preferred_hosts = None
         if self.spec.runner == "local":
             slots = runners.start_local(payload, graph.num_slots, on_end)
         else:
@@ -401,7 +406,10 @@ class JobMaster:
             spark = self.spec.spark_session or get_spark(
                 self.spec.spark_master, graph.num_slots, self.spec.configuration
             )
-            slots = runners.start_spark(spark, payload, graph.num_slots, on_end)
+            self.preferred_hosts = self.local_state_hosts.preferred(graph.num_slots)
+            slots = runners.start_spark(
+                spark, payload, graph.num_slots, on_end, self.preferred_hosts
+            )
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -31,7 +31,7 @@ def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -
     return pickle.dumps((header, python, job_pickle.dumps(deployment)))
 
 
-def _slot_entry(payload: bytes, slot: int) -> None:
+def _slot_entry(payload: bytes, slot: int, host: str | None = None) -> None:
     from tidegate.runtime.slot import report_load_failure, run_slot
 
     header, python, body = pickle.loads(payload)
@@ -42,7 +42,7 @@ def _slot_entry(payload: bytes, slot: int) -> None:
         except Exception as e:
             report_load_failure(header, slot, e)
             raise
-        run_slot(deployment, slot)
+        run_slot(deployment, slot, host)
 
 
 # spark --------------------------------------------------------------------------------------
@@ -55,7 +55,10 @@ def _spark_partition(deployment_bytes: bytes):
         # task attempt Spark retried on its own just ends. (Stage retries are off in the
         # embedded session; on a user's session the JobMaster cancels the job group first.)
         if ctx.attemptNumber() == 0:
-            _slot_entry(deployment_bytes, ctx.partitionId())
+            slot = ctx.partitionId()
+            # the executor's host as Spark names it: what preferred locations are matched with
+            host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
+            _slot_entry(deployment_bytes, slot, host)
         return iter([])
 
     return run
@@ -68,8 +71,10 @@ class SparkSlots:
         deployment_bytes: bytes,
         num_slots: int,
         on_end: Callable[[BaseException | None], None],
+        preferred_hosts: Sequence[str | None] | None = None,
     ) -> None:
         self.sc = spark.sparkContext
+        self.preferred_hosts = preferred_hosts
         self.group = f"tidegate-{uuid.uuid4().hex}"
         self._cancelled = threading.Event()
         self._thread = threading.Thread(
@@ -86,8 +91,11 @@ class SparkSlots:
             self.sc.setJobGroup(self.group, "tidegate job", interruptOnCancel=True)
             if self._cancelled.is_set():
                 raise RuntimeError("cancelled before the Spark job was submitted")
-            rdd = self.sc.parallelize(range(num_slots), num_slots).barrier()
-            rdd.mapPartitions(_spark_partition(deployment_bytes)).collect()
+            if self.preferred_hosts is None:
+                rdd = self.sc.parallelize(range(num_slots), num_slots)
+            else:
+                rdd = _placed_slots(self.sc, self.preferred_hosts)
+            rdd.barrier().mapPartitions(_spark_partition(deployment_bytes)).collect()
         except BaseException as e:
             error = e
         on_end(error)
@@ -106,8 +114,35 @@ class SparkSlots:
         return not self._thread.is_alive()
 
 
-def start_spark(spark: Any, deployment_bytes: bytes, num_slots: int, on_end) -> SparkSlots:
-    return SparkSlots(spark, deployment_bytes, num_slots, on_end)
+def _placed_slots(sc: Any, hosts: Sequence[str | None]) -> Any:
+    """An RDD of one partition per slot whose partition i prefers `hosts[i]`: PySpark's
+    `parallelize` cannot say where a partition should run, Scala's `makeRDD` can. Its elements
+    are pickles, as a Python RDD's are."""
+    from pyspark.rdd import RDD
+    from pyspark.serializers import CPickleSerializer
+
+    jvm = sc._jvm
+    convert = jvm.scala.jdk.javaapi.CollectionConverters.asScala
+    items = jvm.java.util.ArrayList()
+    for slot, host in enumerate(hosts):
+        where = jvm.java.util.ArrayList()
+        if host is not None:
+            where.add(host)
+        items.add(jvm.scala.Tuple2(bytearray(pickle.dumps(slot)), convert(where).toSeq()))
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    located = sc._jsc.sc().makeRDD(convert(items).toSeq(), tag)
+    return RDD(located.toJavaRDD(), sc, CPickleSerializer())
+
+
+def start_spark(
+    spark: Any,
+    deployment_bytes: bytes,
+    num_slots: int,
+    on_end: Callable[[BaseException | None], None],
+    preferred_hosts: Sequence[str | None] | None = None,
+) -> SparkSlots:
+    """The slots as one barrier stage; slot i preferably on `preferred_hosts[i]`."""
+    return SparkSlots(spark, deployment_bytes, num_slots, on_end, preferred_hosts)
 
 
 # local --------------------------------------------------------------------------------------

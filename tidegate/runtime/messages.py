@@ -16,6 +16,8 @@ class RegisterSlot:
     attempt: int
     slot: int
     pid: int
+    #: the host as Spark names the slot's executor (placement compares it with preferred
+    #: locations); the machine's name on the local runner
     host: str
     data_address: tuple[str, int]
 

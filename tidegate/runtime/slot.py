@@ -51,8 +51,9 @@ class SlotCancelledError(Exception):
     pass
 
 
-def run_slot(deployment: Deployment, slot: int) -> None:
-    """Run slot `slot` of the attempt `deployment` describes, until its subtasks end."""
+def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None:
+    """Run slot `slot` of the attempt `deployment` describes, until its subtasks end (`host`:
+    its executor's host as Spark names it, None: the machine's name)."""
     subtasks = deployment.graph.subtasks_in_slot(slot)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
@@ -69,7 +70,7 @@ def run_slot(deployment: Deployment, slot: int) -> None:
     )
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
-    _register(control, deployment, slot, network)
+    _register(control, deployment, slot, network, host or socket.gethostname())
     # from now on (the driver takes nothing before the registration) until the end, print()
     # and logging go to the driver
     output = contextlib.ExitStack()
@@ -168,7 +169,9 @@ class _SlotInbox:
         return self.addresses
 
 
-def _register(control: ControlClient, deployment: Deployment, slot: int, network: Any) -> None:
+def _register(
+    control: ControlClient, deployment: Deployment, slot: int, network: Any, host: str
+) -> None:
     # the interface that reaches the driver is the one peers can reach us on, too
     local_host = control.conn_local_host()
     control.send(
@@ -176,7 +179,7 @@ def _register(control: ControlClient, deployment: Deployment, slot: int, network
             deployment.attempt,
             slot,
             os.getpid(),
-            socket.gethostname(),
+            host,
             advertised_address(network.address, local_host),
         )
     )

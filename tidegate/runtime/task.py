@@ -22,6 +22,7 @@ so that two-phase-commit sinks have committed everything (FLIP-147).
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections import deque
@@ -69,6 +70,8 @@ from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.runtime.timer_service import ChainTimers
 from tidegate.runtime.timestamps import PeriodicWatermarks
 from tidegate.runtime.watermarks import StatusWatermarkValve, ValveOutput
+
+log = logging.getLogger(__name__)
 
 
 class StreamTask:
@@ -152,6 +155,14 @@ class StreamTask:
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
+        local, remote = self.restored_files
+        if env.local_state is not None and local + remote:
+            log.info(
+                "restored keyed state: %d file(s) from the task-local copy, %d from the "
+                "checkpoint storage",
+                local,
+                remote,
+            )
         channel_state: RestoredChannelState | None = restored.get(CHANNEL_STATE_KEY)
         if channel_state is not None:
             # in-flight records of an unaligned checkpoint come before any new input
