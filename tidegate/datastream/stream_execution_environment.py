@@ -63,7 +63,6 @@ from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.plan import JobGraph
-from tidegate.state.local_recovery import default_local_root
 
 DEFAULT_JOB_NAME = "tidegate job"
 
@@ -318,11 +317,8 @@ class StreamExecutionEnvironment:
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
             job_id=cfg.get_string(JOB_ID),
             spark_session=self._spark_session,
-            local_recovery_dir=(
-                cfg.get_string(LOCAL_RECOVERY_DIRS) or default_local_root()
-                if cfg.get_boolean(LOCAL_RECOVERY, False)
-                else None
-            ),
+            local_recovery=cfg.get_boolean(LOCAL_RECOVERY, False),
+            local_recovery_dir=cfg.get_string(LOCAL_RECOVERY_DIRS),
             state_backend=self.get_state_backend(),
             python=self._python_dependencies(),
             **self._restore_settings(),

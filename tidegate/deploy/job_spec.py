@@ -112,7 +112,9 @@ class JobSpec:
     #: a restore may skip damaged checkpoints and use an older one (restore fallback)
     restore_fallback: bool = False
     restore_path: str | None = None
-    #: task-local recovery's root directory on every worker (None: local recovery disabled)
+    #: task-local recovery, and its root directory on every worker (None: each worker's
+    #: system temp dir, resolved on the worker)
+    local_recovery: bool = False
     local_recovery_dir: str | None = None
     #: drop the state of operators the job does not have instead of failing the restore
     allow_non_restored_state: bool = False

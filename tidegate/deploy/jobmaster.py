@@ -143,7 +143,7 @@ class JobMaster:
         self.next_checkpoint_id = 1
         self.slot_pids: dict[int, int] = {}
         #: where slots' task-local state is, and the current attempt's wish (deploy/placement.py)
-        self.local_state_hosts = LocalStateHosts(enabled=spec.local_recovery_dir is not None)
+        self.local_state_hosts = LocalStateHosts(enabled=spec.local_recovery)
         self.preferred_hosts: list[str | None] | None = None
         self.done = threading.Event()
         self._cancelled = threading.Event()
@@ -457,6 +457,7 @@ class JobMaster:
             restore=plan,
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,
+            local_recovery=self.spec.local_recovery,
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
             log_level=logging.getLogger().getEffectiveLevel(),

@@ -28,7 +28,9 @@ class Deployment:
     restored_checkpoint_id: int | None = None
     #: the attempt's writer generation: names its files; older generations are fenced off
     generation: int | None = None
-    #: task-local recovery: the local root directory of checkpoint copies (None: disabled)
+    #: task-local recovery: copies of checkpoints on the workers' disks, under this root
+    #: (None: the system temp dir of each worker, resolved there)
+    local_recovery: bool = False
     local_recovery_dir: str | None = None
     #: creates keyed state backends on the workers (datastream.state_backend; None: hashmap)
     state_backend: Any = None

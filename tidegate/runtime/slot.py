@@ -41,7 +41,7 @@ from tidegate.runtime.output import forward_output
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.task import StreamTask
 from tidegate.runtime.task_environment import TaskEnvironment
-from tidegate.state.local_recovery import LocalStateStore
+from tidegate.state.local_recovery import LocalStateStore, default_local_root
 
 ADDRESS_TIMEOUT_S = 120.0
 METRICS_INTERVAL_S = 1.0
@@ -195,8 +195,9 @@ def _task_environment(
         host = f"{socket.gethostname()} ({control.conn_local_host()})"
         storage.check_storage_token(deployment.storage_token, host)
     local_state = None
-    if deployment.local_recovery_dir is not None:
-        local_state = LocalStateStore(deployment.local_recovery_dir, deployment.job_id)
+    if deployment.local_recovery:
+        root = deployment.local_recovery_dir or default_local_root()  # this host's temp dir
+        local_state = LocalStateStore(root, deployment.job_id)
     return TaskEnvironment.of(deployment, control, storage, executor, local_state)
 
 
