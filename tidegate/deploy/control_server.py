@@ -1,5 +1,6 @@
 """The driver's control server: slots connect (HMAC-authenticated with the job secret),
-register, and exchange control messages. Every incoming message is handed to one callback."""
+register, and exchange control messages. Every incoming message is handed to one callback.
+It listens on IPv4 or IPv6 by its bind host (runtime/listener.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 from typing import Any
 
 from tidegate.runtime.auth import AuthenticationFailedError, authenticate_server
+from tidegate.runtime.listener import TcpListener
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
-from tidegate.runtime.network import close_listener, shutdown_connection
+from tidegate.runtime.network import shutdown_connection
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ class SlotLost:
 class ControlServer:
     def __init__(self, secret: bytes, bind_host: str, on_message: Callable[[Any], None]) -> None:
         self.secret = secret
-        self.listener = Listener((bind_host, 0), backlog=256)
+        self.listener = TcpListener(bind_host, backlog=256)
         self.address: tuple[str, int] = self.listener.address
         self.on_message = on_message
         self._slots: dict[tuple[int, int], tuple[Connection, threading.Lock]] = {}
@@ -96,6 +98,6 @@ class ControlServer:
 
     def close(self) -> None:
         self._closed = True
-        close_listener(self.listener)
+        self.listener.close()
         for conn, _ in list(self._slots.values()):
             shutdown_connection(conn)
