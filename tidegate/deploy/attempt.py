@@ -152,6 +152,7 @@ class JobAttempt:
         match command:
             case SendAddresses(addresses=addresses, pids=pids):
                 jm.slot_pids = dict(pids)
+                jm.slot_addresses = dict(addresses)
                 jm.server.broadcast(self.attempt, SlotAddresses(dict(addresses)))
                 jm.status = JobStatus.RUNNING
             case StartCheckpointing():

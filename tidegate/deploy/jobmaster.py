@@ -141,6 +141,8 @@ class JobMaster:
         self.failure_times: list[float] = []
         self.next_checkpoint_id = 1
         self.slot_pids: dict[int, int] = {}
+        #: the data addresses the running attempt's slots advertised, by slot
+        self.slot_addresses: dict[int, tuple[str, int]] = {}
         self.done = threading.Event()
         self._cancelled = threading.Event()
         self.server: ControlServer | None = None
