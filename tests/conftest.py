@@ -89,6 +89,9 @@ SLOW: dict[str, set[str]] = {
         "test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks",
         "test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once",
     },
+    "e2e/test_ipv6.py": {
+        "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
+    },
     "e2e/test_nexmark.py": {
         "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
     },

@@ -4,4 +4,5 @@
 - output: `committed_files` / `committed_lines`, what a file sink committed;
 - environments: `job_environment` / `file_sink`, a configured job environment and sink;
 - references: reference computations (the keyed running count, multiset equality);
-- snapshots: checkpoint metadata, checkpoint directories and their fingerprints."""
+- snapshots: checkpoint metadata, checkpoint directories and their fingerprints;
+- ipv6: `requires_ipv6`, skipping tests where the machine has no `::1`."""

@@ -1,6 +1,6 @@
 """Connections to the driver and to peers (runtime/connect.py): a refused connection names the
-address and what to check; silence is bounded by keepalive, and on control connections by
-TCP_USER_TIMEOUT, which a backpressured data connection must not get."""
+address (IPv6 in brackets) and what to check; silence is bounded by keepalive, and on control
+connections by TCP_USER_TIMEOUT, which a backpressured data connection must not get."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from multiprocessing.connection import Connection
 
 import pytest
 
+from tests.support.ipv6 import requires_ipv6
 from tidegate.runtime.connect import PeerUnreachableError, bound_silence, connect
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def _closed_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]  # nothing listens there once closed
 
 
@@ -99,3 +101,23 @@ def test_a_data_connection_to_a_backpressured_reader_outlives_the_silence_bound(
     pumping.join(10)
     assert not pumping.is_alive() and failed
     data.close()
+
+
+@requires_ipv6
+def test_a_refused_ipv6_connection_names_the_address_in_brackets():
+    port = _closed_port("::1")
+    with pytest.raises(PeerUnreachableError, match=rf"the peer at \[::1\]:{port} "):
+        connect(("::1", port), "peer", timeout=2)
+
+
+@requires_ipv6
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_an_ipv6_literal_is_dialled_with_or_without_brackets(host):
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+        conn = connect((host, server.getsockname()[1]), "driver")
+        accepted, peer = server.accept()
+        assert peer[0] == "::1"
+        conn.send_bytes(b"over ipv6")
+        assert accepted.recv(64).endswith(b"over ipv6")
+        accepted.close()
+        conn.close()

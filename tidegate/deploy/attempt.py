@@ -156,6 +156,7 @@ class JobAttempt:
                 jm.local_state_hosts.attempt_running(hosts)
                 for message in misplaced(jm.preferred_hosts, hosts):
                     log.warning(message)
+                jm.slot_addresses = dict(addresses)
                 jm.server.broadcast(self.attempt, SlotAddresses(dict(addresses)))
                 jm.status = JobStatus.RUNNING
                 log.info("attempt %d running: all %d slots registered", self.attempt, len(pids))

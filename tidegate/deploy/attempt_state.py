@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import re
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -397,15 +398,27 @@ def is_consequence(error: str) -> bool:
     return error.startswith(_CONSEQUENCES)
 
 
+#: what a Spark worker's error says when the executors run the wrong Python -> the problem
+_EXECUTOR_PYTHON_PROBLEMS = (
+    ("No module named 'tidegate'", "the Spark executors' Python cannot import tidegate"),
+    ("Cannot run program", "the Spark executors cannot start that Python"),
+    ("PYTHON_VERSION_MISMATCH", "the Spark executors' Python is not the driver's minor version"),
+)
+_EXECUTOR_PYTHON_FIX = (
+    "set spark.pyspark.python (spark-submit --conf, tidegate run --conf) or PYSPARK_PYTHON to "
+    f"a Python {sys.version_info.major}.{sys.version_info.minor} (the driver's) that has "
+    "tidegate installed, at the same path on every executor host"
+)
+
+
 def runner_error_text(error: BaseException) -> str:
-    """The useful part of a runner's error: the Python exception a Spark worker raised (Py4J
-    wraps it in a long Java trace), with a hint when the worker cannot even import tidegate."""
+    """The useful part of a runner's error: the exception a Spark worker raised (Py4J wraps it
+    in a long Java trace), with a hint when the executors' Python is missing, of another
+    version, or cannot import tidegate."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     python = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
     found = python[-1] if python else (lines[0] if lines else type(error).__name__)
-    if "No module named 'tidegate'" in found:
-        found += (
-            " — the Spark workers' Python cannot import tidegate: install it in the executors' "
-            "environment or set PYSPARK_PYTHON to a Python that has it"
-        )
+    for marker, problem in _EXECUTOR_PYTHON_PROBLEMS:
+        if marker in found:
+            return f"{found} — {problem}: {_EXECUTOR_PYTHON_FIX}"
     return found

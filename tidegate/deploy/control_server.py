@@ -1,5 +1,6 @@
 """The driver's control server: slots connect (HMAC-authenticated with the job secret),
-register, and exchange control messages. Every incoming message is handed to one callback."""
+register, and exchange control messages. Every incoming message is handed to one callback.
+It listens on IPv4 or IPv6 by its bind host (runtime/listener.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 from typing import Any
 
 from tidegate.runtime.auth import AuthenticationFailedError, authenticate_server
 from tidegate.runtime.connect import bound_silence
+from tidegate.runtime.listener import TcpListener
 from tidegate.runtime.messages import RegisterSlot, SlotFailed
-from tidegate.runtime.network import close_listener, shutdown_connection
+from tidegate.runtime.network import shutdown_connection
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class ControlServer:
     ) -> None:
         self.secret = secret
         self.silence_s = silence_s  # a slot silent this long: its connection fails
-        self.listener = Listener((bind_host, 0), backlog=256)
+        self.listener = TcpListener(bind_host, backlog=256)
         self.address: tuple[str, int] = self.listener.address
         self.on_message = on_message
         self._slots: dict[tuple[int, int], tuple[Connection, threading.Lock]] = {}
@@ -105,6 +107,6 @@ class ControlServer:
 
     def close(self) -> None:
         self._closed = True
-        close_listener(self.listener)
+        self.listener.close()
         for conn, _ in list(self._slots.values()):
             shutdown_connection(conn)

@@ -145,6 +145,8 @@ class JobMaster:
         #: where slots' task-local state is, and the current attempt's wish (deploy/placement.py)
         self.local_state_hosts = LocalStateHosts(enabled=spec.local_recovery)
         self.preferred_hosts: list[str | None] | None = None
+        #: the data addresses the running attempt's slots advertised, by slot
+        self.slot_addresses: dict[int, tuple[str, int]] = {}
         self.done = threading.Event()
         self._cancelled = threading.Event()
         self.server: ControlServer | None = None

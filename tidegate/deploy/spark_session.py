@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from tidegate.deploy.java import JavaUnavailableError, use_java
+from tidegate.deploy.network_plan import is_local_master
 
 
 class SparkUnavailableError(RuntimeError):
@@ -16,6 +18,27 @@ class SparkUnavailableError(RuntimeError):
 
 #: how long a job on a cluster master waits for executors with enough cores to register
 EXECUTOR_WAIT_S = 60.0
+#: the Spark setting naming the executors' Python (PySpark reads PYSPARK_PYTHON: spark-submit
+#: turns the setting into it, and so does tidegate for the sessions it creates)
+PYSPARK_PYTHON_CONF = "spark.pyspark.python"
+
+
+def executor_python(
+    master: str | None, environ: Mapping[str, str], conf: Mapping[str, str], driver_python: str
+) -> str | None:
+    """The PYSPARK_PYTHON to set before tidegate creates a session (None: leave it as it is).
+
+    Spark's own order first: `spark.pyspark.python` from the job's configuration, else
+    PYSPARK_PYTHON as set. Only then, and only on a local master, the driver's interpreter
+    (`driver_python`, which has tidegate): local executors run on this host. A cluster's
+    executors run the Python their hosts have, so tidegate leaves Spark's default (`python3`).
+    `master` None: spark-submit's own `--master`; spark-submit resolved the Python itself."""
+    configured = conf.get(PYSPARK_PYTHON_CONF)
+    if configured:
+        return configured
+    if "PYSPARK_PYTHON" in environ or master is None:
+        return None
+    return driver_python if is_local_master(master) else None
 
 
 def _task_slots(spark: Any, num_slots: int) -> int:
@@ -23,8 +46,6 @@ def _task_slots(spark: Any, num_slots: int) -> int:
     cores of the registered executors); on a cluster master after waiting up to
     EXECUTOR_WAIT_S for executors to register (`defaultParallelism` would count only those
     registered, and at least 2 on a standalone master)."""
-    from tidegate.deploy.network_plan import is_local_master
-
     context = spark.sparkContext
     scala = context._jsc.sc()
     profile = scala.resourceProfileManager().defaultResourceProfile()
@@ -52,12 +73,14 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             use_java()
         except JavaUnavailableError as e:
             raise SparkUnavailableError(str(e)) from None
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         builder = SparkSession.builder
         # under spark-submit the master comes from its --master; else the embedded default
         if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
+        python = executor_python(master, os.environ, conf or {}, sys.executable)
+        if python is not None:
+            os.environ["PYSPARK_PYTHON"] = python
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if master is not None:
             builder = builder.master(master)
         builder = (

@@ -20,6 +20,7 @@ import socket
 from multiprocessing.connection import Connection
 
 from tidegate.common.configuration import ADVERTISED_HOST
+from tidegate.runtime.addresses import format_address, unbracket
 
 __all__ = ["CONNECT_TIMEOUT_S", "PeerUnreachableError", "bound_silence", "connect"]
 
@@ -52,14 +53,15 @@ def connect(
     silence_s: float = DEFAULT_SILENCE_S,
 ) -> Connection:
     """A Connection to `address` (`role`: "driver" or "peer", for the error's hint), aborted
-    once its peer stayed silent for `silence_s` (see `bound_silence`)."""
-    host, port = address[0], int(address[1])
+    once its peer stayed silent for `silence_s` (see `bound_silence`); the host is a name, an
+    IPv4 or an IPv6 literal (with or without brackets)."""
+    host, port = unbracket(address[0]), int(address[1])
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as e:
         reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
         raise PeerUnreachableError(
-            f"cannot connect to the {role} at {host}:{port} ({reason}; waited up to "
+            f"cannot connect to the {role} at {format_address(host, port)} ({reason}; waited up to "
             f"{timeout:g} s): {_HINTS[role]}"
         ) from None
     sock.settimeout(None)

@@ -19,11 +19,12 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import Any
 
 from tidegate.common.type_format import RecordTypeError
+from tidegate.runtime.addresses import is_ipv6, is_wildcard
 from tidegate.runtime.auth import (
     AuthenticationFailedError,
     authenticate_client,
@@ -33,6 +34,7 @@ from tidegate.runtime.connect import bound_silence, connect
 from tidegate.runtime.events import Watermark, WatermarkStatus
 from tidegate.runtime.frames import TypedEdge, decode_frame, encode_frame, encode_typed_frame
 from tidegate.runtime.gate import InputGate, TaskCancelledError
+from tidegate.runtime.listener import TcpListener
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 
 log = logging.getLogger(__name__)
@@ -210,7 +212,7 @@ class SlotNetwork:
         self.secret = secret
         self.silence_s = silence_s
         self.gates = gates
-        self.listener = Listener((bind_host, 0), backlog=128)
+        self.listener = TcpListener(bind_host, backlog=128)
         #: what this slot listens on; slot.py advertises it to peers via the driver
         self.address: tuple[str, int] = self.listener.address
         self._transports: dict[tuple[int, int], Any] = {}
@@ -274,20 +276,28 @@ class SlotNetwork:
             t.close()
         for c in list(self._connections):
             shutdown_connection(c)
-        close_listener(self.listener)
-
-
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+        self.listener.close()
 
 
 def advertised_address(bound: tuple[str, int], reachable_host: str | None) -> tuple[str, int]:
     """The address peers should dial: the bound one, unless bound to a wildcard (all
     interfaces), which means nothing to a peer on another host; then `reachable_host` (the
-    interface this process uses to reach the driver, or a configured host)."""
+    interface this process uses to reach the driver, or a configured host), else this host's
+    address by its name."""
     host, port = bound[0], bound[1]
-    if host in WILDCARD_HOSTS:
-        host = reachable_host or socket.gethostbyname(socket.gethostname())
+    if is_wildcard(host):
+        host = reachable_host or _address_by_host_name(ipv6=is_ipv6(host))
     return host, port
+
+
+def _address_by_host_name(ipv6: bool) -> str:
+    """This host's address by its name: for an IPv6 wildcard its IPv6 address if it has one,
+    else its IPv4 address (the `::` listener is dual-stack and accepts IPv4 too)."""
+    infos = socket.getaddrinfo(
+        socket.gethostname(), None, socket.AF_UNSPEC if ipv6 else socket.AF_INET
+    )
+    preferred = [i for i in infos if i[0] == socket.AF_INET6] if ipv6 else []
+    return str((preferred or infos)[0][4][0])
 
 
 def shutdown_connection(conn: Connection) -> None:
@@ -298,11 +308,3 @@ def shutdown_connection(conn: Connection) -> None:
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
     conn.close()
-
-
-def close_listener(listener: Listener) -> None:
-    """Close a listener and wake the thread blocked in its accept() (closing alone does not,
-    on Linux), so no thread outlives the job in a reused worker process."""
-    with contextlib.suppress(OSError):  # the listener may already be gone
-        socket.create_connection(listener.address, timeout=1).close()
-    listener.close()
