@@ -220,6 +220,55 @@ def test_a_new_driver_resumes_a_killed_drivers_job_rescaled_onto_a_new_host(clus
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
 
 
+def test_a_second_driver_fences_off_the_first_drivers_slots_on_other_hosts(cluster, tmp_path):
+    """Split brain across hosts: driver A's slots freeze on their hosts (A itself lives on, its
+    heartbeat timeout long), driver B of the same job id takes the job over on two other hosts
+    and finishes it; when A's slots thaw, every write of theirs is refused by the fence and A
+    fails for good without deleting anything. A's and B's committed output together are
+    exactly once."""
+    while cluster.workers < 4:  # A's two executors stay; B needs two of its own
+        cluster.add_worker()
+    n, job_id = 30_000, "split-brain"
+    chk = tmp_path / "chk"
+    first = _start_job(
+        cluster,
+        tmp_path / "a",
+        n,
+        f"pipeline.job-id={job_id}",
+        "heartbeat.timeout=300000",
+        checkpoints=str(chk),
+    )
+    deadline = time.monotonic() + 120
+    while _completed_checkpoints(chk) < 1 and time.monotonic() < deadline:
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        time.sleep(0.1)
+    hosts = range(1, cluster.workers + 1)
+    frozen = [pid for i in hosts for pid in cluster.forked_python_workers(i)]
+    assert len(frozen) == 2, frozen
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        second = _start_job(
+            cluster,
+            tmp_path / "b",
+            n,
+            f"pipeline.job-id={job_id}",
+            f"execution.state-recovery.path={chk / job_id}",
+            checkpoints=str(chk),
+        )
+        code, stderr = _finish(second)
+        assert code == 0, stderr[-3000:]
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    code, stderr = _finish(first)
+    assert code != 0
+    assert "FencedWriterError" in stderr and "belongs to generation" in stderr, stderr[-3000:]
+    check_exactly_once(
+        committed_lines(tmp_path / "a" / "out") + committed_lines(tmp_path / "b" / "out"), n, 2
+    )
+
+
 def test_restarted_slots_return_to_the_hosts_of_their_task_local_state(cluster, tmp_path):
     """Three executors for two slots, task-local recovery on: after a slot's Python process is
     killed, Spark is asked to place each slot where its local copy is (it would pick two of the
