@@ -65,9 +65,13 @@ def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None
         typed_edges(deployment.graph),
         deployment.heartbeat_timeout_s,
     )
-    control = ControlClient(
-        deployment.driver_address, deployment.secret, deployment.heartbeat_timeout_s
-    )
+    try:
+        control = ControlClient(
+            deployment.driver_address, deployment.secret, deployment.heartbeat_timeout_s
+        )
+    except BaseException:
+        network.close()  # no listener thread outlives the slot in a reused worker
+        raise
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network, host or socket.gethostname())
