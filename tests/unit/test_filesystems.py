@@ -11,6 +11,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.common.configuration import HIDDEN, Configuration, redacted
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
+from tidegate.common.serialization import Encoder
+from tidegate.connectors.file_sink import FileSink
+from tidegate.connectors.file_source import FileSource, StreamFormat
+from tidegate.datastream import StreamExecutionEnvironment
 
 
 def _filesystems(entries: dict[str, str]) -> FileSystems:
@@ -70,8 +74,9 @@ def test_keys_under_fs_that_are_no_storage_option_are_ignored_like_other_unknown
 
 
 def test_one_option_given_by_two_keys_is_refused_naming_both():
-    with pytest.raises(ValueError, match="'fs.s3.endpoint_url' and 's3.endpoint' both set"):
+    with pytest.raises(ValueError) as refused:
         _filesystems({"s3.endpoint": "http://a", "fs.s3.endpoint_url": "http://b"})
+    assert "keys 'fs.s3.endpoint_url' and 's3.endpoint' both set" in str(refused.value)
 
 
 def test_a_local_path_resolves_with_the_file_protocols_options(tmp_path):
@@ -106,3 +111,26 @@ def test_secrets_are_never_shown_but_the_options_travel_with_the_job():
         "s3.endpoint": "http://e",
         "rest.token": HIDDEN,
     }
+
+
+def test_the_keys_reach_a_jobs_sinks_sources_and_checkpoint_storage_pickled_with_it(tmp_path):
+    (tmp_path / "in.txt").write_text("a\n")
+    conf = Configuration().set_string("fs.file.auto_mkdir", "true")
+    conf.set_string("s3.endpoint", "http://127.0.0.1:1")
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    source = FileSource.for_record_stream_format(
+        StreamFormat.text_line_format(), str(tmp_path / "in.txt")
+    ).build()
+    env.from_source(source, None, "in").sink_to(
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
+    )
+    spec = env._job_spec("options")
+    expected = FileSystems.from_configuration(conf)
+    assert spec.filesystems == expected
+    graph = pickle.loads(pickle.dumps(spec.graph))  # as the slots receive it
+    connectors = [op.connector for v in graph.vertices.values() for op in v.operators]
+    read, sink = connectors
+    assert isinstance(sink, FileSink) and isinstance(read, FileSource)
+    assert sink.filesystems == read.filesystems == expected
+    writer = sink.create_writer(0, 1, 0)
+    assert writer._fs.auto_mkdir  # the local filesystem as the keys configured it

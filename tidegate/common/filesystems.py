@@ -112,6 +112,9 @@ class FileSystems:
         named = {p: sorted(options) for p, options in sorted(self.by_protocol.items())}
         return f"FileSystems(options={named})"
 
+    def __hash__(self) -> int:  # by the options' names (what repr shows): equal ones agree
+        return hash(repr(self))
+
 
 #: no options: every filesystem as its library configures it by itself
 NO_OPTIONS = FileSystems()

@@ -132,7 +132,7 @@ class JobMaster:
         self.output = SlotOutputPrinter()
         self.secret = secrets.token_bytes(32)
         base = spec.checkpoint.storage
-        self.storage = CheckpointStorage(base, self.job_id)
+        self.storage = CheckpointStorage(base, self.job_id, spec.filesystems)
         #: reference counts of the shared files of incremental checkpoints
         self.shared_registry = SharedStateRegistry()
         self.store = CompletedCheckpointStore(spec.checkpoint.max_retained, self.shared_registry)
@@ -312,7 +312,9 @@ class JobMaster:
         path = self.spec.restore_path
         if path is None:
             return None
-        self._initial_candidates = [RestoreCandidate(d) for d in checkpoint_candidates(path)]
+        self._initial_candidates = [
+            RestoreCandidate(d) for d in checkpoint_candidates(path, self.spec.filesystems)
+        ]
         metadata, directory = self._choose_restore(self._initial_candidates)
         self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
         warn_generated_uids(self.spec.graph, metadata.operators, f"restoring {directory}")
@@ -322,7 +324,9 @@ class JobMaster:
             self._claimed.add(directory)
             if metadata.is_incremental:
                 # its shared files that snapshots beside it use are never deleted
-                pin_retained_snapshots(self.shared_registry, directory, self._claimed)
+                pin_retained_snapshots(
+                    self.shared_registry, directory, self._claimed, self.spec.filesystems
+                )
         return metadata, directory
 
     def _restore_after_failure(self, previous: Restore | None) -> Restore | None:
@@ -344,7 +348,10 @@ class JobMaster:
         uids = {op.uid for v in self.spec.graph.vertices.values() for op in v.operators}
         try:
             return choose_checkpoint(
-                candidates, uids=uids, allow_fallback=self.spec.restore_fallback
+                candidates,
+                uids=uids,
+                allow_fallback=self.spec.restore_fallback,
+                filesystems=self.spec.filesystems,
             )
         except (CheckpointIntegrityError, CheckpointNotFoundError) as e:
             self._keep_checkpoints = True
@@ -417,7 +424,12 @@ class JobMaster:
         metadata, directory = restore
         owned = any(cp.path == directory for cp in self.store.all())
         plan, max_p = plan_restore(
-            graph, metadata, directory, self.spec.allow_non_restored_state, reuse_shared_files=owned
+            graph,
+            metadata,
+            directory,
+            self.spec.allow_non_restored_state,
+            reuse_shared_files=owned,
+            filesystems=self.spec.filesystems,
         )
         self.stats.checkpoints.report_restored(
             metadata.checkpoint_id,
@@ -439,6 +451,7 @@ class JobMaster:
             driver_address=advertised_address(self.server.address, self.network.advertised_host),
             bind_host=self.network.slot_bind,
             checkpoint_base=self.spec.checkpoint.storage,
+            filesystems=self.spec.filesystems,
             exactly_once=self.spec.checkpoint.exactly_once,
             batch_size=self.spec.batch_size,
             buffer_timeout_ms=self.spec.buffer_timeout_ms,
@@ -490,7 +503,7 @@ class JobMaster:
             self.storage.discard_checkpoint_dir(path)
         else:
             self.storage.check_fence(f"delete {path}")  # a fenced driver deletes nothing
-            discard_snapshot_dir(path)
+            discard_snapshot_dir(path, self.spec.filesystems)
 
     def _shutdown(self) -> None:
         with self._request_lock:

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.plan import JobGraph
 
 
@@ -18,6 +19,8 @@ class Deployment:
     driver_address: tuple[str, int]
     bind_host: str
     checkpoint_base: str
+    #: the job's filesystem options (checkpoint storage, restored state)
+    filesystems: FileSystems = NO_OPTIONS
     exactly_once: bool = True
     batch_size: int = 512
     buffer_timeout_ms: int = 10

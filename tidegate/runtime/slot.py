@@ -167,7 +167,10 @@ def _task_environment(
     deployment: Deployment, control: ControlClient, executor: ThreadPoolExecutor
 ) -> TaskEnvironment:
     storage = CheckpointStorage(
-        deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
+        deployment.checkpoint_base,
+        deployment.job_id,
+        deployment.filesystems,
+        generation=deployment.generation,
     )
     if deployment.storage_token is not None:
         host = f"{socket.gethostname()} ({control.conn_local_host()})"
