@@ -27,7 +27,6 @@ from fsspec.implementations.local import LocalFileSystem
 from tidegate.checkpoint.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
-    StorageNotSharedError,
 )
 from tidegate.checkpoint.fencing import WriterFence, create_new_file
 from tidegate.checkpoint.metadata import (
@@ -39,7 +38,6 @@ from tidegate.checkpoint.metadata import (
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.checksums import ChecksummingWriter
 
-_TOKEN_FILE = ".storage-check"
 _CHK_DIR = re.compile(r"chk-(\d+)")
 #: stores where one put is atomic (readers see all of the object or none of it)
 _ATOMIC_PUT_PROTOCOLS = frozenset(
@@ -223,31 +221,6 @@ class CheckpointStorage:
                 "on a cluster it must be a shared filesystem (HDFS, S3, NFS, ...) that every "
                 "executor can reach."
             ) from exc
-
-    def write_storage_token(self) -> str:
-        """Driver, at each attempt: write a fresh token into the job directory; every slot
-        checks that it reads it (`check_storage_token`), which proves the storage is shared."""
-        token = uuid.uuid4().hex
-        self.fs.pipe_file(self._fs_path(_join(self.job_dir, _TOKEN_FILE)), token.encode())
-        return token
-
-    def check_storage_token(self, token: str, host: str) -> None:
-        """Slot: the token the driver wrote is there; StorageNotSharedError naming the path,
-        this host and what to do otherwise."""
-        path = _join(self.job_dir, _TOKEN_FILE)
-        try:
-            found = self.fs.cat_file(self._fs_path(path)).decode(errors="replace")
-        except FileNotFoundError:
-            found = None
-        if found == token:
-            return
-        what = "is missing" if found is None else "holds another attempt's token"
-        raise StorageNotSharedError(
-            f"the checkpoint directory {self.base_uri} is not the same storage on host {host} "
-            f"as on the driver: the driver's check file {path} {what} here. Use a directory "
-            "every host reads and writes at the same path (a shared filesystem such as NFS or "
-            "HDFS, or object storage such as s3://...)"
-        )
 
     def _fs_path(self, path: str) -> str:
         return self.fs._strip_protocol(path)

@@ -34,6 +34,7 @@ from tidegate.checkpoint.savepoints import (
 )
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
+from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
@@ -56,6 +57,7 @@ from tidegate.deploy.snapshot_requests import (
     SnapshotKind,
     SnapshotRequest,
 )
+from tidegate.deploy.storage_checks import remove_checks, write_attempt_checks
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.failures import JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics
@@ -160,6 +162,8 @@ class JobMaster:
         self._restart_freely = False
         self._requests_closed = False
         self._request_lock = threading.Lock()
+        #: the current attempt's proof that every host sees the storage (storage_checks.py)
+        self._storage_checks: tuple[StorageCheck, ...] = ()
 
     # public ---------------------------------------------------------------------------------
     @property
@@ -392,8 +396,13 @@ class JobMaster:
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         graph, plan, restored_id = self._plan_restore(restore)
-        token = self.storage.write_storage_token()  # each slot proves it sees the storage
-        deployment = self._deployment(graph, plan, restored_id, token)
+        # each slot proves it sees the checkpoint storage and the paths of its sinks
+        previous, self._storage_checks = (
+            self._storage_checks,
+            write_attempt_checks(self.storage, graph),
+        )
+        remove_checks(previous, self.storage)
+        deployment = self._deployment(graph, plan, restored_id)
         payload = runners.pack_deployment(deployment, self.spec.python)
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
@@ -440,7 +449,7 @@ class JobMaster:
         return dataclasses.replace(graph, max_parallelism=max_p), plan, metadata.checkpoint_id
 
     def _deployment(
-        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None, storage_token: str
+        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None
     ) -> Deployment:
         """What every slot of this attempt is sent: the graph, the job's settings, its state."""
         return Deployment(
@@ -462,7 +471,7 @@ class JobMaster:
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
             log_level=logging.getLogger().getEffectiveLevel(),
-            storage_token=storage_token,
+            storage_checks=self._storage_checks,
         )
 
     def _on_slot_message(self, message: object) -> None:
@@ -518,6 +527,7 @@ class JobMaster:
         self.scheduler.shutdown()
         if self.server is not None:
             self.server.close()
+        remove_checks(self._storage_checks, self.storage)
         retention = self.spec.checkpoint.retention
         keep = {
             JobStatus.FINISHED: False,

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.plan import JobGraph
 
@@ -37,6 +38,6 @@ class Deployment:
     state_backend: Any = None
     #: the driver's root log level: slot `logging` records from this level up reach the driver
     log_level: int = logging.WARNING
-    #: the token the driver wrote into the job directory for this attempt: every slot checks
-    #: that it reads it there (the checkpoint storage is shared); None: not checked
-    storage_token: str | None = None
+    #: the check files the driver wrote for this attempt (checkpoint/shared_storage.py): each
+    #: slot reads those of the directories it uses before it writes anything
+    storage_checks: tuple[StorageCheck, ...] = ()
