@@ -103,6 +103,9 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_rocksdb_state_backend.py": {
         "test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_reference",
     },
+    "e2e/test_s3.py": {
+        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exactly_once",
+    },
     "e2e/test_savepoints.py": {
         "test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified",
         "test_a_failed_drain_restarts_the_job_from_its_latest_checkpoint",
@@ -189,6 +192,17 @@ def spark():
     session = get_spark("local[8]", 8)  # rescaling tests run up to 8 slots
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A private S3-compatible server (SeaweedFS, tests/support/s3.py) with one bucket, started
+    when a test first asks for it and stopped by PID at the end of the session."""
+    from tests.support.s3 import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(params=["spark", "local"])

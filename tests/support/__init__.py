@@ -4,4 +4,6 @@
 - output: `committed_files` / `committed_lines`, what a file sink committed;
 - environments: `job_environment` / `file_sink`, a configured job environment and sink;
 - references: reference computations (the keyed running count, multiset equality);
-- snapshots: checkpoint metadata, checkpoint directories and their fingerprints."""
+- snapshots: checkpoint metadata, checkpoint directories and their fingerprints;
+- cluster: a Spark standalone cluster whose workers are hosts of their own (namespaces);
+- s3: a private S3-compatible server (SeaweedFS) for the `s3_server` fixture."""
