@@ -44,6 +44,8 @@ def test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exac
     root = _root(s3_server)
     chk, out1, out2 = f"{root}/chk", f"{root}/out1", f"{root}/out2"
     keys = s3_server.configuration()  # the only way the job learns the endpoint and keys
+    # incremental rocksdb checkpoints: their shared files on S3 are downloaded on restore
+    keys |= {"state.backend.type": "rocksdb", "state.backend.incremental": "true"}
     # Step 1: an exception mid-stream (value 6,000 of the first split, read after ~3 s); the
     # restart restores from the latest checkpoint on S3. Cancelled later, checkpoints retained.
     env = count_job(
@@ -72,7 +74,9 @@ def test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exac
     lines = first + committed_lines(out2, filesystems=s3_server.filesystems)
     check_exactly_once(lines, N, 2)
     fs, path = s3_server.filesystems.resolve(root)
-    left = [p for p in fs.find(path) if ".storage-check-" in p]
+    files = fs.find(path)
+    assert any("/shared/" in p for p in files)  # the first job's, retained on cancellation
+    left = [p for p in files if ".storage-check-" in p]
     assert left == [], "the drivers delete their check files when their jobs end"
 
 
