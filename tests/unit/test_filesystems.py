@@ -134,3 +134,16 @@ def test_the_keys_reach_a_jobs_sinks_sources_and_checkpoint_storage_pickled_with
     assert sink.filesystems == read.filesystems == expected
     writer = sink.create_writer(0, 1, 0)
     assert writer._fs.auto_mkdir  # the local filesystem as the keys configured it
+
+
+def test_a_job_spec_shows_no_secret_of_its_configuration(tmp_path):
+    conf = Configuration().set_string("s3.secret-key", "s3cr3t-value")
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.from_source(
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build(),
+        None,
+        "in",
+    ).print()
+    spec = env._job_spec("secret")
+    assert spec.configuration["s3.secret-key"] == "s3cr3t-value"  # it reaches the job
+    assert "s3cr3t-value" not in repr(spec)
