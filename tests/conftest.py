@@ -45,6 +45,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
         "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
+        "test_a_file_sink_path_the_workers_do_not_share_fails_the_job_naming_the_host_and_path",
         "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
         "test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once",
         "test_spark_submit_runs_the_example_unchanged_across_hosts",
