@@ -45,6 +45,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
         "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
+        "test_a_file_sink_path_the_workers_do_not_share_fails_the_job_naming_the_host_and_path",
         "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
         "test_a_partitioned_worker_is_replaced_by_a_spare_exactly_once",
         "test_a_cut_off_slot_ends_on_its_own_and_the_job_resumes_when_the_partition_heals",
@@ -108,6 +109,9 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_rocksdb_state_backend.py": {
         "test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_reference",
+    },
+    "e2e/test_s3.py": {
+        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exactly_once",
     },
     "e2e/test_savepoints.py": {
         "test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified",
@@ -195,6 +199,17 @@ def spark():
     session = get_spark("local[8]", 8)  # rescaling tests run up to 8 slots
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A private S3-compatible server (SeaweedFS, tests/support/s3.py) with one bucket, started
+    when a test first asks for it and stopped by PID at the end of the session."""
+    from tests.support.s3 import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(params=["spark", "local"])

@@ -43,6 +43,7 @@ def _start_job(
     *extra: str,
     checkpoints: str | None = None,
     log_level: str = "WARNING",
+    out: str | None = None,
 ) -> subprocess.Popen:
     env = dict(
         os.environ,
@@ -52,7 +53,7 @@ def _start_job(
     )
     command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
     checkpoints = checkpoints or str(work / "chk")
-    command += [str(work / "out"), checkpoints, str(n), *extra]
+    command += [out or str(work / "out"), checkpoints, str(n), *extra]
     return subprocess.Popen(
         command,
         cwd=REPO,
@@ -134,6 +135,22 @@ def test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_th
     assert "StorageNotSharedError" in stderr
     assert f"is not the same storage on host vm ({cluster.subnet}.1" in stderr
     assert "attempt 1" not in stderr  # not restarted: the next attempt could not see it either
+
+
+def test_a_file_sink_path_the_workers_do_not_share_fails_the_job_naming_the_host_and_path(
+    cluster, tmp_path
+):
+    # the checkpoint directory is shared; the sink writes into the driver's own private_dir,
+    # where each worker has an empty directory of its own
+    out = cluster.private_dir / tmp_path.name / "out"
+    code, stderr = _finish(_start_job(cluster, tmp_path, 1_000, out=str(out)))
+    assert code != 0
+    assert "StorageNotSharedError" in stderr
+    assert f"the path {out} of sink 'sink' is not the same storage on host vm (" in stderr
+    hosts = [f"on host vm ({cluster.worker_host(i)})" for i in range(1, cluster.workers + 1)]
+    assert any(host in stderr for host in hosts), stderr[-3000:]  # a worker's address
+    assert "attempt 1" not in stderr  # not restarted: the next attempt could not see it either
+    assert list(out.iterdir()) == []  # the driver deleted its check file when the job ended
 
 
 def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_path):

@@ -5,4 +5,6 @@
 - environments: `job_environment` / `file_sink`, a configured job environment and sink;
 - references: reference computations (the keyed running count, multiset equality);
 - snapshots: checkpoint metadata, checkpoint directories and their fingerprints;
-- ipv6: `requires_ipv6`, skipping tests where the machine has no `::1`."""
+- ipv6: `requires_ipv6`, skipping tests where the machine has no `::1`;
+- cluster: a Spark standalone cluster whose workers are hosts of their own (namespaces);
+- s3: a private S3-compatible server (SeaweedFS) for the `s3_server` fixture."""

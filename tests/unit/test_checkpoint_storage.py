@@ -11,7 +11,6 @@ import pytest
 from tidegate.checkpoint.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
-    StorageNotSharedError,
 )
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import CheckpointStorage, resolve_checkpoint_path
@@ -260,19 +259,3 @@ def test_a_checkpoint_base_directory_hints_at_its_job_directories(tmp_path, stor
         resolve_checkpoint_path(str(tmp_path / "ckpt"))
     assert f"pass a job directory: {storage.job_dir}" in str(raised.value)
     assert "job-2" not in str(raised.value)
-
-
-def test_a_slot_proves_it_sees_the_drivers_storage_by_its_token(tmp_path):
-    driver = CheckpointStorage(str(tmp_path / "shared"), "job-1")
-    driver.verify_writable()
-    token = driver.write_storage_token()
-    CheckpointStorage(str(tmp_path / "shared"), "job-1").check_storage_token(token, "h1")
-    elsewhere = CheckpointStorage(str(tmp_path / "private"), "job-1")
-    with pytest.raises(StorageNotSharedError) as error:
-        elsewhere.check_storage_token(token, "h2 (10.0.0.12)")
-    message = str(error.value)
-    assert "is not the same storage on host h2 (10.0.0.12) as on the driver" in message
-    assert "check file" in message and "is missing here" in message
-    driver.write_storage_token()  # the next attempt's token: an older one no longer matches
-    with pytest.raises(StorageNotSharedError, match="holds another attempt's token"):
-        driver.check_storage_token(token, "h1")

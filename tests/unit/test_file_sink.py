@@ -456,7 +456,7 @@ def test_a_typed_stream_is_written_as_flinks_simple_string_encoder_writes_it(tmp
     ]
     for type_info, record, line in cases:
         ds = env.from_collection([record], type_info=type_info)
-        typed = ds.sink_to(sink)._stream._transformation.make_operator.args[0]
+        typed = ds.sink_to(sink)._stream._transformation.connector
         assert typed.encoder.encode(record) == f"{line}\n".encode()
         assert typed.encoder.encode_batch([record, record]) == f"{line}\n{line}\n".encode()
     assert sink.encoder.encode(("a", 1)) == b"('a', 1)\n"  # the sink given is not changed

@@ -21,6 +21,7 @@ from tidegate.connectors.datagen import (
 )
 from tidegate.connectors.file_source import FileSource, FileSourceSplit, StreamFormat
 from tidegate.connectors.number_seq import NumberSequenceSource, NumberSequenceSplit
+from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors import file_system
 
 # --- helpers -------------------------------------------------------------------------------
@@ -381,11 +382,14 @@ def test_file_source_plans_one_split_per_file_from_offset_zero(tmp_path: Path) -
     ]
 
 
-def test_file_source_build_fails_naming_a_missing_path(tmp_path: Path) -> None:
+def test_a_job_reading_a_missing_path_is_refused_at_submission_naming_it(tmp_path: Path) -> None:
+    # the paths are checked with the job's filesystem options, known only at submission
     missing = str(tmp_path / "nope")
-    builder = FileSource.for_record_stream_format(StreamFormat.text_line_format(), missing)
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), missing).build()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_source(source, None, "files").print()
     with pytest.raises(FileNotFoundError, match="nope"):
-        builder.build()
+        env._job_spec("reads a missing path")
 
 
 def test_file_source_split_planning_fails_naming_a_path_removed_after_build(

@@ -47,7 +47,7 @@ def _source():
 def _print_sink(stream) -> PrintSink:
     stream.print()
     t = stream._env._stream_graph.transformations[-1]
-    return t.make_operator.args[0]
+    return t.connector
 
 
 def test_streams_without_a_declared_type_are_pickled_byte_arrays():
@@ -132,7 +132,7 @@ def test_the_print_writer_formats_by_type_and_names_the_operator_on_a_mismatch(c
 
 
 def _elements(stream) -> tuple:
-    return stream._transformation.make_operator.args[0].elements
+    return stream._transformation.connector.elements
 
 
 def test_from_collection_converts_the_elements_to_the_declared_type_as_pyflink_does():

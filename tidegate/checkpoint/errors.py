@@ -35,8 +35,9 @@ class CheckpointStorageError(CheckpointError):
 
 
 class StorageNotSharedError(CheckpointStorageError):
-    """A slot does not see the checkpoint storage the driver writes to (not the same storage
-    on its host): never restarted, the next attempt would not see it either."""
+    """A slot does not see storage the driver writes to (the checkpoint directory, or a sink's
+    path, is not the same storage on its host): never restarted, the next attempt would not
+    see it either."""
 
 
 class FencedWriterError(CheckpointStorageError):

@@ -31,8 +31,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fsspec.core import url_to_fs
-
 from tidegate.checkpoint.assignment import redistribute_operator_state
 from tidegate.checkpoint.errors import CheckpointError
 from tidegate.checkpoint.metadata import CheckpointMetadata, OperatorMetadata, RewrittenFrom
@@ -42,6 +40,7 @@ from tidegate.checkpoint.storage import (
     resolve_checkpoint_path,
 )
 from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, key_group_range, stable_hash
 from tidegate.state.operator_state import RedistributionMode
@@ -95,14 +94,15 @@ def rewrite_max_parallelism(
     """
     # Step 1: arguments and source metadata
     _check_arguments(max_parallelism, parallelism)
-    directory = resolve_checkpoint_path(src, storage_options)
-    metadata = read_checkpoint_metadata(directory, storage_options)
+    filesystems = FileSystems.for_urls(storage_options, src, dst)
+    directory = resolve_checkpoint_path(src, filesystems)
+    metadata = read_checkpoint_metadata(directory, filesystems)
     # Step 2: what cannot be rewritten
     _check_rewritable(metadata, directory)
-    storage = CheckpointStorage(dst, "rewrite", storage_options)
+    storage = CheckpointStorage(dst, "rewrite", filesystems)
     dst = _empty_destination(storage, dst)
     # Step 3: the source's files are intact
-    verify_checkpoint(metadata, directory, storage_options=storage_options).raise_for_problems()
+    verify_checkpoint(metadata, directory, filesystems=filesystems).raise_for_problems()
     try:
         return _rewrite(storage, metadata, directory, dst, max_parallelism, parallelism)
     except BaseException:
@@ -205,14 +205,14 @@ def _rewrite_keyed(
 ) -> tuple[dict[int, StateHandle], int]:
     """New state files of one keyed operator at `parallelism` subtasks; returns their handles
     by subtask and the number of (key, state) entries written."""
-    operator_state = _operator_state_for(directory, handles, parallelism, uid)
+    operator_state = _operator_state_for(storage, directory, handles, parallelism, uid)
     subtasks: dict[int, StateHandle] = {}
     entries = 0
     for i in range(parallelism):
         owned = key_group_range(i, parallelism, max_parallelism)
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         key_groups: dict[Any, int] = {}
-        for name, kind, key, value in _old_entries(directory, handles):
+        for name, kind, key, value in _old_entries(storage, directory, handles):
             kg = key_groups.get(key)
             if kg is None:
                 kg = stable_hash(key) % max_parallelism
@@ -233,13 +233,14 @@ def _rewrite_keyed(
     return subtasks, entries
 
 
-def _old_entries(directory: str, handles: list[StateHandle]) -> Iterator[tuple[str, str, Any, Any]]:
+def _old_entries(
+    storage: CheckpointStorage, directory: str, handles: list[StateHandle]
+) -> Iterator[tuple[str, str, Any, Any]]:
     """(state name, kind, key, value) of every keyed entry in the old state files."""
     for handle in handles:
         if handle.key_group_range is None or handle.index is None:
             continue
-        fs, path = url_to_fs(f"{directory}/{handle.file}")
-        with fs.open(path, "rb") as f:
+        with storage.open_read(f"{directory}/{handle.file}") as f:
             for _kg, data in read_key_groups(f, handle.index, handle.key_group_range):
                 for name, (kind, table) in data.items():
                     for key, value in table.items():
@@ -247,15 +248,18 @@ def _old_entries(directory: str, handles: list[StateHandle]) -> Iterator[tuple[s
 
 
 def _operator_state_for(
-    directory: str, handles: list[StateHandle], parallelism: int, uid: str
+    storage: CheckpointStorage,
+    directory: str,
+    handles: list[StateHandle],
+    parallelism: int,
+    uid: str,
 ) -> list[OperatorStateData]:
     """The operator state of a keyed operator's new subtasks: unchanged at the same parallelism;
     otherwise split state is redistributed as a restore would (so a later restore at any
     parallelism ends up with the same entries), union state is kept once (in subtask 0)."""
     old: list[OperatorStateData] = []
     for handle in handles:
-        fs, path = url_to_fs(f"{directory}/{handle.file}")
-        with fs.open(path, "rb") as f:
+        with storage.open_read(f"{directory}/{handle.file}") as f:
             old.append(read_operator_state(f, handle.index))
     if len(old) == parallelism:
         return old
@@ -277,8 +281,7 @@ def _operator_state_for(
 
 # files and metadata -------------------------------------------------------------------------------
 def _copy_file(storage: CheckpointStorage, source: str, target: str) -> None:
-    fs, path = url_to_fs(source)
-    with fs.open(path, "rb") as src, storage.open_write(target) as out:
+    with storage.open_read(source) as src, storage.open_write(target) as out:
         while chunk := src.read(1 << 20):
             out.write(chunk)
 

@@ -14,14 +14,11 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Mapping
-from typing import Any
-
-from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME
 from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
 from tidegate.checkpoint.store import CompletedCheckpoint
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 
 SAVEPOINT_DIR_PREFIX = "savepoint-"
 _CHK_DIR = re.compile(r"chk-\d+")
@@ -40,14 +37,14 @@ def savepoint_location(base_dir: str, job_id: str) -> str:
     return f"{base.rstrip('/')}/{name}"
 
 
-def discard_snapshot_dir(path: str, storage_options: Mapping[str, Any] | None = None) -> None:
+def discard_snapshot_dir(path: str, filesystems: FileSystems = NO_OPTIONS) -> None:
     """Delete a savepoint directory (a failed savepoint's files) or a snapshot directory the job
     claimed on restore, with everything in it; a missing one is fine.
 
     Refuses anything that is not a `savepoint-*` or `chk-<n>` directory or a directory holding
     `_metadata`: this is a recursive delete of a path that came from outside the job.
     """
-    fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
+    fs, fs_path = filesystems.resolve(path)
     fs_path = fs_path.rstrip("/")
     name = posixpath.basename(fs_path)
     looks_like_snapshot = (

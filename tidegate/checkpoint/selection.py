@@ -16,14 +16,14 @@ not been committed (e.g. the job failed between completing it and notifying the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tidegate.checkpoint.errors import CheckpointIntegrityError, CheckpointNotFoundError
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 
 log = logging.getLogger("tidegate.restore")
 
@@ -47,7 +47,7 @@ def choose_checkpoint(
     *,
     uids: Collection[str] | None,
     allow_fallback: bool,
-    storage_options: Mapping[str, Any] | None = None,
+    filesystems: FileSystems = NO_OPTIONS,
 ) -> tuple[CheckpointMetadata, str]:
     """The (metadata, directory) of the first usable candidate.
 
@@ -62,10 +62,10 @@ def choose_checkpoint(
     for i, candidate in enumerate(candidates):
         try:
             metadata = candidate.metadata or read_checkpoint_metadata(
-                candidate.directory, storage_options
+                candidate.directory, filesystems
             )
             verify_checkpoint(
-                metadata, candidate.directory, uids=uids, storage_options=storage_options
+                metadata, candidate.directory, uids=uids, filesystems=filesystems
             ).raise_for_problems()
         except (CheckpointIntegrityError, CheckpointNotFoundError) as error:
             if not allow_fallback:

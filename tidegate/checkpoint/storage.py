@@ -19,17 +19,14 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from fsspec import AbstractFileSystem
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.checkpoint.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
-    StorageNotSharedError,
 )
 from tidegate.checkpoint.fencing import WriterFence, create_new_file
 from tidegate.checkpoint.metadata import (
@@ -38,9 +35,9 @@ from tidegate.checkpoint.metadata import (
     decode_metadata,
     encode_metadata,
 )
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.checksums import ChecksummingWriter
 
-_TOKEN_FILE = ".storage-check"
 _CHK_DIR = re.compile(r"chk-(\d+)")
 #: stores where one put is atomic (readers see all of the object or none of it)
 _ATOMIC_PUT_PROTOCOLS = frozenset(
@@ -59,14 +56,15 @@ class CheckpointStorage:
         self,
         base_uri: str,
         job_id: str,
-        storage_options: Mapping[str, Any] | None = None,
+        filesystems: FileSystems = NO_OPTIONS,
         *,
         generation: int | None = None,
     ) -> None:
         if not job_id or "/" in job_id or job_id in (".", ".."):
             raise ValueError(f"invalid job id {job_id!r}: it is used as a directory name")
-        self.storage_options = dict(storage_options or {})
-        self.fs, root = url_to_fs(base_uri, **self.storage_options)
+        #: the job's filesystem options: for the base and for any other URL (savepoints)
+        self.filesystems = filesystems
+        self.fs, root = filesystems.resolve(base_uri)
         self.base_uri = base_uri if "://" in base_uri else root
         self.job_id = job_id
         self.job_dir = _join(self.base_uri, job_id)
@@ -170,7 +168,7 @@ class CheckpointStorage:
 
     def read_metadata(self, checkpoint_dir: str) -> CheckpointMetadata:
         """Read and validate `<checkpoint_dir>/_metadata`."""
-        return read_checkpoint_metadata(checkpoint_dir, self.storage_options)
+        return read_checkpoint_metadata(checkpoint_dir, self.filesystems)
 
     def discard_checkpoint_dir(self, path: str) -> None:
         """Delete a checkpoint directory and everything in it; a missing one is fine.
@@ -224,31 +222,6 @@ class CheckpointStorage:
                 "executor can reach."
             ) from exc
 
-    def write_storage_token(self) -> str:
-        """Driver, at each attempt: write a fresh token into the job directory; every slot
-        checks that it reads it (`check_storage_token`), which proves the storage is shared."""
-        token = uuid.uuid4().hex
-        self.fs.pipe_file(self._fs_path(_join(self.job_dir, _TOKEN_FILE)), token.encode())
-        return token
-
-    def check_storage_token(self, token: str, host: str) -> None:
-        """Slot: the token the driver wrote is there; StorageNotSharedError naming the path,
-        this host and what to do otherwise."""
-        path = _join(self.job_dir, _TOKEN_FILE)
-        try:
-            found = self.fs.cat_file(self._fs_path(path)).decode(errors="replace")
-        except FileNotFoundError:
-            found = None
-        if found == token:
-            return
-        what = "is missing" if found is None else "holds another attempt's token"
-        raise StorageNotSharedError(
-            f"the checkpoint directory {self.base_uri} is not the same storage on host {host} "
-            f"as on the driver: the driver's check file {path} {what} here. Use a directory "
-            "every host reads and writes at the same path (a shared filesystem such as NFS or "
-            "HDFS, or object storage such as s3://...)"
-        )
-
     def _fs_path(self, path: str) -> str:
         return self.fs._strip_protocol(path)
 
@@ -262,7 +235,7 @@ class CheckpointStorage:
         filesystem (a savepoint directory elsewhere), that one."""
         protocol, sep, _ = path.partition("://")
         if sep and protocol not in _protocols(self.fs):
-            return url_to_fs(path, **self.storage_options)
+            return self.filesystems.resolve(path)
         return self.fs, self._fs_path(path)
 
 
@@ -280,12 +253,12 @@ def _write_via_rename(fs: AbstractFileSystem, fs_final: str, data: bytes) -> Non
 
 
 def read_checkpoint_metadata(
-    checkpoint_dir: str, storage_options: Mapping[str, Any] | None = None
+    checkpoint_dir: str, filesystems: FileSystems = NO_OPTIONS
 ) -> CheckpointMetadata:
     """Read and validate `<checkpoint_dir>/_metadata`, on whatever filesystem it is (a
     restore may read a checkpoint or savepoint that is not in the job's own storage)."""
     path = _join(checkpoint_dir, METADATA_FILE_NAME)
-    fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
+    fs, fs_path = filesystems.resolve(path)
     try:
         data = fs.cat_file(fs_path)
     except FileNotFoundError as exc:
@@ -296,7 +269,7 @@ def read_checkpoint_metadata(
     return decode_metadata(data, path)
 
 
-def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None = None) -> str:
+def resolve_checkpoint_path(path: str, filesystems: FileSystems = NO_OPTIONS) -> str:
     """Return the checkpoint directory to restore from, given one of:
 
     - a checkpoint (or savepoint) directory holding `_metadata`,
@@ -305,14 +278,14 @@ def resolve_checkpoint_path(path: str, storage_options: Mapping[str, Any] | None
 
     Raises CheckpointNotFoundError saying what was looked for, and where, otherwise.
     """
-    return checkpoint_candidates(path, storage_options)[0]
+    return checkpoint_candidates(path, filesystems)[0]
 
 
-def checkpoint_candidates(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+def checkpoint_candidates(path: str, filesystems: FileSystems = NO_OPTIONS) -> list[str]:
     """The checkpoint directories a restore from `path` may use, newest first: the one
     directory `path` names (as `resolve_checkpoint_path`), or for a job directory all its
     completed `chk-<n>` (a restore falls back to older ones only when the user allows it)."""
-    fs, fs_path = url_to_fs(path, **dict(storage_options or {}))
+    fs, fs_path = filesystems.resolve(path)
     uri = path.rstrip("/") if "://" in path else fs_path
     name = posixpath.basename(fs_path.rstrip("/"))
     if name == METADATA_FILE_NAME:

@@ -9,12 +9,9 @@ from the command line.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.errors import (
     CheckpointStorageError,
@@ -22,6 +19,7 @@ from tidegate.checkpoint.errors import (
     MissingCheckpointFileError,
 )
 from tidegate.checkpoint.metadata import CheckpointMetadata
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.checksums import is_known_checksum, read_checksum
 from tidegate.state.handles import StateHandle
 
@@ -141,13 +139,13 @@ def verify_checkpoint(
     directory: str,
     *,
     uids: Collection[str] | None = None,
-    storage_options: Mapping[str, Any] | None = None,
+    filesystems: FileSystems = NO_OPTIONS,
     threads: int = VERIFY_THREADS,
 ) -> VerificationReport:
     """Read every file of the checkpoint in `directory` (of operators in `uids`, if given) and
     compare its size and checksum with `metadata`. Files that cannot be read for another reason
     than not existing (permissions, network) raise CheckpointStorageError."""
-    fs, root = url_to_fs(directory, **dict(storage_options or {}))
+    fs, root = filesystems.resolve(directory)
     artifacts = checkpoint_artifacts(metadata, uids)
 
     def check(artifact: Artifact) -> tuple[int, ArtifactProblem | None]:

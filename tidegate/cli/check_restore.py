@@ -131,9 +131,9 @@ def _check(spec: JobSpec, path: str, allow: bool, verify: bool, verbose: bool) -
     """The report; a snapshot that cannot be read at all is a refusal, a wrong path a usage
     error."""
     with reported(verbose):
-        directory = resolve_checkpoint_path(path)
+        directory = resolve_checkpoint_path(path, spec.filesystems)
         try:
-            metadata = read_checkpoint_metadata(directory)
+            metadata = read_checkpoint_metadata(directory, spec.filesystems)
         except CheckpointNotFoundError:
             raise
         except CorruptCheckpointError as exc:
@@ -143,7 +143,12 @@ def _check(spec: JobSpec, path: str, allow: bool, verify: bool, verbose: bool) -
                 raise
             return RestoreReport(directory, None, False, None, None, problems=[one_line(exc)])
         return check_restore(
-            spec.graph, metadata, directory, allow_non_restored_state=allow, verify=verify
+            spec.graph,
+            metadata,
+            directory,
+            allow_non_restored_state=allow,
+            verify=verify,
+            filesystems=spec.filesystems,
         )
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from fsspec.core import url_to_fs
 
 from tidegate.checkpoint.errors import (
     CheckpointError,
@@ -28,6 +27,7 @@ from tidegate.cli.errors import CliError, one_line, reported, verbose_option
 from tidegate.cli.formatting import format_table, human_size, local_iso
 from tidegate.cli.jobs import address_options, show_job_checkpoints
 from tidegate.cli.verify import report_damage, verification_of, verification_summary
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.handles import StateHandle
 
 _CHK_DIR = re.compile(r"chk-\d+")
@@ -90,9 +90,9 @@ def checkpoints_command(
             report_damage([detail])
 
 
-def read_metadata(directory: str) -> CheckpointMetadata:
+def read_metadata(directory: str, filesystems: FileSystems = NO_OPTIONS) -> CheckpointMetadata:
     """The validated `_metadata` of the checkpoint directory `directory`."""
-    return read_checkpoint_metadata(directory.rstrip("/"))
+    return read_checkpoint_metadata(directory.rstrip("/"), filesystems)
 
 
 # discovery ------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class _Found:
 
 def _names_one_checkpoint(path: str) -> bool:
     """A `_metadata` file, a chk-<n> directory, or any directory holding `_metadata`."""
-    fs, fs_path = url_to_fs(path)
+    fs, fs_path = NO_OPTIONS.resolve(path)
     name = posixpath.basename(fs_path.rstrip("/"))
     if name == METADATA_FILE_NAME or _CHK_DIR.fullmatch(name):
         return True
@@ -114,7 +114,7 @@ def _names_one_checkpoint(path: str) -> bool:
 
 def _find_checkpoints(path: str) -> list[_Found]:
     """Completed checkpoints of the job directory `path`, or of every job directory in it."""
-    fs, fs_path = url_to_fs(path)
+    fs, fs_path = NO_OPTIONS.resolve(path)
     if not fs.isdir(fs_path):
         what = "is not a directory" if fs.exists(fs_path) else "does not exist"
         raise CheckpointNotFoundError(f"{path} {what}")

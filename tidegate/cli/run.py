@@ -32,6 +32,8 @@ from tidegate.cli.errors import (
     verbose_option,
 )
 from tidegate.cli.status import JobMonitor, StatusPrinter, cli_logging
+from tidegate.common.configuration import Configuration
+from tidegate.common.filesystems import FileSystems
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
 
@@ -126,14 +128,16 @@ def run_command(
         "restore_fallback": restore_fallback,
         "configuration": configuration or None,
     }
+    # the snapshot to restore is read with the filesystem options given here
+    filesystems = FileSystems.from_configuration(Configuration().add_all(configuration))
     if restore_from is not None and restore_fallback:
         # the job picks the newest intact checkpoint: check only that the path holds some
         with reported(verbose):
-            newest = checkpoint_candidates(restore_from)[0]
+            newest = checkpoint_candidates(restore_from, filesystems)[0]
         overrides["restore_path"] = restore_from
         printer.line(f"restoring from {newest}, or an older checkpoint if it is damaged")
     elif restore_from is not None:
-        directory, metadata = _check_restore_path(restore_from, verbose)
+        directory, metadata = _check_restore_path(restore_from, filesystems, verbose)
         overrides["restore_path"] = directory
         kind = "savepoint" if metadata.is_savepoint else "checkpoint"
         printer.line(f"restoring from {kind} {metadata.checkpoint_id} in {directory}")
@@ -163,11 +167,13 @@ def _check_script(path: str) -> str:
     return os.path.abspath(path)
 
 
-def _check_restore_path(path: str, verbose: bool) -> tuple[str, CheckpointMetadata]:
+def _check_restore_path(
+    path: str, filesystems: FileSystems, verbose: bool
+) -> tuple[str, CheckpointMetadata]:
     """The checkpoint directory `path` names, and its validated metadata."""
     with reported(verbose):
-        directory = resolve_checkpoint_path(path)
-        return directory, read_metadata(directory)
+        directory = resolve_checkpoint_path(path, filesystems)
+        return directory, read_metadata(directory, filesystems)
 
 
 @contextlib.contextmanager

@@ -61,9 +61,21 @@ ROCKSDB_WRITEBUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
 ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
 #: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
+#: filesystem options (common/filesystems.py): Flink's S3 keys, mapped to s3fs's options, and
+#: `fs.<protocol>.<option>`, passed as fsspec storage option `<option>` for that protocol
+S3_ENDPOINT = "s3.endpoint"
+S3_ACCESS_KEY = "s3.access-key"
+S3_SECRET_KEY = "s3.secret-key"
+S3_PATH_STYLE_ACCESS = "s3.path.style.access"
+FS_OPTION_PREFIX = "fs."
 #: how often sources (and assign_timestamps_and_watermarks) ask their watermark generator for a
 #: periodic watermark: milliseconds ("200") or a duration ("200 ms", "1 s"); 0 disables
 #: periodic watermarks. Default 200 ms (Flink's key and default)
+
+#: keys (and storage options) holding one of these are secrets: never shown (Flink's rule)
+_SENSITIVE = ("password", "secret", "token", "key", "credential", "connection_string")
+#: what is shown instead of a secret's value
+HIDDEN = "******"
 
 _DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "h": 3_600_000}
 
@@ -132,4 +144,15 @@ class Configuration:
         return int(number) * _DURATION_UNITS[unit]
 
     def __repr__(self) -> str:
-        return f"Configuration({self._data!r})"
+        return f"Configuration({redacted(self._data)!r})"
+
+
+def is_sensitive(key: str) -> bool:
+    """Whether the value of configuration key (or storage option) `key` is a secret."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SENSITIVE)
+
+
+def redacted(entries: dict[str, str]) -> dict[str, str]:
+    """`entries` with the values of sensitive keys replaced by HIDDEN, for showing."""
+    return {k: HIDDEN if is_sensitive(k) else v for k, v in entries.items()}

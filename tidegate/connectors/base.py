@@ -7,12 +7,18 @@ operator list state, so they are checkpointed, restored exactly, and redistribut
 Sinks follow Flink's two-phase-commit Sink V2 shape: a writer pre-commits at each checkpoint
 (returning *committables*), and a committer makes them visible only when the checkpoint is
 complete.
+
+Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
+job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
+must see as one storage, which each attempt checks).
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Any, Protocol, runtime_checkable
+
+from tidegate.common.filesystems import FileSystems
 
 
 class Boundedness(enum.Enum):
@@ -122,6 +128,46 @@ class TypedSink(Protocol):
         declared TypeInformation (None if undeclared or a union of different types); returns
         the sink to run (a new one: the sink given may be shared by several streams)."""
         ...
+
+
+@runtime_checkable
+class UsesFileSystems(Protocol):
+    """A source or sink that opens paths or URLs through fsspec."""
+
+    def with_filesystems(self, filesystems: FileSystems) -> Any:
+        """Called once when the job is submitted, on the driver, with the job's filesystem
+        options (the `s3.*` and `fs.<protocol>.<option>` configuration keys, as fsspec storage
+        options by protocol). Returns the connector the job runs, which opens every path with
+        `filesystems` (`resolve` or `open`): it is pickled into the job, so the options reach
+        every host. May check its paths (that inputs exist) and raise an error naming them:
+        the job is then not started."""
+        ...
+
+
+@runtime_checkable
+class SharedPathSink(Protocol):
+    """A sink whose writers and committers, running on the executors, write to paths that the
+    driver and every host must see as one storage (a shared filesystem or object store)."""
+
+    def shared_paths(self) -> tuple[str, ...]:
+        """The directories (paths or URLs) this sink writes into, created if missing.
+
+        Called on the driver at every attempt, before the slots start (after
+        `with_filesystems`): the driver writes a hidden check file `.storage-check-<token>`
+        into each (with the job's filesystem options) and deletes it when the next attempt
+        starts and when the job ends. Every slot that hosts a subtask of this sink reads it
+        before calling `recover` or `create_writer`; a slot that does not find it fails the job
+        at once, without restarts (StorageNotSharedError naming its host and the path). So the
+        sink and the readers of its output must ignore files whose names start with '.'."""
+        ...
+
+
+def bind_filesystems(connector: Any, filesystems: FileSystems) -> Any:
+    """The connector a job runs: `connector.with_filesystems(filesystems)` if it opens files,
+    else the connector itself."""
+    if isinstance(connector, UsesFileSystems):
+        return connector.with_filesystems(filesystems)
+    return connector
 
 
 def writer_subtask(writer_index: int, parallelism: int) -> int:

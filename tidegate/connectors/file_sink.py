@@ -9,7 +9,10 @@ whose names do not start with '.', so a plain glob reads it:
 3. Pre-commit (`prepare_commit`): every open part file is flushed, fsync'd and closed; the
    committables `(in-progress path, final path)` of all pending files are returned.
 4. Commit (once the checkpoint completed): rename each in-progress file to its final name
-   `<base>/<bucket>/<prefix>-<subtask>-<attempt>-<counter><suffix>`; idempotent.
+   `<base>/<bucket>/<prefix>-<subtask>-<attempt>-<counter><suffix>`; idempotent. On object
+   stores a rename is a copy then a delete: the copy creates the final object whole, so a
+   reader sees all of it or nothing, and a commit interrupted between the two (both files
+   exist) copies again and deletes.
 5. Recover (before a restarted writer starts): delete the in-progress files of earlier
    attempts not referenced by the restored checkpoint (the job re-produces them), of the
    writer indexes this subtask takes over (its own; after a scale-down also vanished ones).
@@ -31,9 +34,9 @@ from typing import IO, Any
 from zoneinfo import ZoneInfo
 
 from fsspec import AbstractFileSystem
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.common.serialization import Encoder
 from tidegate.common.typeinfo import TypeInformation
 from tidegate.connectors.base import writer_subtask
@@ -220,13 +223,15 @@ def _fsync_dir(fs: AbstractFileSystem, directory: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class FileSink:
-    """Writes `encoder`-encoded records into part files under `base_path`, exactly once."""
+    """Writes `encoder`-encoded records into part files under `base_path`, exactly once,
+    opening it with the job's `filesystems` options (set when the job is submitted)."""
 
     base_path: str
     encoder: Encoder
     output_file_config: OutputFileConfig = OutputFileConfig()
     bucket_assigner: BucketAssigner = field(default_factory=DateTimeBucketAssigner)
     rolling_policy: RollingPolicy = field(default_factory=RollingPolicy.default_rolling_policy)
+    filesystems: FileSystems = NO_OPTIONS
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
@@ -241,7 +246,16 @@ class FileSink:
         return replace(self, encoder=self.encoder.for_type(type_info))
 
     def create_committer(self) -> FileSinkCommitter:
-        return FileSinkCommitter(self.base_path)
+        return FileSinkCommitter(self.base_path, self.filesystems)
+
+    def with_filesystems(self, filesystems: FileSystems) -> FileSink:
+        """This sink writing with the job's filesystem options (connectors/base.py)."""
+        return replace(self, filesystems=filesystems)
+
+    def shared_paths(self) -> tuple[str, ...]:
+        """The base path: writers and committers on every host write under it, and the
+        output is the files whose names do not start with '.' (connectors/base.py)."""
+        return (self.base_path,)
 
     def in_progress_pattern(self, subtask_index: int | None = None) -> re.Pattern[str]:
         """Matches the names of in-progress files of one subtask index (None: of any), any
@@ -263,7 +277,7 @@ class FileSink:
         (`Sink`), so no other subtask deletes or renames these files meanwhile; after a
         scale-down, the leftovers of the indexes that no longer exist are cleaned up too.
         """
-        fs, base = url_to_fs(self.base_path)
+        fs, base = self.filesystems.resolve(self.base_path)
         if not fs.isdir(base):
             return
         keep = {posixpath.normpath(c.in_progress_path) for c in restored}
@@ -326,7 +340,7 @@ class FileSinkWriter:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._sink = sink
-        self._fs, self._base = url_to_fs(sink.base_path)
+        self._fs, self._base = sink.filesystems.resolve(sink.base_path)
         self._subtask = subtask_index
         self._attempt = attempt
         self._clock = clock
@@ -419,13 +433,14 @@ class FileSinkWriter:
 class FileSinkCommitter:
     """Step 4: rename pending in-progress files to their final names, idempotently."""
 
-    def __init__(self, base_path: str) -> None:
+    def __init__(self, base_path: str, filesystems: FileSystems = NO_OPTIONS) -> None:
         self.base_path = base_path  # names the filesystem that committables' paths are on
+        self.filesystems = filesystems
 
     def commit(self, committables: list[FileSinkCommittable]) -> None:
         if not committables:
             return
-        fs, _ = url_to_fs(self.base_path)
+        fs, _ = self.filesystems.resolve(self.base_path)
         renamed_in: set[str] = set()
         for c in committables:
             match commit_action(fs.exists(c.in_progress_path), fs.exists(c.final_path)):

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import IO
 
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.connectors.base import Boundedness
 
 __all__ = [
@@ -96,9 +96,9 @@ def _is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def _enumerate_files(path: str) -> list[str]:
+def _enumerate_files(path: str, filesystems: FileSystems) -> list[str]:
     """The files under `path` (itself if it is a file), sorted; hidden entries below it skipped."""
-    fs, root = url_to_fs(path)
+    fs, root = filesystems.resolve(path)
     if not fs.exists(root):
         raise FileNotFoundError(f"file source path does not exist: {path}")
     if not fs.isdir(root):
@@ -120,16 +120,32 @@ class FileSource:
     Each path is a file or a directory (enumerated recursively in sorted order, skipping files
     and directories whose names start with '.' or '_', as Flink's default file filter does;
     paths given explicitly are always read). One split per file; readers read their files in
-    split order. Paths are fsspec URLs or local paths.
+    split order. Paths are fsspec URLs or local paths, opened with the job's `filesystems`
+    options (set when the job is submitted, which checks that every path exists).
     """
 
     boundedness = Boundedness.BOUNDED
 
-    def __init__(self, stream_format: TextLineFormat, paths: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        stream_format: TextLineFormat,
+        paths: tuple[str, ...],
+        filesystems: FileSystems = NO_OPTIONS,
+    ) -> None:
         if not paths:
             raise ValueError("a FileSource needs at least one path")
         self.stream_format = stream_format
         self.paths = tuple(str(p) for p in paths)
+        self.filesystems = filesystems
+
+    def with_filesystems(self, filesystems: FileSystems) -> FileSource:
+        """This source reading with the job's filesystem options (connectors/base.py); raises
+        FileNotFoundError naming a path that does not exist."""
+        for path in self.paths:
+            fs, root = filesystems.resolve(path)
+            if not fs.exists(root):
+                raise FileNotFoundError(f"file source path does not exist: {path}")
+        return FileSource(self.stream_format, self.paths, filesystems)
 
     @staticmethod
     def for_record_stream_format(stream_format: TextLineFormat, *paths: str) -> FileSourceBuilder:
@@ -138,13 +154,13 @@ class FileSource:
     def create_splits(self, parallelism: int) -> list[FileSourceSplit]:
         seen: dict[str, None] = {}
         for path in self.paths:
-            seen.update(dict.fromkeys(_enumerate_files(path)))
+            seen.update(dict.fromkeys(_enumerate_files(path, self.filesystems)))
         return [FileSourceSplit(str(i), file) for i, file in enumerate(seen)]
 
     def create_reader(
         self, splits: list[FileSourceSplit], subtask_index: int, parallelism: int
     ) -> FileSourceReader:
-        return FileSourceReader(self.stream_format, splits)
+        return FileSourceReader(self.stream_format, splits, self.filesystems)
 
     def __repr__(self) -> str:
         return f"FileSource({self.stream_format!r}, paths={list(self.paths)!r})"
@@ -162,25 +178,28 @@ class FileSourceBuilder:
         return self
 
     def build(self) -> FileSource:
-        """Check every path exists (FileNotFoundError naming it otherwise) and build."""
-        for path in self._paths:
-            fs, root = url_to_fs(str(path))
-            if not fs.exists(root):
-                raise FileNotFoundError(f"file source path does not exist: {path}")
+        """The source; its paths are checked when the job is submitted, with the job's
+        filesystem options."""
         return FileSource(self._stream_format, self._paths)
 
 
 class FileSourceReader:
     """Reads its files one after another from their split offsets."""
 
-    def __init__(self, stream_format: TextLineFormat, splits: list[FileSourceSplit]) -> None:
+    def __init__(
+        self,
+        stream_format: TextLineFormat,
+        splits: list[FileSourceSplit],
+        filesystems: FileSystems = NO_OPTIONS,
+    ) -> None:
         self._format = stream_format
+        self._filesystems = filesystems
         self._splits = deque(splits)
         self._stream: IO[bytes] | None = None
 
     def _open_current(self) -> IO[bytes]:
         split = self._splits[0]
-        fs, path = url_to_fs(split.path)
+        fs, path = self._filesystems.resolve(split.path)
         try:  # the builtin open() skips a wrapper layer on local files
             stream = open(path, "rb") if isinstance(fs, LocalFileSystem) else fs.open(path, "rb")  # noqa: SIM115
         except FileNotFoundError:

@@ -13,9 +13,9 @@ limit) cancels a job that still runs and deletes the directory.
 from __future__ import annotations
 
 import base64
-import os
+import contextlib
 import pickle
-import shutil
+import posixpath
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,7 +45,8 @@ class CloseableIterator:
 
     def __init__(self, client: JobClient, directory: str, limit: int | None = None) -> None:
         self._client = client
-        self._directory = directory
+        # the job's checkpoint storage, with its filesystem options
+        self._fs, self._directory = client.jobmaster.spec.filesystems.resolve(directory)
         self._limit = limit
         self._seen: set[str] = set()
         self._records = self._read()
@@ -72,7 +73,8 @@ class CloseableIterator:
                 raise TimeoutError(
                     f"the collecting job did not stop within {CANCEL_TIMEOUT_S}s of its cancel"
                 )
-        shutil.rmtree(self._directory, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm(self._directory, recursive=True)
 
     def _read(self) -> Iterator[Any]:
         returned = 0
@@ -93,13 +95,14 @@ class CloseableIterator:
 
     def _new_records(self) -> Iterator[Any]:
         """The records of committed part files not read yet (hidden files are in progress)."""
-        if not os.path.isdir(self._directory):
+        if not self._fs.isdir(self._directory):
             return
-        for name in sorted(os.listdir(self._directory)):
+        names = (posixpath.basename(p) for p in self._fs.ls(self._directory, detail=False))
+        for name in sorted(names):
             if name.startswith(".") or name in self._seen:
                 continue
             self._seen.add(name)
-            with open(os.path.join(self._directory, name), "rb") as f:
+            with self._fs.open(posixpath.join(self._directory, name), "rb") as f:
                 for line in f:
                     yield pickle.loads(base64.b64decode(line))
 
@@ -112,8 +115,8 @@ def execute_and_collect(
     if limit is not None and int(limit) < 1:
         raise ValueError(f"limit must be >= 1 or None, got {limit}")
     env = stream._env
-    base = env._checkpoint_settings().storage  # shared by every worker on a cluster
-    directory = os.path.join(str(base), f"collect-{uuid.uuid4().hex[:12]}")
+    base = str(env._checkpoint_settings().storage)  # shared by every worker on a cluster
+    directory = f"{base.rstrip('/')}/collect-{uuid.uuid4().hex[:12]}"
     sink = (
         FileSink.for_row_format(directory, Encoder(_encode))
         .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())

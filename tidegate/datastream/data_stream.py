@@ -145,9 +145,11 @@ class DataStream:
         inputs=None,
         input_indices: tuple[int, ...] = (),
         output_type: TypeInformation | None = None,
+        connector: Any = None,
     ) -> DataStream:
         """The output of a new operator reading `inputs` (default: this stream) that emits
-        records of `output_type` (None: undeclared). The modules of the other stream types
+        records of `output_type` (None: undeclared); a sink's `connector` is handed to
+        `make_operator` when the job is built. The modules of the other stream types
         (connected, broadcast, windowed ...) add their operators through this method of a
         stream they hold, so that they never import this module."""
         t = self._env._stream_graph.add(
@@ -158,6 +160,7 @@ class DataStream:
             keyed=keyed,
             input_indices=input_indices,
             output_type=output_type,
+            connector=connector,
         )
         return DataStream(self._env, [(t, None)])
 
@@ -295,7 +298,7 @@ class DataStream:
         if isinstance(sink, TypedSink):
             types = {t.output_type for t, _ in self._inputs}
             sink = sink.for_input_type(types.pop() if len(types) == 1 else None)
-        t = self._add("sink", f"Sink: {type(sink).__name__}", partial(SinkOperator, sink))
+        t = self._add("sink", f"Sink: {type(sink).__name__}", SinkOperator, connector=sink)
         return DataStreamSink(t)
 
     def execute_and_collect(
@@ -321,7 +324,7 @@ class DataStream:
             )
         declared_by = self._inputs[0][0].name
         sink = PrintSink(sink_identifier, type_info=self._declared_type(), declared_by=declared_by)
-        t = self._add("sink", "Sink: Print to Std. Out", partial(SinkOperator, sink))
+        t = self._add("sink", "Sink: Print to Std. Out", SinkOperator, connector=sink)
         return DataStreamSink(t)
 
 

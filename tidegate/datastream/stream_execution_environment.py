@@ -43,6 +43,7 @@ from tidegate.common.execution_config import (
     auto_watermark_interval,
     job_parameters,
 )
+from tidegate.common.filesystems import FileSystems
 from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.common.type_format import RecordTypeError, converter
@@ -254,14 +255,17 @@ class StreamExecutionEnvironment:
                 f"DataGeneratorSource, ...), got {type(source).__name__}"
             )
         strategy = check_strategy(watermark_strategy, at_source=True)
-        make_operator = partial(SourceOperator, source)
+        make_operator = SourceOperator
         if strategy is not None:
             interval = partial(auto_watermark_interval, self._config)  # read at submission
-            make_operator = partial(SourceOperator, source, strategy, interval)
+            make_operator = partial(
+                SourceOperator, watermark_strategy=strategy, watermark_interval_ms=interval
+            )
         t = self._stream_graph.add(
             kind="source",
             name=f"Source: {source_name}",
             make_operator=make_operator,
+            connector=source,
             is_source=True,
             bounded=source.boundedness is Boundedness.BOUNDED,
             output_type=as_type_info(type_info, "from_source(type_info=...)"),
@@ -291,7 +295,10 @@ class StreamExecutionEnvironment:
             self.configure(Configuration().add_all(overrides["configuration"]))
         parallelism = overrides.get("parallelism") or self._parallelism
         name = job_name or DEFAULT_JOB_NAME
-        graph = build_job_graph(self._stream_graph, name, parallelism, self._max_parallelism)
+        filesystems = FileSystems.from_configuration(self._config)
+        graph = build_job_graph(
+            self._stream_graph, name, parallelism, self._max_parallelism, filesystems
+        )
         if not self.get_config().has_auto_generated_uids_enabled():
             _check_uids(graph)
         graph = replace(graph, job_parameters=job_parameters(self._config))
@@ -311,6 +318,7 @@ class StreamExecutionEnvironment:
             advertised_host=cfg.get_string(ADVERTISED_HOST),
             checkpoint_history_size=cfg.get_integer(CHECKPOINTS_HISTORY, 10),
             configuration=cfg.to_dict(),
+            filesystems=filesystems,
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.deploy.python_deps import PythonDependencies
 from tidegate.runtime.plan import JobGraph
 
@@ -103,8 +104,12 @@ class JobSpec:
     advertised_host: str | None = None
     #: checkpoints kept in the statistics' history (`web.checkpoints.history`)
     checkpoint_history_size: int = 10
-    #: the job's configuration keys, as given (shown by the REST API)
-    configuration: dict[str, str] = field(default_factory=dict, compare=False)
+    #: the job's configuration keys, as given (shown by the REST API, secrets hidden; not in
+    #: the repr, which would show them)
+    configuration: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: fsspec storage options by protocol (`s3.*`, `fs.<protocol>.<option>` keys): for the
+    #: checkpoint storage, savepoints and restores, on the driver and in every slot
+    filesystems: FileSystems = NO_OPTIONS
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64

@@ -34,6 +34,7 @@ from tidegate.checkpoint.savepoints import (
 )
 from tidegate.checkpoint.scheduling import ThreadScheduler
 from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
+from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.common.job_status import JobStatus
@@ -57,6 +58,7 @@ from tidegate.deploy.snapshot_requests import (
     SnapshotKind,
     SnapshotRequest,
 )
+from tidegate.deploy.storage_checks import remove_checks, write_attempt_checks
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.failures import JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics
@@ -133,7 +135,7 @@ class JobMaster:
         self.output = SlotOutputPrinter()
         self.secret = secrets.token_bytes(32)
         base = spec.checkpoint.storage
-        self.storage = CheckpointStorage(base, self.job_id)
+        self.storage = CheckpointStorage(base, self.job_id, spec.filesystems)
         #: reference counts of the shared files of incremental checkpoints
         self.shared_registry = SharedStateRegistry()
         self.store = CompletedCheckpointStore(spec.checkpoint.max_retained, self.shared_registry)
@@ -166,6 +168,8 @@ class JobMaster:
         self._restart_freely = False
         self._requests_closed = False
         self._request_lock = threading.Lock()
+        #: the current attempt's proof that every host sees the storage (storage_checks.py)
+        self._storage_checks: tuple[StorageCheck, ...] = ()
 
     # public ---------------------------------------------------------------------------------
     @property
@@ -321,7 +325,9 @@ class JobMaster:
         path = self.spec.restore_path
         if path is None:
             return None
-        self._initial_candidates = [RestoreCandidate(d) for d in checkpoint_candidates(path)]
+        self._initial_candidates = [
+            RestoreCandidate(d) for d in checkpoint_candidates(path, self.spec.filesystems)
+        ]
         metadata, directory = self._choose_restore(self._initial_candidates)
         self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
         warn_generated_uids(self.spec.graph, metadata.operators, f"restoring {directory}")
@@ -331,7 +337,9 @@ class JobMaster:
             self._claimed.add(directory)
             if metadata.is_incremental:
                 # its shared files that snapshots beside it use are never deleted
-                pin_retained_snapshots(self.shared_registry, directory, self._claimed)
+                pin_retained_snapshots(
+                    self.shared_registry, directory, self._claimed, self.spec.filesystems
+                )
         return metadata, directory
 
     def _restore_after_failure(self, previous: Restore | None) -> Restore | None:
@@ -353,7 +361,10 @@ class JobMaster:
         uids = {op.uid for v in self.spec.graph.vertices.values() for op in v.operators}
         try:
             return choose_checkpoint(
-                candidates, uids=uids, allow_fallback=self.spec.restore_fallback
+                candidates,
+                uids=uids,
+                allow_fallback=self.spec.restore_fallback,
+                filesystems=self.spec.filesystems,
             )
         except (CheckpointIntegrityError, CheckpointNotFoundError) as e:
             self._keep_checkpoints = True
@@ -394,8 +405,13 @@ class JobMaster:
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         graph, plan, restored_id = self._plan_restore(restore)
-        token = self.storage.write_storage_token()  # each slot proves it sees the storage
-        deployment = self._deployment(graph, plan, restored_id, token)
+        # each slot proves it sees the checkpoint storage and the paths of its sinks
+        previous, self._storage_checks = (
+            self._storage_checks,
+            write_attempt_checks(self.storage, graph),
+        )
+        remove_checks(previous, self.storage)
+        deployment = self._deployment(graph, plan, restored_id)
         payload = runners.pack_deployment(deployment, self.spec.python)
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
@@ -430,7 +446,12 @@ class JobMaster:
         metadata, directory = restore
         owned = any(cp.path == directory for cp in self.store.all())
         plan, max_p = plan_restore(
-            graph, metadata, directory, self.spec.allow_non_restored_state, reuse_shared_files=owned
+            graph,
+            metadata,
+            directory,
+            self.spec.allow_non_restored_state,
+            reuse_shared_files=owned,
+            filesystems=self.spec.filesystems,
         )
         self.stats.checkpoints.report_restored(
             metadata.checkpoint_id,
@@ -441,7 +462,7 @@ class JobMaster:
         return dataclasses.replace(graph, max_parallelism=max_p), plan, metadata.checkpoint_id
 
     def _deployment(
-        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None, storage_token: str
+        self, graph: JobGraph, plan: RestorePlan, restored_id: int | None
     ) -> Deployment:
         """What every slot of this attempt is sent: the graph, the job's settings, its state."""
         return Deployment(
@@ -452,6 +473,7 @@ class JobMaster:
             driver_address=advertised_address(self.server.address, self.network.advertised_host),
             bind_host=self.network.slot_bind,
             checkpoint_base=self.spec.checkpoint.storage,
+            filesystems=self.spec.filesystems,
             exactly_once=self.spec.checkpoint.exactly_once,
             batch_size=self.spec.batch_size,
             buffer_timeout_ms=self.spec.buffer_timeout_ms,
@@ -463,7 +485,7 @@ class JobMaster:
             local_recovery_dir=self.spec.local_recovery_dir,
             state_backend=self.spec.state_backend,
             log_level=logging.getLogger().getEffectiveLevel(),
-            storage_token=storage_token,
+            storage_checks=self._storage_checks,
             heartbeat_timeout_s=self.spec.heartbeat_timeout_ms / 1000,
         )
 
@@ -505,7 +527,7 @@ class JobMaster:
             self.storage.discard_checkpoint_dir(path)
         else:
             self.storage.check_fence(f"delete {path}")  # a fenced driver deletes nothing
-            discard_snapshot_dir(path)
+            discard_snapshot_dir(path, self.spec.filesystems)
 
     def _shutdown(self) -> None:
         with self._request_lock:
@@ -520,6 +542,7 @@ class JobMaster:
         self.scheduler.shutdown()
         if self.server is not None:
             self.server.close()
+        remove_checks(self._storage_checks, self.storage)
         retention = self.spec.checkpoint.retention
         keep = {
             JobStatus.FINISHED: False,

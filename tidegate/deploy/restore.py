@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.assignment import (
     assign_operator_state,
     check_max_parallelism,
@@ -17,6 +15,7 @@ from tidegate.checkpoint.errors import CheckpointError, MissingCheckpointFileErr
 from tidegate.checkpoint.metadata import (
     CheckpointMetadata,
 )
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.plan import JobGraph
 from tidegate.runtime.restore import (
     CHANNEL_STATE_KEY,
@@ -49,9 +48,11 @@ def plan_restore(
     allow_non_restored_state: bool = False,
     *,
     reuse_shared_files: bool = False,
+    filesystems: FileSystems = NO_OPTIONS,
 ) -> tuple[RestorePlan, int]:
     """Assign the snapshot's state to the subtasks of `graph` (any parallelism); also
-    returns the max parallelism to run with (the snapshot's: key groups are fixed).
+    returns the max parallelism to run with (the snapshot's: key groups are fixed). Operator
+    state is read here, with the job's `filesystems` options.
 
     State is matched by operator uid. State of a uid the job does not have fails the restore,
     unless `allow_non_restored_state`: then it is dropped with a warning. Incremental keyed
@@ -74,7 +75,7 @@ def plan_restore(
         ]
         operator_states: list[dict[str, Any]] = [{} for _ in range(entry.parallelism)]
         for index, h in entry.subtasks.items():
-            operator_states[index] = _read_operator_state(directory, h)
+            operator_states[index] = _read_operator_state(directory, h, filesystems)
         per_subtask = assign_operator_state(operator_states, vertex.parallelism)
         for i in range(vertex.parallelism):
             handles = tuple(
@@ -213,12 +214,14 @@ def _plan_channel_state(
     return plan
 
 
-def _read_operator_state(directory: str, handle: StateHandle) -> dict[str, Any]:
+def _read_operator_state(
+    directory: str, handle: StateHandle, filesystems: FileSystems
+) -> dict[str, Any]:
     if handle.index.operator_offset is None:
         return {}
     path = f"{directory}/{handle.file}"
     try:
-        with fsspec.open(path, "rb") as f:
+        with filesystems.open(path) as f:
             return read_operator_state(f, handle.index)
     except FileNotFoundError:
         raise MissingCheckpointFileError(

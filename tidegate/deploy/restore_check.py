@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.verification import verify_checkpoint
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.deploy.restore import plan_restore
 from tidegate.deploy.state_probe import DeclaredState, probe_declared_state
 from tidegate.runtime.connector_operators import SinkOperator
@@ -89,8 +88,10 @@ def check_restore(
     *,
     allow_non_restored_state: bool = False,
     verify: bool = False,
+    filesystems: FileSystems = NO_OPTIONS,
 ) -> RestoreReport:
-    """What restoring `graph` from the snapshot in `directory` (with `metadata`) would do."""
+    """What restoring `graph` from the snapshot in `directory` (with `metadata`) would do,
+    reading the snapshot with the job's `filesystems` options."""
     report = RestoreReport(
         directory,
         metadata.checkpoint_id,
@@ -99,9 +100,11 @@ def check_restore(
         graph.max_parallelism if graph.max_parallelism_configured else None,
     )
     # Step 1: the whole plan, as the JobMaster makes it (the authoritative verdict)
-    max_p = _plan(graph, metadata, directory, allow_non_restored_state, report.problems)
+    max_p = _plan(
+        graph, metadata, directory, allow_non_restored_state, report.problems, filesystems
+    )
     # Step 2: what the snapshot holds, and what the job's functions declare
-    snapshot = _SnapshotStates.read(metadata, directory)
+    snapshot = _SnapshotStates.read(metadata, directory, filesystems)
     kinds, modes = snapshot.kinds, snapshot.modes
     # (a refused max parallelism: probe with the job's own, which fits its parallelism)
     declared = probe_declared_state(graph, max_p or graph.max_parallelism, kinds, modes)
@@ -110,7 +113,7 @@ def check_restore(
     for uid, (vertex, op) in graph_uids.items():
         item = OperatorReport(uid, op.name, NEW, new_parallelism=vertex.parallelism)
         if uid in metadata.operators or uid in metadata.channel_state:
-            _restored(item, graph, metadata, directory, snapshot)
+            _restored(item, graph, metadata, directory, snapshot, filesystems)
         _add_declared(item, declared[uid])
         if op.uid_generated and item.status != NEW:
             item.warnings.append(
@@ -130,7 +133,7 @@ def check_restore(
             report.operators.append(item)
     # Step 4: the files themselves
     if verify:
-        _verify(report, metadata, directory)
+        _verify(report, metadata, directory, filesystems)
     for item in report.operators:
         if item.status == REFUSED:
             new = [r for r in item.reasons if r not in report.problems]
@@ -140,11 +143,16 @@ def check_restore(
 
 
 def _plan(
-    graph: JobGraph, metadata: CheckpointMetadata, directory: str, allow: bool, problems: list[str]
+    graph: JobGraph,
+    metadata: CheckpointMetadata,
+    directory: str,
+    allow: bool,
+    problems: list[str],
+    filesystems: FileSystems,
 ) -> int | None:
     """The max parallelism the restore runs with, or None (and why in `problems`)."""
     try:
-        return plan_restore(graph, metadata, directory, allow)[1]
+        return plan_restore(graph, metadata, directory, allow, filesystems=filesystems)[1]
     except Exception as exc:
         problems.append(_one_line(exc))
         return None
@@ -162,7 +170,9 @@ class _SnapshotStates:
     unreadable: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, metadata: CheckpointMetadata, directory: str) -> _SnapshotStates:
+    def read(
+        cls, metadata: CheckpointMetadata, directory: str, filesystems: FileSystems
+    ) -> _SnapshotStates:
         found = cls()
         for uid, entry in metadata.operators.items():
             key_groups, size = 0, 0
@@ -179,7 +189,7 @@ class _SnapshotStates:
                     key_groups += len(index.key_group_offsets)
                     size += sum(n for _, n in index.key_group_offsets.values())
                     if index.operator_offset is not None:
-                        with fsspec.open(f"{directory}/{handle.file}", "rb") as f:
+                        with filesystems.open(f"{directory}/{handle.file}") as f:
                             states.append(read_operator_state(f, index))
             except Exception as exc:
                 found.unreadable[uid] = _one_line(exc)
@@ -195,6 +205,7 @@ def _restored(
     metadata: CheckpointMetadata,
     directory: str,
     snapshot: _SnapshotStates,
+    filesystems: FileSystems,
 ) -> None:
     """Plan `uid` alone, so a refusal is attributed to it; then how its state is spread."""
     uid = item.uid
@@ -214,7 +225,7 @@ def _restored(
         channel_state={u: e for u, e in metadata.channel_state.items() if u == uid},
     )
     try:
-        plan, _max_p = plan_restore(graph, only, directory, False)
+        plan, _max_p = plan_restore(graph, only, directory, False, filesystems=filesystems)
     except Exception as exc:
         item.status = REFUSED
         item.reasons.append(_one_line(exc))
@@ -304,9 +315,11 @@ def _distribution(item: OperatorReport, plan: dict[tuple[int, int], Any], graph:
         )
 
 
-def _verify(report: RestoreReport, metadata: CheckpointMetadata, directory: str) -> None:
+def _verify(
+    report: RestoreReport, metadata: CheckpointMetadata, directory: str, filesystems: FileSystems
+) -> None:
     uids = {i.uid for i in report.operators if i.status in (RESTORED, REFUSED)}
-    verification = verify_checkpoint(metadata, directory, uids=uids)
+    verification = verify_checkpoint(metadata, directory, uids=uids, filesystems=filesystems)
     for problem in verification.problems:
         item = next(i for i in report.operators if i.uid == problem.artifact.uid)
         item.status = REFUSED

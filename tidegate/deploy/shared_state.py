@@ -15,6 +15,7 @@ from tidegate.checkpoint.storage import (
     read_checkpoint_metadata,
 )
 from tidegate.checkpoint.store import CompletedCheckpoint
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.incremental_handles import shared_dir, state_references
 from tidegate.state.shared_registry import CheckpointReferences, SharedStateRegistry
 
@@ -62,21 +63,21 @@ def check_references(
 
 
 def pin_retained_snapshots(
-    registry: SharedStateRegistry, restored_dir: str, owned: set[str]
+    registry: SharedStateRegistry, restored_dir: str, owned: set[str], filesystems: FileSystems
 ) -> None:
     """Rebuild the registry's view of snapshots beside a restored one (other `chk-<n>` of its
     job directory) that the job does not own: their shared files are never deleted. A snapshot
     whose `_metadata` cannot be read protects its whole shared directory."""
     job_dir = posixpath.dirname(restored_dir.rstrip("/"))
     try:
-        candidates = checkpoint_candidates(job_dir)
+        candidates = checkpoint_candidates(job_dir, filesystems)
     except CheckpointError:
         return
     for directory in candidates:
         if directory in owned:
             continue
         try:
-            metadata = read_checkpoint_metadata(directory)
+            metadata = read_checkpoint_metadata(directory, filesystems)
             registry.pin(metadata.references(directory).paths)
         except (CheckpointError, OSError, KeyError, ValueError) as e:
             log.warning("cannot read %s (%s): no file of %s is deleted", directory, e, job_dir)

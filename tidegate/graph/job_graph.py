@@ -10,7 +10,10 @@ operators and several network edges.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
+from tidegate.connectors.base import bind_filesystems
 from tidegate.graph.stream_graph import StreamGraph, Transformation
 from tidegate.runtime.partitioners import ForwardPartitioner, Partitioner, RebalancePartitioner
 from tidegate.runtime.plan import EdgeSpec, JobGraph, OperatorSpec, VertexSpec
@@ -26,9 +29,11 @@ def build_job_graph(
     job_name: str,
     default_parallelism: int,
     max_parallelism: int | None,
+    filesystems: FileSystems = NO_OPTIONS,
 ) -> JobGraph:
-    """The JobGraph of `stream_graph`; `max_parallelism` None: the default for the highest
-    parallelism. Raises InvalidJobGraphError for a graph that cannot run, saying why."""
+    """The JobGraph of `stream_graph`, its sources and sinks bound to the job's `filesystems`;
+    `max_parallelism` None: the default for the highest parallelism. Raises
+    InvalidJobGraphError for a graph that cannot run, saying why."""
     if not stream_graph.transformations:
         raise InvalidJobGraphError("the job has no operators: add a source and a sink")
     ts = stream_graph.reachable()
@@ -50,7 +55,8 @@ def build_job_graph(
             f"({max_p}) and {UPPER_BOUND_MAX_PARALLELISM}"
         )
     vertices = {
-        vid: _vertex(vid, chain, parallelism, uid_of, wiring) for vid, chain in members.items()
+        vid: _vertex(vid, chain, parallelism, uid_of, wiring, filesystems)
+        for vid, chain in members.items()
     }
     return JobGraph(job_name, vertices, wiring.edges, max_parallelism, configured)
 
@@ -145,17 +151,10 @@ def _vertex(
     parallelism: dict[int, int],
     uid_of: dict[int, str],
     wiring: _Wiring,
+    filesystems: FileSystems,
 ) -> VertexSpec:
     ops = tuple(
-        OperatorSpec(
-            op_id=t.id,
-            uid=uid_of[t.id],
-            name=t.name,
-            factory=t.make_operator,
-            chained_outputs=tuple(wiring.chained_outputs[t.id]),
-            network_outputs=tuple(wiring.network_outputs[t.id]),
-            uid_generated=t.uid is None,
-        )
+        _operator(t, uid_of[t.id], wiring, bind_filesystems(t.connector, filesystems))
         for t in chain
     )
     head = chain[0]
@@ -166,6 +165,19 @@ def _vertex(
         operators=ops,
         input_edges=tuple(wiring.input_edges[vid]),
         is_source=head.is_source,
+    )
+
+
+def _operator(t: Transformation, uid: str, wiring: _Wiring, connector: object) -> OperatorSpec:
+    return OperatorSpec(
+        op_id=t.id,
+        uid=uid,
+        name=t.name,
+        factory=t.make_operator if connector is None else partial(t.make_operator, connector),
+        chained_outputs=tuple(wiring.chained_outputs[t.id]),
+        network_outputs=tuple(wiring.network_outputs[t.id]),
+        uid_generated=t.uid is None,
+        connector=connector,
     )
 
 

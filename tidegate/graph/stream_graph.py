@@ -15,8 +15,9 @@ class Transformation:
     id: int
     kind: str
     name: str
-    #: creates the runtime operator (picklable; holds the user function)
-    make_operator: Callable[[], Any]
+    #: creates the runtime operator (picklable; holds the user function); for a source or
+    #: sink it takes the connector: `make_operator(connector)`
+    make_operator: Callable[..., Any]
     #: (upstream transformation, partitioner or None for the default: forward if the
     #: parallelism matches, else rebalance)
     inputs: list[tuple[Transformation, Partitioner | None]] = field(default_factory=list)
@@ -35,6 +36,9 @@ class Transformation:
     #: the declared type of the records this operator emits (None: none was declared, PyFlink's
     #: PICKLED_BYTE_ARRAY); it decides how print() writes them
     output_type: TypeInformation | None = None
+    #: a source's or sink's connector; the job graph binds it to the job's filesystems
+    #: (connectors/base.py `UsesFileSystems`) before it is handed to `make_operator`
+    connector: Any = None
 
     def describe(self) -> str:
         return f"{self.name} (uid {self.uid or 'auto'})"

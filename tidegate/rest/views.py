@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tidegate.common.configuration import redacted
 from tidegate.common.job_status import JobStatus
 from tidegate.metrics.checkpoint_stats import details_json
 from tidegate.runtime.plan import JobGraph
@@ -157,7 +158,8 @@ def checkpoint_config_json(jm: Any) -> dict[str, Any]:
 
 
 def config_json(jm: Any) -> dict[str, Any]:
-    """`/jobs/:id/config`: the job's execution settings and configuration keys."""
+    """`/jobs/:id/config`: the job's execution settings and configuration keys (the values of
+    secrets hidden)."""
     spec, graph = jm.spec, jm.spec.graph
     strategy = spec.restart_strategy
     return {
@@ -174,7 +176,7 @@ def config_json(jm: Any) -> dict[str, Any]:
             "buffer-timeout": spec.buffer_timeout_ms,
             "queue-capacity": spec.queue_capacity,
             "restore-path": spec.restore_path,
-            "user-config": dict(spec.configuration),
+            "user-config": redacted(spec.configuration),
         },
     }
 

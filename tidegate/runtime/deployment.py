@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.checkpoint.shared_storage import StorageCheck
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.plan import JobGraph
 
 
@@ -18,6 +20,8 @@ class Deployment:
     driver_address: tuple[str, int]
     bind_host: str
     checkpoint_base: str
+    #: the job's filesystem options (checkpoint storage, restored state)
+    filesystems: FileSystems = NO_OPTIONS
     exactly_once: bool = True
     batch_size: int = 512
     buffer_timeout_ms: int = 10
@@ -36,9 +40,9 @@ class Deployment:
     state_backend: Any = None
     #: the driver's root log level: slot `logging` records from this level up reach the driver
     log_level: int = logging.WARNING
-    #: the token the driver wrote into the job directory for this attempt: every slot checks
-    #: that it reads it there (the checkpoint storage is shared); None: not checked
-    storage_token: str | None = None
+    #: the check files the driver wrote for this attempt (checkpoint/shared_storage.py): each
+    #: slot reads those of the directories it uses before it writes anything
+    storage_checks: tuple[StorageCheck, ...] = ()
     #: a connection whose peer stays silent this long fails (runtime/connect.py): a slot cut
     #: off from its driver ends on its own; the job's heartbeat timeout
     heartbeat_timeout_s: float = 50.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.context import (
     InitializationContext,
     ProcessContext,
@@ -48,6 +49,8 @@ class OperatorRuntime:
     mailbox: Any = None
     #: the job's global parameters (`get_job_parameter`)
     job_parameters: dict[str, str] = field(default_factory=dict)
+    #: the job's filesystem options: restored state is read with them
+    filesystems: FileSystems = NO_OPTIONS
 
 
 @dataclass
@@ -119,7 +122,7 @@ class StreamOperator:
         if restored is not None:
             if self.keyed_backend is not None:
                 self.restored_files = restored.restore_keyed(
-                    self.keyed_backend, runtime.local_state
+                    self.keyed_backend, runtime.local_state, runtime.filesystems
                 )
             self.operator_state.restore(restored.operator_state)
             self.current_watermark = restore_watermark(

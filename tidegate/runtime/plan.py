@@ -25,6 +25,9 @@ class OperatorSpec:
     network_outputs: tuple[int, ...] = ()
     #: the uid was derived from the operator's position (`<kind>-<n>`), not set with `.uid()`
     uid_generated: bool = False
+    #: the source or sink the operator runs (bound to the job's filesystems; in the factory
+    #: too), so the driver can ask it things (connectors/base.py); None for other operators
+    connector: Any = None
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import fsspec
-
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.channel_state import read_channel_state
 from tidegate.state.local_incremental import with_local_copies
 from tidegate.state.local_recovery import LocalStateStore
@@ -37,9 +36,11 @@ class KeyedStateHandle:
         local_path = local.find(self.path, self.size, self.checksum) if local else None
         return (local_path, True) if local_path else (self.path, False)
 
-    def read(self, path: str) -> Iterator[tuple[int, KeyGroupData]]:
+    def read(
+        self, path: str, filesystems: FileSystems = NO_OPTIONS
+    ) -> Iterator[tuple[int, KeyGroupData]]:
         """The key groups this handle contributes, from `path` (see `source`)."""
-        with fsspec.open(path, "rb") as f:
+        with filesystems.open(path) as f:
             yield from read_key_groups(f, self.index, self.key_groups)
 
 
@@ -49,15 +50,22 @@ class RestoredOperatorState:
     #: operator state of this subtask, already redistributed: name -> (mode, entries)
     operator_state: dict[str, Any] = field(default_factory=dict)
 
-    def restore_keyed(self, backend: Any, local: LocalStateStore | None = None) -> tuple[int, int]:
-        """Load the keyed state into `backend`; returns (files read locally, remotely): state
-        files, and each SST and private file of incremental rocksdb handles.
+    def restore_keyed(
+        self,
+        backend: Any,
+        local: LocalStateStore | None = None,
+        filesystems: FileSystems = NO_OPTIONS,
+    ) -> tuple[int, int]:
+        """Load the keyed state into `backend`, reading the checkpoint storage with the job's
+        `filesystems` options; returns (files read locally, remotely): state files, and each
+        SST and private file of incremental rocksdb handles.
 
         A rescaled subtask reads parts of several old subtasks' files: they are downloaded in
         parallel (I/O overlaps) and loaded one after another in the planned order."""
         incremental = [h for h in self.keyed if isinstance(h, IncrementalKeyedStateHandle)]
         inc_reads = (0, 0)
         if incremental:  # rocksdb incremental checkpoints (state/rocksdb_restore.py)
+            incremental = [replace(h, filesystems=filesystems) for h in incremental]
             incremental = with_local_copies(incremental, local)
             restore_keyed_incremental(backend, incremental)
             reads = incremental[0].reads
@@ -65,12 +73,13 @@ class RestoredOperatorState:
         keyed = [h for h in self.keyed if isinstance(h, KeyedStateHandle)]
         sources = [h.source(local) for h in keyed]
         if len(keyed) == 1:  # the common case: stream it, key group by key group
-            backend.restore(keyed[0].read(sources[0][0]))
+            backend.restore(keyed[0].read(sources[0][0], filesystems))
         elif keyed:
             workers = min(len(keyed), MAX_PARALLEL_DOWNLOADS)
             with ThreadPoolExecutor(workers, thread_name_prefix="tidegate-restore") as pool:
                 loaded = pool.map(
-                    lambda hs: list(hs[0].read(hs[1][0])), zip(keyed, sources, strict=True)
+                    lambda hs: list(hs[0].read(hs[1][0], filesystems)),
+                    zip(keyed, sources, strict=True),
                 )
                 for key_groups in loaded:  # in plan order, each as soon as it is read
                     backend.restore(key_groups)
@@ -84,6 +93,6 @@ class RestoredChannelState:
 
     path: str  # absolute path or URI of the channel-state file
 
-    def read(self) -> list[tuple[int, list[Any]]]:
-        with fsspec.open(self.path, "rb") as f:
+    def read(self, filesystems: FileSystems = NO_OPTIONS) -> list[tuple[int, list[Any]]]:
+        with filesystems.open(self.path) as f:
             return read_channel_state(f, self.path)

@@ -3,7 +3,8 @@ vertex. Steps (numbered as in the code):
 
 1. open the data listener and the control connection, register with the driver;
 2. receive every slot's data address from the driver (the address exchange);
-3. connect output channels and create the subtasks (state is restored here);
+3. prove it sees the driver's storage (checkpoint/shared_storage.py), connect output channels
+   and create the subtasks (state is restored here);
 4. run every subtask on its own thread and report metrics;
 5. end: report success, or the first error with its traceback, to the driver.
 """
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
 from tidegate.runtime.control import ControlClient
@@ -84,6 +86,7 @@ def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None
         # Step 2
         addresses = inbox.wait_for_addresses(slot)
         # Step 3
+        _check_shared_storage(deployment, subtasks, control)
         env = _task_environment(deployment, control, executor)
         tasks = [
             _create_task(deployment, env, network, addresses, gates[vertex_id], vertex_id, index)
@@ -189,15 +192,27 @@ def _register(
     )
 
 
+def _check_shared_storage(
+    deployment: Deployment, subtasks: list[tuple[int, int]], control: ControlClient
+) -> None:
+    """Read the driver's check files of the checkpoint directory and of the sink paths this
+    slot's subtasks write to: StorageNotSharedError if one is not the same storage here."""
+    hosted = {vertex_id for vertex_id, _ in subtasks}
+    host = f"{socket.gethostname()} ({control.conn_local_host()})"
+    for check in deployment.storage_checks:
+        if check.vertex_id is None or check.vertex_id in hosted:
+            verify_check(check, deployment.filesystems, host)
+
+
 def _task_environment(
     deployment: Deployment, control: ControlClient, executor: ThreadPoolExecutor
 ) -> TaskEnvironment:
     storage = CheckpointStorage(
-        deployment.checkpoint_base, deployment.job_id, generation=deployment.generation
+        deployment.checkpoint_base,
+        deployment.job_id,
+        deployment.filesystems,
+        generation=deployment.generation,
     )
-    if deployment.storage_token is not None:
-        host = f"{socket.gethostname()} ({control.conn_local_host()})"
-        storage.check_storage_token(deployment.storage_token, host)
     local_state = None
     if deployment.local_recovery:
         root = deployment.local_recovery_dir or default_local_root()  # this host's temp dir

@@ -152,6 +152,7 @@ class StreamTask:
             batch=env.batch,
             mailbox=TaskMailbox(self.gate),
             job_parameters=env.job_parameters,
+            filesystems=env.storage.filesystems,
         )
         for op in self.ops:
             op.initialize_state(runtime, restored.get(op.uid))
@@ -166,7 +167,7 @@ class StreamTask:
         channel_state: RestoredChannelState | None = restored.get(CHANNEL_STATE_KEY)
         if channel_state is not None:
             # in-flight records of an unaligned checkpoint come before any new input
-            self.replay.extend(channel_state.read())
+            self.replay.extend(channel_state.read(env.storage.filesystems))
 
     @property
     def restored_files(self) -> tuple[int, int]:

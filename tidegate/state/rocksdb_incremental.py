@@ -24,9 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.errors import CheckpointError
+from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.handles import IncrementalFile, IncrementalHandle
 from tidegate.state.incremental_handles import relative_to, resolve, shared_dir
 from tidegate.state.local_incremental import FileReads, keep_local_copy, restore_from_local
@@ -186,11 +185,12 @@ def download(
     target: str,
     local_dir: str | None = None,
     reads: FileReads | None = None,
+    filesystems: FileSystems = NO_OPTIONS,
 ) -> None:
     """Copy every file of the incremental handle `inc` into `target` under its RocksDB name
-    (in parallel). The driver verified sizes and checksums before the restore started.
-    With a task-local copy (`local_dir`), each intact file is taken from there instead;
-    `reads` counts the files taken locally and downloaded."""
+    (in parallel), opened with the job's `filesystems` options. The driver verified sizes and
+    checksums before the restore started. With a task-local copy (`local_dir`), each intact
+    file is taken from there instead; `reads` counts the files taken locally and downloaded."""
     os.makedirs(target, exist_ok=True)
     entries = inc.files
 
@@ -202,7 +202,7 @@ def download(
             return
         source = resolve(checkpoint_dir, entry.file)
         with (
-            fsspec.open(source, "rb") as src,
+            filesystems.open(source) as src,
             open(os.path.join(target, entry.name), "wb") as out,
         ):
             shutil.copyfileobj(src, out, _CHUNK)
@@ -229,6 +229,8 @@ class IncrementalKeyedStateHandle:
     local_dir: str | None = field(default=None, compare=False)
     #: counts the files restored from the local copy and from the storage
     reads: FileReads | None = field(default=None, compare=False)
+    #: the job's filesystem options, to read the handle's files with (set where it is read)
+    filesystems: FileSystems = field(default=NO_OPTIONS, compare=False)
 
     @property
     def key_group_range(self) -> range:

@@ -56,7 +56,7 @@ def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHan
         # Step 1 (same key groups): the downloaded database is used as it is
         h = handles[0]
         target = os.path.join(backend.instance.path, "restore")
-        download(h.checkpoint_dir, h.handle, target, h.local_dir, h.reads)
+        download(h.checkpoint_dir, h.handle, target, h.local_dir, h.reads, h.filesystems)
         backend.instance.replace_db(target)
         if h.reusable and backend.tracker is not None:
             backend.tracker.seed(h.checkpoint_id, shared_base(h.checkpoint_dir, h.handle))
@@ -64,7 +64,7 @@ def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHan
     # Step 2 (rescaled): copy the new subtask's key-group range out of each old database
     for h in handles:
         with tempfile.TemporaryDirectory(prefix="restore-", dir=backend.instance.path) as tmp:
-            download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads)
+            download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads, h.filesystems)
             _copy_range(backend, tmp, h)
 
 
@@ -103,7 +103,7 @@ def read_incremental_key_groups(
 
     tmp = tempfile.mkdtemp(prefix="tidegate-incremental-")
     try:
-        download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads)
+        download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads, h.filesystems)
         snapshot = RocksDBKeyedStateSnapshot(
             h.handle.max_parallelism,
             h.key_group_range,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import key_group_range, stable_hash, subtask_for_key_group
 from tidegate.state.snapshot_format import KeyedStateSnapshot, write_state_file
@@ -55,7 +56,8 @@ class SubtaskFiles:
     keyed_kinds: Mapping[str, str]
     #: per new subtask: operator state name -> (mode, entries)
     operator_state: tuple[dict[str, tuple[str, list[Any]]], ...]
-    storage_options: Mapping[str, Any]
+    #: the target directory's filesystem options
+    filesystems: FileSystems
 
 
 def keyed_records(
@@ -101,7 +103,7 @@ def write_subtask_file(
         return
     r = key_group_range(subtask, files.parallelism, files.max_parallelism)
     keyed = KeyedStateSnapshot(files.max_parallelism, r, tables) if tables else None
-    storage = CheckpointStorage(files.directory, "state-processor", files.storage_options)
+    storage = CheckpointStorage(files.directory, "state-processor", files.filesystems)
     stem = f"{file_safe(files.uid)}-{subtask}"
     with storage.create_artifact(files.directory, stem, ".state") as f:
         index = write_state_file(f, keyed, operator)

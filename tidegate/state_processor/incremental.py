@@ -11,13 +11,12 @@ as a restore into a hashmap backend does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.handles import StateHandle
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.rocksdb_restore import read_incremental_key_groups
@@ -47,6 +46,8 @@ class IncrementalSource:
     checkpoint_id: int
     #: the whole subtask handle (its state file and its incremental part)
     handle: StateHandle
+    #: the snapshot's filesystem options
+    filesystems: FileSystems
 
     @property
     def incremental(self) -> Any:
@@ -71,21 +72,25 @@ class IncrementalSource:
         a temporary directory, removed when the iteration ends)."""
         inc = self.incremental
         h = IncrementalKeyedStateHandle(
-            self.directory, self.checkpoint_id, inc, inc.key_group_range
+            self.directory,
+            self.checkpoint_id,
+            inc,
+            inc.key_group_range,
+            filesystems=self.filesystems,
         )
         yield from read_incremental_key_groups(h)
 
 
 def rewrite_canonical(
-    source: IncrementalSource, stem: str, target_dir: str, storage_options: Mapping[str, Any]
+    source: IncrementalSource, stem: str, target_dir: str, filesystems: FileSystems
 ) -> tuple[int, StateHandle]:
     """Write `source`'s keyed state (read from its RocksDB files) and operator state (read
     from its state file) as one canonical state file `<stem>-...state` in `target_dir`;
     returns (subtask, handle). Runs in a Spark task."""
     path = f"{source.directory.rstrip('/')}/{source.handle.file}"
-    with fsspec.open(path, "rb", **storage_options) as f:
+    with source.filesystems.open(path) as f:
         operator = read_operator_state(f, source.handle.index) or None
-    storage = CheckpointStorage(target_dir, "state-processor", storage_options)
+    storage = CheckpointStorage(target_dir, "state-processor", filesystems)
     with storage.create_artifact(target_dir, stem, ".state") as out:
         new_index = write_state_file(out, source, operator)
     handle = StateHandle(

@@ -15,9 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.errors import MissingCheckpointFileError
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.snapshot_format import (
     CorruptStateError,
     KeyGroupData,
@@ -196,7 +195,7 @@ class SavepointReader:
             columns=columns,
             raw=raw,
             include_key_group=include_key_group,
-            storage_options=self.snapshot.storage_options,
+            filesystems=self.snapshot.filesystems,
         )
         rdd = self._rdd(self._keyed_tasks(uid)).flatMap(read)
         return self._data_frame(rdd, columns, schema, raw, what)
@@ -263,11 +262,11 @@ def _read_keyed_rows(
     columns: tuple[str, ...],
     raw: bool,
     include_key_group: bool,
-    storage_options: Mapping[str, Any],
+    filesystems: FileSystems,
 ) -> Iterator[tuple[Any, ...]]:
     """The rows of `state_name` in the task's key groups (runs in a Spark task)."""
     try:
-        for kg, data in _task_key_groups(task, storage_options):
+        for kg, data in _task_key_groups(task, filesystems):
             stored = data.get(state_name)
             if stored is None:
                 continue
@@ -291,7 +290,7 @@ def _read_keyed_rows(
 
 
 def _task_key_groups(
-    task: _ReadTask, storage_options: Mapping[str, Any]
+    task: _ReadTask, filesystems: FileSystems
 ) -> Iterator[tuple[int, KeyGroupData]]:
     """(key group, data) of the task: its sections of a canonical state file, or every key
     group of its incremental handle (whose files are downloaded into a temporary directory)."""
@@ -305,7 +304,7 @@ def _task_key_groups(
         max_parallelism=task.max_parallelism,
     )
     key_groups = range(task.sections[0][0], task.sections[-1][0] + 1)
-    with fsspec.open(task.path, "rb", **storage_options) as f:
+    with filesystems.open(task.path) as f:
         yield from read_key_groups(f, index, key_groups)
 
 

@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from tidegate.checkpoint.errors import CheckpointError
 from tidegate.checkpoint.metadata import CheckpointMetadata, OperatorMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.handles import StateHandle
 from tidegate.state.snapshot_format import read_operator_state
 from tidegate.state_processor.incremental import IncrementalSource, stored_bytes
@@ -81,15 +80,17 @@ class SnapshotView:
 
     directory: str
     metadata: CheckpointMetadata
-    storage_options: dict[str, Any]
+    #: `storage_options` for the snapshot's filesystem
+    filesystems: FileSystems
 
     @classmethod
     def open(cls, path: str, storage_options: Mapping[str, Any] | None = None) -> SnapshotView:
         """A checkpoint (`chk-<n>`) or savepoint directory, its `_metadata` file, or a job
-        directory (its latest completed checkpoint), validated as a restore validates it."""
-        options = dict(storage_options or {})
-        directory = resolve_checkpoint_path(path, options)
-        return cls(directory, read_checkpoint_metadata(directory, options), options)
+        directory (its latest completed checkpoint), validated as a restore validates it;
+        read with fsspec's `storage_options`."""
+        filesystems = FileSystems.for_urls(storage_options, path)
+        directory = resolve_checkpoint_path(path, filesystems)
+        return cls(directory, read_checkpoint_metadata(directory, filesystems), filesystems)
 
     @property
     def max_parallelism(self) -> int:
@@ -138,7 +139,7 @@ class SnapshotView:
     def incremental_sources(self, uid: str) -> list[IncrementalSource]:
         """The incremental RocksDB handles of operator `uid` (empty for canonical snapshots)."""
         return [
-            IncrementalSource(subtask, self.directory, self.checkpoint_id, handle)
+            IncrementalSource(subtask, self.directory, self.checkpoint_id, handle, self.filesystems)
             for subtask, handle in self.handles(uid)
             if handle.incremental is not None
         ]
@@ -159,7 +160,7 @@ class SnapshotView:
             if handle.index is None or handle.index.operator_offset is None:
                 continue
             path = state_file_path(self.directory, handle)
-            with fsspec.open(path, "rb", **self.storage_options) as f:
+            with self.filesystems.open(path) as f:
                 found.append((subtask, read_operator_state(f, handle.index)))
         return found
 

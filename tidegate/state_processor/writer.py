@@ -32,13 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-from fsspec.core import url_to_fs
-
 from tidegate.checkpoint.assignment import redistribute_list_state
 from tidegate.checkpoint.errors import ChecksumMismatchError
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, OperatorMetadata
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.common.filesystems import FileSystems
 from tidegate.state.checksums import ChecksummingWriter
 from tidegate.state.handles import StateHandle, file_safe
 from tidegate.state.keygroups import UPPER_BOUND_MAX_PARALLELISM
@@ -200,7 +198,8 @@ class SavepointWriter:
     def write(self, path: str) -> str:
         """Write the savepoint into directory `path` (a path or fsspec URI); returns it."""
         directory = path if "://" in path else os.path.abspath(os.path.expanduser(path))
-        fs, fs_dir = url_to_fs(directory, **self._storage_options)
+        target = FileSystems.for_urls(self._storage_options, directory)
+        fs, fs_dir = target.resolve(directory)
         # Step 1: never over a completed snapshot
         if fs.exists(f"{fs_dir.rstrip('/')}/{METADATA_FILE_NAME}"):
             raise FileExistsError(
@@ -218,12 +217,12 @@ class SavepointWriter:
             operators: dict[str, OperatorMetadata] = {}
             # Step 2: the bootstrapped operators, written by Spark tasks
             for uid, op in self._new.items():
-                operators[uid] = self._write_operator(uid, op, directory)
+                operators[uid] = self._write_operator(uid, op, directory, target)
             # Step 3: the kept operators of the existing snapshot
             for uid, entry in self._kept().items():
-                operators[uid] = self._copy_operator(uid, entry, directory)
+                operators[uid] = self._copy_operator(uid, entry, directory, target)
             # Step 4: `_metadata`, atomically
-            storage = CheckpointStorage(directory, "state-processor", self._storage_options)
+            storage = CheckpointStorage(directory, "state-processor", target)
             storage.write_metadata(directory, self._metadata(operators))
         except BaseException:
             if created:
@@ -256,7 +255,9 @@ class SavepointWriter:
             return self._base.operators[uid].parallelism
         return min(os.cpu_count() or 1, 4, self.max_parallelism)
 
-    def _write_operator(self, uid: str, op: _Operator, directory: str) -> OperatorMetadata:
+    def _write_operator(
+        self, uid: str, op: _Operator, directory: str, target: FileSystems
+    ) -> OperatorMetadata:
         p, m = op.parallelism, self.max_parallelism
         shares: list[dict[str, tuple[str, list[Any]]]] = [{} for _ in range(p)]
         for name, (mode, entries) in op.operator_state.items():
@@ -273,7 +274,7 @@ class SavepointWriter:
             m,
             {spec.state_name: spec.kind for spec, _ in op.keyed},
             tuple(shares),
-            self._storage_options,
+            target,
         )
         sc = self.spark.sparkContext
         records = [
@@ -296,7 +297,9 @@ class SavepointWriter:
             if uid not in self._removed and uid not in self._new
         }
 
-    def _copy_operator(self, uid: str, entry: OperatorMetadata, directory: str) -> OperatorMetadata:
+    def _copy_operator(
+        self, uid: str, entry: OperatorMetadata, directory: str, target: FileSystems
+    ) -> OperatorMetadata:
         """Copy the operator's files from the existing snapshot, checking each one's size and
         checksum on the way (the copy is the only read). Subtasks of an incremental checkpoint
         are rewritten canonically instead (a savepoint must not reference the checkpoint's
@@ -306,23 +309,25 @@ class SavepointWriter:
         subtasks = dict(entry.subtasks)
         for _subtask, handle in self._base.handles(uid):
             if handle.incremental is None:
-                self._copy_file(uid, handle, directory)
+                self._copy_file(uid, handle, directory, target)
         sources = self._base.incremental_sources(uid)
         if sources:
             rewrite = functools.partial(
-                _rewrite_subtask, uid=uid, directory=directory, storage=self._storage_options
+                _rewrite_subtask, uid=uid, directory=directory, target=target
             )
             rdd = self.spark.sparkContext.parallelize(sources, len(sources))
             subtasks.update(rdd.map(rewrite).collect())
         return OperatorMetadata(entry.name, entry.parallelism, subtasks)
 
-    def _copy_file(self, uid: str, handle: StateHandle, directory: str) -> None:
+    def _copy_file(
+        self, uid: str, handle: StateHandle, directory: str, target: FileSystems
+    ) -> None:
         assert self._base is not None
         source = f"{self._base.directory.rstrip('/')}/{handle.file}"
-        target = f"{directory.rstrip('/')}/{handle.file}"
+        copy = f"{directory.rstrip('/')}/{handle.file}"
         with (
-            fsspec.open(source, "rb", **self._storage_options) as src,
-            fsspec.open(target, "wb", **self._storage_options) as raw,
+            self._base.filesystems.open(source) as src,
+            target.open(copy, "wb") as raw,
         ):
             out = ChecksummingWriter(raw, handle.file)
             while chunk := src.read(1 << 20):
@@ -366,10 +371,10 @@ class SavepointWriter:
 
 
 def _rewrite_subtask(
-    source: IncrementalSource, *, uid: str, directory: str, storage: Mapping[str, Any]
+    source: IncrementalSource, *, uid: str, directory: str, target: FileSystems
 ) -> tuple[int, StateHandle]:
     """One incremental subtask of a kept operator, as a canonical state file (a Spark task)."""
-    return rewrite_canonical(source, f"{file_safe(uid)}-{source.subtask}", directory, storage)
+    return rewrite_canonical(source, f"{file_safe(uid)}-{source.subtask}", directory, target)
 
 
 def _identity(subtask: int) -> int:
