@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import logging
 import os
+import posixpath
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import time
 from datetime import UTC, datetime
 
 from tidegate.common import Configuration, Encoder, JobExecutionException, RestartStrategies
+from tidegate.common.filesystems import FileSystems
 from tidegate.datastream import (
     CheckpointingMode,
     ExternalizedCheckpointRetention,
@@ -125,7 +125,7 @@ class AccountBalance(KeyedProcessFunction):
 
 
 def build_job(args: argparse.Namespace) -> tuple[StreamExecutionEnvironment, DataGeneratorSource]:
-    conf = Configuration().set_string("execution.runner", args.runner)
+    conf = Configuration().set_string("execution.runner", args.runner).add_all(args.conf)
     if args.spark_master:
         conf.set_string("spark.master", args.spark_master)
     if args.from_checkpoint:
@@ -262,6 +262,7 @@ def run(env: StreamExecutionEnvironment, args: argparse.Namespace) -> tuple[obje
                 f"--rate {args.rate:g} --parallelism {source_parallelism(client)} "
                 f"--output {args.output} --checkpoints {args.checkpoints} "
                 f"--from-checkpoint {job_dir}"
+                + (" and the same --conf entries" if args.conf else "")
             )
         sys.exit(130)
     finally:
@@ -270,14 +271,15 @@ def run(env: StreamExecutionEnvironment, args: argparse.Namespace) -> tuple[obje
 
 
 # --- the check -------------------------------------------------------------------------------
-def committed_lines(output: str) -> list[str]:
+def committed_lines(output: str, filesystems: FileSystems) -> list[str]:
     """Lines of the committed part files. In-progress files are hidden (their names start
     with '.') and become visible only when the checkpoint that covers them completes."""
+    fs, root = filesystems.resolve(output)
     lines = []
-    for path in sorted(glob.glob(os.path.join(output, "**", "*"), recursive=True)):
-        if os.path.isfile(path) and not os.path.basename(path).startswith("."):
-            with open(path, encoding="utf-8") as f:
-                lines.extend(line.rstrip("\n") for line in f)
+    for path in sorted(fs.find(root)) if fs.exists(root) else []:
+        if not posixpath.basename(path).startswith("."):
+            text = fs.cat_file(path).decode("utf-8")
+            lines.extend(text.splitlines())
     return lines
 
 
@@ -372,23 +374,35 @@ def verify(lines: list[str], count: int, source: DataGeneratorSource, parallelis
 
 
 # --- main ------------------------------------------------------------------------------------
-def prepare_output(output: str) -> None:
-    """Start from an empty output directory, refusing to delete anything FileSink did not write."""
-    if not os.path.exists(output):
+def prepare_output(output: str, filesystems: FileSystems) -> None:
+    """Start from an empty output directory, refusing to delete anything FileSink did not write
+    (part files, in progress or committed, and the check files of a run that did not end)."""
+    fs, root = filesystems.resolve(output)
+    if not fs.exists(root):
         return
-    ours = re.compile(r"\.?part-\d+-\d+-\d+\.csv(\.inprogress)?")
-    foreign = [
-        os.path.join(root, name)
-        for root, _dirs, files in os.walk(output)
-        for name in files
-        if not ours.fullmatch(name)
-    ]
+    ours = re.compile(r"\.?part-\d+-\d+-\d+\.csv(\.inprogress)?|\.storage-check-\w+")
+    files = fs.find(root)
+    foreign = [path for path in files if not ours.fullmatch(posixpath.basename(path))]
     if foreign:
         sys.exit(
             f"refusing to clear {output}: it holds files this example did not write, "
             f"e.g. {foreign[0]}; pass another --output"
         )
-    shutil.rmtree(output)
+    fs.rm(root, recursive=True)
+
+
+def _configuration_entry(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def output_filesystems(args: argparse.Namespace) -> FileSystems:
+    """The filesystem options of the job's configuration (s3.endpoint, ...), for reading the
+    output here as the job writes it: --conf entries and `tidegate run --conf` ones."""
+    cli = StreamExecutionEnvironment.cli_overrides.get("configuration") or {}
+    return FileSystems.from_configuration(Configuration().add_all(args.conf).add_all(cli))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -402,12 +416,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--output",
         default=os.path.join(base, "output"),
-        help="output directory, cleared at start (default %(default)s)",
+        help="output directory or URI (s3://bucket/out), cleared at start (default %(default)s)",
     )
     p.add_argument(
         "--checkpoints",
         default=os.path.join(base, "checkpoints"),
-        help="checkpoint directory (default %(default)s)",
+        help="checkpoint directory or URI (default %(default)s)",
+    )
+    p.add_argument(
+        "--conf",
+        metavar="KEY=VALUE",
+        type=_configuration_entry,
+        action="append",
+        default=[],
+        help="a configuration entry for the job (repeatable), e.g. s3.endpoint=http://h:8333",
     )
     p.add_argument(
         "--kill-worker-after",
@@ -422,8 +444,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="resume a cancelled run from a retained checkpoint (keeps the output)",
     )
     args = p.parse_args(argv)
-    args.output = os.path.abspath(args.output)
-    args.checkpoints = os.path.abspath(args.checkpoints)
+    args.conf = dict(args.conf)
+    # local paths absolute (the job may run elsewhere than here); URIs as given
+    args.output, args.checkpoints = (
+        path if "://" in path else os.path.abspath(path) for path in (args.output, args.checkpoints)
+    )
     remote = (
         args.runner == "spark" and args.spark_master and not args.spark_master.startswith("local")
     )
@@ -439,8 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # `tidegate run --from-checkpoint` restores through the environment's CLI overrides
     resuming = args.from_checkpoint or StreamExecutionEnvironment.cli_overrides.get("restore_path")
+    filesystems = output_filesystems(args)
     if not resuming:
-        prepare_output(args.output)
+        prepare_output(args.output, filesystems)
     started = time.monotonic()
     env, source = build_job(args)
     client, killed = run(env, args)
@@ -452,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    lines = committed_lines(args.output)
+    lines = committed_lines(args.output, filesystems)
     parallelism = source_parallelism(client)
     problems, alerts, lost, duplicated = verify(lines, args.count, source, parallelism)
     kinds = collections.Counter(kind for kind, _ in alerts.elements())

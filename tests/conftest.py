@@ -51,6 +51,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_cut_off_slot_ends_on_its_own_and_the_job_resumes_when_the_partition_heals",
         "test_restarted_slots_return_to_the_hosts_of_their_task_local_state",
         "test_a_second_driver_fences_off_the_first_drivers_slots_on_other_hosts",
+        "test_checkpoints_and_output_on_s3_reach_every_host_through_the_configuration_keys",
         "test_spark_submit_runs_the_example_unchanged_across_hosts",
         "test_a_new_driver_resumes_a_killed_drivers_job_rescaled_onto_a_new_host",
         "test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts",

