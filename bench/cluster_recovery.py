@@ -39,11 +39,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import report_header, write_report  # noqa: E402
+from tests.e2e.cluster_job import launch  # noqa: E402
 from tests.support.cluster import NamespaceCluster  # noqa: E402
 from tests.support.output import committed_lines  # noqa: E402
 from tests.support.references import check_exactly_once  # noqa: E402
 
-JOB = REPO / "tests" / "e2e" / "cluster_job.py"
 KINDS = ("slot-kill", "executor-kill", "partition", "driver-restart")
 EXECUTOR = b"CoarseGrainedExecutorBackend"
 WORKER = b"pyspark.daemon"  # Python workers: the daemon and the processes it forks
@@ -61,22 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def start_driver(cluster: NamespaceCluster, work: Path, *extra: str) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYTHONPATH=str(REPO),
-        CLUSTER_JOB_LOG_LEVEL="INFO",
-    )
-    command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
-    command += [str(work / "out"), str(work / "chk"), str(N), "heartbeat.timeout=5000", *extra]
-    return subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    out, checkpoints = str(work / "out"), str(work / "chk")
+    entries = ("heartbeat.timeout=5000", *extra)
+    return launch(
+        cluster.master_url, cluster.driver_host, out, checkpoints, N, *entries, log_level="INFO"
     )
 
 

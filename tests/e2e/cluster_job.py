@@ -7,14 +7,16 @@ what is tested), beyond extra `key=value` configuration entries.
 
 (`spark.*` keys go to the SparkSession; spark.cores.max is 2 unless given.) Log records go to
 stderr stamped with their Unix time, from the level in $CLUSTER_JOB_LOG_LEVEL (WARNING):
-bench/cluster_recovery.py times the job's recoveries from them.
+bench/cluster_recovery.py times the job's recoveries from them. `launch` starts it so.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -34,6 +36,38 @@ class RunningCount(KeyedProcessFunction):
         c = (self.count.value() or 0) + 1
         self.count.update(c)
         yield f"{value % NUM_KEYS},{value},{c}"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def launch(
+    master_url: str,
+    driver_host: str,
+    out: str,
+    checkpoints: str,
+    n: int,
+    *entries: str,
+    log_level: str = "WARNING",
+) -> subprocess.Popen:
+    """Start this job as a driver process of its own (a process group with its JVM, to kill
+    as one), stdout and stderr piped."""
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),
+        CLUSTER_JOB_LOG_LEVEL=log_level,
+    )
+    command = [sys.executable, __file__, master_url, driver_host, out, checkpoints, str(n)]
+    return subprocess.Popen(
+        [*command, *entries],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def main() -> None:

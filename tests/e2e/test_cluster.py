@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.cluster_job import launch
 from tests.support.cluster import NamespaceCluster, spark_home
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.s3 import start_s3_server
 
 REPO = Path(__file__).resolve().parents[2]
-JOB = Path(__file__).with_name("cluster_job.py")
 JOB_TIMEOUT_S = 300
 
 pytestmark = pytest.mark.spark
@@ -47,23 +47,9 @@ def _start_job(
     log_level: str = "WARNING",
     out: str | None = None,
 ) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYTHONPATH=str(REPO),
-        CLUSTER_JOB_LOG_LEVEL=log_level,
-    )
-    command = [sys.executable, str(JOB), cluster.master_url, cluster.driver_host]
-    checkpoints = checkpoints or str(work / "chk")
-    command += [out or str(work / "out"), checkpoints, str(n), *extra]
-    return subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # the driver and its JVM: one process group to kill
+    out, checkpoints = out or str(work / "out"), checkpoints or str(work / "chk")
+    return launch(
+        cluster.master_url, cluster.driver_host, out, checkpoints, n, *extra, log_level=log_level
     )
 
 
