@@ -151,7 +151,7 @@ def test_a_nested_row_is_one_column_of_array_elements():
 
 def test_a_record_that_does_not_fit_is_refused_when_written():
     writer = CsvRowSerializationSchema.Builder(ORDER).build()
-    with pytest.raises(FormatError, match="field 'id'.*expected an int"):
+    with pytest.raises(FormatError, match=r"field 'id'.*expected an int"):
         writer.serialize(Row(id="1", item="", price=1.0, paid=True, tags=[], at=None))
 
 

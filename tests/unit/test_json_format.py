@@ -212,7 +212,7 @@ def test_bytes_are_base64_and_maps_take_typed_keys():
 
 def test_a_record_that_does_not_fit_is_refused_when_written():
     writer, _ = schemas(PERSON)
-    with pytest.raises(FormatError, match="field 'address.zip'") as info:
+    with pytest.raises(FormatError, match=r"field 'address\.zip'") as info:
         writer.serialize(
             Row(
                 id=1, name="a", score=1.0, active=True, tags=[],
