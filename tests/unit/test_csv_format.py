@@ -160,6 +160,8 @@ def test_options_are_checked_and_types_must_fit_a_column():
         CsvRowSerializationSchema.Builder(ORDER).set_field_delimiter("||").build()
     with pytest.raises(ValueError, match="must differ"):
         CsvRowSerializationSchema.Builder(ORDER).set_quote_character(",").build()
+    with pytest.raises(ValueError, match="must differ"):
+        CsvRowDeserializationSchema.Builder(ORDER).set_escape_character('"').build()
     nested = Types.ROW_NAMED(["l"], [Types.LIST(Types.LIST(Types.INT()))])
     with pytest.raises(TypeError, match="does not support"):
         CsvRowDeserializationSchema.Builder(nested).build()

@@ -172,8 +172,12 @@ def test_big_integers_and_decimals_keep_every_digit():
 
 def test_a_long_beyond_64_bits_is_refused_not_rounded():
     _, reader = schemas(Types.ROW_NAMED(["l"], [Types.LONG()]))
-    with pytest.raises(FormatError, match="l"):
+    with pytest.raises(FormatError, match="out of range for LONG"):
         reader.deserialize(b'{"l": 123456789012345678901234567890}')
+    # beside a BIG_INT the exact parser reads it, and the LONG is still checked
+    _, exact = schemas(Types.ROW_NAMED(["l", "n"], [Types.LONG(), Types.BIG_INT()]))
+    with pytest.raises(FormatError, match="out of range for LONG"):
+        exact.deserialize(b'{"l": 123456789012345678901234567890, "n": 1}')
 
 
 def test_dates_and_times_are_written_as_flinks_json_format_writes_them():

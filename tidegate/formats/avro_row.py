@@ -165,7 +165,7 @@ def _union_reader(branches: list[Any], convs: list[Fn | None]) -> Fn:
 
 
 def _row_writer(names: list[str], convs: list[Fn | None]) -> Fn:
-    fields = tuple(names)
+    fields = list(names)
 
     def write_row(v: Any) -> dict[str, Any]:
         values = row_values(v, fields)

@@ -91,27 +91,28 @@ def new_row(fields: list[str], values: list[Any]) -> Row:
     return row
 
 
-def row_values(value: Any, names: tuple[str, ...]) -> list[Any]:
+def row_values(value: Any, names: list[str]) -> list[Any] | tuple[Any, ...]:
     """The values of the fields `names` of a record to write: a Row with field names (read by
-    name), a positional Row, tuple or list (by position), or a dict (by name; absent: None)."""
+    name), a positional Row, tuple or list (by position), or a dict (by name; absent: None).
+    Not a copy: callers only read it."""
     if isinstance(value, Row):
         fields = value._fields
-        if fields is None or fields == list(names):
+        if fields is None or fields is names or fields == names:
             values = value._values
         else:
             missing = [n for n in names if n not in fields]
             if missing:
                 raise FieldError(f"the row has no field {missing[0]!r} (its fields: {fields})")
             return [value[n] for n in names]
-    elif isinstance(value, dict):
-        return [value.get(n) for n in names]
     elif isinstance(value, tuple | list):
         values = value
+    elif isinstance(value, dict):
+        return [value.get(n) for n in names]
     else:
         raise FieldError(f"expected a Row, tuple, list or dict, got {type(value).__name__}")
     if len(values) != len(names):
-        raise FieldError(f"expected {len(names)} fields {list(names)}, got {len(values)}")
-    return list(values)
+        raise FieldError(f"expected {len(names)} fields {names}, got {len(values)}")
+    return values
 
 
 def row_type(type_info: Any, what: str) -> RowTypeInfo:

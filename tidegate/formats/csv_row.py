@@ -84,10 +84,9 @@ class CsvOptions:
             raise ValueError(
                 f"the line delimiter must be \\n, \\r, \\r\\n or empty: {self.line_delimiter!r}"
             )
-        specials = {self.field_delimiter, self.quote_character, self.escape_character}
-        if len(specials - {None}) != len([c for c in specials if c is not None]) or (
-            self.field_delimiter in (self.quote_character, self.escape_character)
-        ):
+        chars = [self.field_delimiter, self.quote_character, self.escape_character]
+        chars = [c for c in chars if c is not None]
+        if len(set(chars)) != len(chars):
             raise ValueError(f"delimiter, quote and escape characters must differ: {self}")
 
     def dialect(self) -> dict[str, Any]:
@@ -123,8 +122,8 @@ def _scalar_reader(t: TypeInformation) -> Fn:
     )
 
 
-def _column_reader(t: TypeInformation, options: CsvOptions) -> Fn:
-    """text of one column (not the null literal) -> value."""
+def _column_reader(t: TypeInformation, options: CsvOptions) -> Fn | None:
+    """text of one column (not the null literal) -> value; None for a STRING (the text)."""
     if isinstance(t, (RowTypeInfo, *_SEQUENCES)) and t != _BYTES:
         types = list(t.field_types) if isinstance(t, RowTypeInfo) else None
         element = None if types else _scalar_reader(t.element_type)  # type: ignore[union-attr]
@@ -144,9 +143,9 @@ def _column_reader(t: TypeInformation, options: CsvOptions) -> Fn:
             return new_row(fields, values)  # type: ignore[arg-type]
 
         return read_nested
-    read = _scalar_reader(t)
     if t == _STRING:
-        return read
+        return None
+    read = _scalar_reader(t)
     return lambda text: None if text == "" else read(text)
 
 
@@ -169,6 +168,20 @@ def csv_reader(
             raise csv.Error("a quoted field is not closed")
         return rows[0]
 
+    def lenient(columns: list[str | None]) -> list[Any]:
+        """The values of `columns`, None for each that cannot be converted (Flink's
+        ignore_parse_errors)."""
+        values = []
+        for reader, column in zip(readers, columns, strict=True):
+            if column is None or column == null or reader is None:
+                values.append(None if column == null else column)
+                continue
+            try:
+                values.append(reader(column))
+            except (ValueError, TypeError, ArithmeticError):
+                values.append(None)  # this column is unreadable: None, the rest are kept
+        return values
+
     def read(message: Any) -> Any:
         text = message if isinstance(message, str) else bytes(message).decode("utf-8")
         if text.endswith("\n"):
@@ -188,20 +201,24 @@ def csv_reader(
                 )
             columns = (columns + [null] * arity)[:arity]  # type: ignore[list-item]
         values = []
-        for i, (reader, column) in enumerate(zip(readers, columns, strict=True)):
-            if column is None or column == null:
-                values.append(None)
-                continue
-            try:
-                values.append(reader(column))
-            except (ValueError, TypeError, ArithmeticError) as e:
-                if ignore_parse_errors:
-                    values.append(None)
-                    continue
+        append = values.append
+        i = 0
+        try:
+            for i in range(arity):
+                column = columns[i]
+                if column is None or column == null:
+                    append(None)
+                else:
+                    reader = readers[i]
+                    append(column if reader is None else reader(column))
+        except (ValueError, TypeError, ArithmeticError) as e:
+            if not ignore_parse_errors:
                 reason = e.reason if isinstance(e, FieldError) else str(e)
+                position = f"column {i + 1}"
                 raise FormatError(
-                    "CSV", reason, message, field=fields[i], position=f"column {i + 1}"
+                    "CSV", reason, message, field=fields[i], position=position
                 ) from None
+            return new_row(fields, lenient(columns))
         return new_row(fields, values)
 
     return read
@@ -270,7 +287,7 @@ def _column_writer(t: TypeInformation, options: CsvOptions) -> Fn:
     sep = options.array_element_delimiter
     null = options.null_literal or ""
     if isinstance(t, RowTypeInfo):
-        names, writers = t.names, [_scalar_writer(ft) for ft in t.field_types]
+        names, writers = list(t.names), [_scalar_writer(ft) for ft in t.field_types]
 
         def write_row(v: Any) -> str:
             values = row_values(v, names)
@@ -289,9 +306,19 @@ def _column_writer(t: TypeInformation, options: CsvOptions) -> Fn:
     return write_list
 
 
+#: types whose text is made of these characters only (numbers as Java writes them, booleans,
+#: dates and times), so a column of them needs no quoting unless the delimiter is one of them
+_PLAIN_TEXT_TYPES = frozenset(
+    [BasicTypeInfo(b) for b in (BasicType.BYTE, BasicType.SHORT, BasicType.INT, BasicType.LONG,
+     BasicType.BIG_INT, BasicType.FLOAT, BasicType.DOUBLE, BasicType.BIG_DEC, BasicType.BOOLEAN)]
+    + [DateTypeInfo(), TimeTypeInfo(), TimestampTypeInfo()]
+)  # fmt: skip
+_PLAIN_TEXT_CHARS = frozenset("0123456789+-.: ENaInfinitytruefals")
+
+
 def csv_writer(t: RowTypeInfo, options: CsvOptions) -> Callable[[Any], bytes]:
     """record -> one CSV line (with the line delimiter), UTF-8."""
-    names = t.names
+    names = list(t.names)
     writers = [_column_writer(ft, options) for ft in t.field_types]
     delimiter, end = options.field_delimiter, options.line_delimiter
     null = options.null_literal or ""
@@ -312,18 +339,39 @@ def csv_writer(t: RowTypeInfo, options: CsvOptions) -> Callable[[Any], bytes]:
             )
         return re.sub(f"([{re.escape(delimiter + escape)}\r\n])", lambda m: escape + m[1], text)
 
+    def write_string(v: Any) -> str:
+        if type(v) is not str:
+            raise FieldError(f"expected a str, got {type(v).__name__} {v!r:.60}")
+        return v if needs_quoting(v) is None else quoted(v)
+
+    specials = (quote or "") + (escape or "")
+
+    def final(t: TypeInformation, writer: Fn) -> Fn:
+        """The writer of a column's final text: quoted only where the text may need it."""
+        if t == _STRING:
+            return write_string
+        if t in _PLAIN_TEXT_TYPES and not _PLAIN_TEXT_CHARS & set(delimiter + specials):
+            return writer  # numbers, booleans, dates: no character that needs quoting
+        return lambda v: quoted(writer(v))
+
+    finals = [final(ft, w) for ft, w in zip(t.field_types, writers, strict=True)]
+    arity = len(finals)
+
     def write(record: Any) -> bytes:
         try:
             values = row_values(record, names)
         except FieldError as e:
             raise FormatError("CSV", e.reason, record) from None
         columns = []
-        for i, (writer, x) in enumerate(zip(writers, values, strict=True)):
-            try:
-                columns.append(null if x is None else quoted(writer(x)))
-            except (ValueError, TypeError, AttributeError, ArithmeticError) as e:
-                reason = e.reason if isinstance(e, FieldError) else str(e)
-                raise FormatError("CSV", reason, record, field=names[i]) from None
+        append = columns.append
+        i = 0
+        try:
+            for i in range(arity):
+                x = values[i]
+                append(null if x is None else finals[i](x))
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as e:
+            reason = e.reason if isinstance(e, FieldError) else str(e)
+            raise FormatError("CSV", reason, record, field=names[i]) from None
         return (delimiter.join(columns) + end).encode("utf-8")
 
     return write

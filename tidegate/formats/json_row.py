@@ -96,8 +96,9 @@ def _string(v: Any) -> str:
     return v if type(v) is str else _json_text(v)
 
 
-def _reader(t: TypeInformation, fail_on_missing: bool) -> Fn:
-    """A reader of a non-null parsed JSON value of type `t`."""
+def _reader(t: TypeInformation, fail_on_missing: bool, wide_ints: bool) -> Fn:
+    """A reader of a non-null parsed JSON value of type `t` (`wide_ints`: the parser gives
+    integers beyond 64 bits)."""
     if isinstance(t, BasicTypeInfo):
         return _string if t.basic_type is BasicType.STRING else basic_reader(t)
     if isinstance(t, DateTypeInfo):
@@ -109,19 +110,37 @@ def _reader(t: TypeInformation, fail_on_missing: bool) -> Fn:
     if isinstance(t, PickledBytesTypeInfo):
         return lambda v: v
     if isinstance(t, RowTypeInfo):
-        return _row_reader(t, fail_on_missing)
+        return _row_reader(t, fail_on_missing, wide_ints)
     if t == _BYTES:
         return read_base64
     if isinstance(t, _SEQUENCES):
-        return _list_reader(t, _reader(t.element_type, fail_on_missing))
+        element = _reader(t.element_type, fail_on_missing, wide_ints)
+        return _list_reader(t, element, _exact_read(t.element_type, wide_ints))
     if isinstance(t, MapTypeInfo):
-        return _map_reader(t, fail_on_missing)
+        return _map_reader(t, fail_on_missing, wide_ints)
     raise _unsupported(t)
 
 
-def _row_reader(t: RowTypeInfo, fail_on_missing: bool) -> Fn:
+def _exact_read(t: TypeInformation, wide_ints: bool) -> type | None:
+    """The Python type a parsed JSON value of `t` already has when it needs no conversion
+    (orjson's ints are within 64 bits, its floats finite: NaN arrives as a string)."""
+    if not isinstance(t, BasicTypeInfo):
+        return None
+    return {
+        BasicType.STRING: str,
+        BasicType.LONG: None if wide_ints else int,
+        BasicType.BIG_INT: int,
+        BasicType.BOOLEAN: bool,
+        BasicType.DOUBLE: float,
+    }.get(t.basic_type)
+
+
+def _row_reader(t: RowTypeInfo, fail_on_missing: bool, wide_ints: bool) -> Fn:
     fields = list(t.names)
-    pairs = [(n, _reader(ft, fail_on_missing)) for n, ft in zip(fields, t.field_types, strict=True)]
+    triples = [
+        (n, _exact_read(ft, wide_ints), _reader(ft, fail_on_missing, wide_ints))
+        for n, ft in zip(fields, t.field_types, strict=True)
+    ]
 
     def read_row(v: Any) -> Any:
         if type(v) is not dict:
@@ -131,10 +150,10 @@ def _row_reader(t: RowTypeInfo, fail_on_missing: bool) -> Fn:
         append = values.append
         name = ""
         try:
-            for name, read in pairs:
+            for name, exact, read in triples:
                 x = get(name, _MISSING)
-                if x is None:
-                    append(None)
+                if type(x) is exact or x is None:
+                    append(x)
                 elif x is _MISSING:
                     if fail_on_missing:
                         raise FieldError("the field is missing")
@@ -151,12 +170,14 @@ def _row_reader(t: RowTypeInfo, fail_on_missing: bool) -> Fn:
     return read_row
 
 
-def _list_reader(t: TypeInformation, element: Fn) -> Fn:
+def _list_reader(t: TypeInformation, element: Fn, exact: type | None) -> Fn:
     nullable = not isinstance(t, PrimitiveArrayTypeInfo)
 
     def read_list(v: Any) -> list[Any]:
         if type(v) is not list:
             raise FieldError(f"expected a JSON array, got {_json_text(v)[:60]}")
+        if exact is not None and all(type(x) is exact for x in v):
+            return v  # a fresh list of the parser's: nothing to convert
         out = []
         i = 0
         try:
@@ -176,11 +197,11 @@ def _list_reader(t: TypeInformation, element: Fn) -> Fn:
     return read_list
 
 
-def _map_reader(t: MapTypeInfo, fail_on_missing: bool) -> Fn:
+def _map_reader(t: MapTypeInfo, fail_on_missing: bool, wide_ints: bool) -> Fn:
     if not isinstance(t.key_type, BasicTypeInfo):
         raise TypeError(f"JSON object keys are text: a MAP key must be a basic type, got {t!r}")
-    key = _reader(t.key_type, fail_on_missing)
-    value = _reader(t.value_type, fail_on_missing)
+    key = _reader(t.key_type, fail_on_missing, wide_ints)
+    value = _reader(t.value_type, fail_on_missing, wide_ints)
 
     def read_map(v: Any) -> dict[Any, Any]:
         if type(v) is not dict:
@@ -199,8 +220,8 @@ def _map_reader(t: MapTypeInfo, fail_on_missing: bool) -> Fn:
 
 def json_reader(t: RowTypeInfo, fail_on_missing_field: bool) -> Callable[[Any], Any]:
     """message (bytes or str) -> Row; FormatError when it is not JSON or does not fit `t`."""
-    read_row = _row_reader(t, fail_on_missing_field)
     exact = needs_exact_numbers(t)
+    read_row = _row_reader(t, fail_on_missing_field, wide_ints=exact)
     loads: Fn = (lambda m: json.loads(m, parse_float=Decimal)) if exact else orjson.loads
 
     def read(message: Any) -> Any:
@@ -314,17 +335,33 @@ def _writer(t: TypeInformation) -> Fn:
     raise _unsupported(t)
 
 
+def _exact_write(t: TypeInformation) -> type | None:
+    """The Python type a value of `t` is written as it is when it has it."""
+    if not isinstance(t, BasicTypeInfo):
+        return None
+    return {
+        BasicType.STRING: str,
+        BasicType.BYTE: int,
+        BasicType.SHORT: int,
+        BasicType.INT: int,
+        BasicType.LONG: int,
+        BasicType.BOOLEAN: bool,
+    }.get(t.basic_type)
+
+
 def _row_writer(t: RowTypeInfo) -> Fn:
-    names = t.names
-    pairs = list(zip(names, map(_writer, t.field_types), strict=True))
+    names = list(t.names)
+    triples = [
+        (n, _exact_write(ft), _writer(ft)) for n, ft in zip(names, t.field_types, strict=True)
+    ]
 
     def write_row(v: Any) -> dict[str, Any]:
         values = row_values(v, names)
         out = {}
         name = ""
         try:
-            for (name, write), x in zip(pairs, values, strict=True):
-                out[name] = None if x is None else write(x)
+            for (name, exact, write), x in zip(triples, values, strict=True):
+                out[name] = x if type(x) is exact or x is None else write(x)
         except FieldError as e:
             e.path.append(name)
             raise
