@@ -129,7 +129,13 @@ PYFLINK_PATHS = {
         "JsonRowDeserializationSchema",
         "JsonRowSerializationSchema",
     ],
-    "tidegate.datastream.formats.csv": ["CsvRowDeserializationSchema", "CsvRowSerializationSchema"],
+    "tidegate.datastream.formats.csv": [
+        "CsvRowDeserializationSchema",
+        "CsvRowSerializationSchema",
+        "CsvSchema",
+        "CsvSchemaBuilder",
+        "CsvReaderFormat",
+    ],
     "tidegate.datastream.formats.avro": [
         "AvroRowDeserializationSchema",
         "AvroRowSerializationSchema",
