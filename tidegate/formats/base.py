@@ -34,19 +34,34 @@ class FormatError(ValueError):
         field: str | None = None,
         position: str | None = None,
     ) -> None:
+        self._fill(format_name, reason, excerpt(record), field, position)
+
+    def _fill(
+        self, format_name: str, reason: str, record: str, field: str | None, position: str | None
+    ) -> None:
         self.format_name = format_name
         self.reason = reason
         self.field = field
         self.position = position
-        self.record = excerpt(record)
+        self.record = record
         where = " ".join(
             part for part in (f"field {field!r}" if field else "", position or "") if part
         )
         head = f"{format_name} ({where})" if where else format_name
-        super().__init__(f"{head}: {reason} (record: {self.record})")
+        super().__init__(f"{head}: {reason} (record: {record})")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return FormatError, (self.format_name, self.reason, self.record, self.field, self.position)
+        fields = (self.format_name, self.reason, self.record, self.field, self.position)
+        return _restore_format_error, fields
+
+
+def _restore_format_error(
+    format_name: str, reason: str, record: str, field: str | None, position: str | None
+) -> FormatError:
+    """A FormatError from its pickled fields (its record is already an excerpt)."""
+    error = FormatError.__new__(FormatError)
+    error._fill(format_name, reason, record, field, position)
+    return error
 
 
 class FieldError(ValueError):
@@ -67,8 +82,6 @@ class FieldError(ValueError):
 
 def excerpt(record: Any) -> str:
     """A short, printable view of a record (its first bytes or characters)."""
-    if isinstance(record, str) and record.startswith(("b'", 'b"', "'", '"', "<")):
-        return record  # already an excerpt (an unpickled FormatError)
     if isinstance(record, memoryview | bytearray):
         record = bytes(record)
     if isinstance(record, bytes | str):
