@@ -123,6 +123,9 @@ def test_a_bad_column_is_named_by_field_and_column():
         reader.deserialize(b"1,box")
     with pytest.raises(FormatError, match="cannot split"):
         reader.deserialize(b'1,"box,2.5,true,x,2024-05-01 12:30:00')
+    with pytest.raises(FormatError, match="not valid UTF-8") as info:
+        reader.deserialize(b"1,b\xffx,2.5,true,x,2024-05-01 12:30:00")
+    assert info.value.position == "byte 3"
     with pytest.raises(FormatError) as info:
         reader.deserialize('"1",box')  # a str record is quoted in the message too
     assert str(info.value).endswith("""(record: '"1",box')""")

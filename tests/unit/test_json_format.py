@@ -120,6 +120,8 @@ def test_invalid_json_gives_the_character_position():
     assert info.value.position == "char 23"
     with pytest.raises(FormatError, match="expected a JSON object"):
         reader.deserialize(b"[1, 2]")
+    with pytest.raises(FormatError, match="UTF-8"):
+        reader.deserialize(b'{"street": "\xff"}')
 
 
 def test_ignore_parse_errors_skips_the_bad_record():

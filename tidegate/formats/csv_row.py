@@ -183,7 +183,14 @@ def csv_reader(
         return values
 
     def read(message: Any) -> Any:
-        text = message if isinstance(message, str) else bytes(message).decode("utf-8")
+        if isinstance(message, str):
+            text = message
+        else:
+            try:
+                text = bytes(message).decode("utf-8")
+            except UnicodeDecodeError as e:
+                position = f"byte {e.start}"
+                raise FormatError("CSV", "not valid UTF-8", message, position=position) from None
         if text.endswith("\n"):
             text = text[:-2] if text.endswith("\r\n") else text[:-1]
         if not text or (options.allow_comments and text.startswith("#")):
