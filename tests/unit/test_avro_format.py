@@ -195,3 +195,20 @@ def test_schemas_are_equal_by_configuration_and_pickle():
     assert copy.deserialize(writer.serialize(USER)) == USER
     assert pickle.loads(pickle.dumps(writer)) == writer
     assert repr(writer).startswith("AvroRowSerializationSchema(avro_schema_string=")
+
+
+def test_named_enums_and_records_are_referred_to_by_name():
+    kind = {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}
+    schema = {
+        "type": "record",
+        "name": "Pair",
+        "fields": [
+            {"name": "first", "type": kind},
+            {"name": "second", "type": "Kind"},
+            {"name": "home", "type": ADDRESS},
+            {"name": "work", "type": ["null", "Address"]},
+        ],
+    }
+    writer, reader = pair(schema)
+    row = Row(first="A", second="B", home=Row(street="a", zip=1), work=Row(street="b", zip=2))
+    assert reader.deserialize(writer.serialize(row)) == row

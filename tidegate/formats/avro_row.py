@@ -54,8 +54,8 @@ def parse_avro_schema(schema_string: str, what: str) -> dict[str, Any]:
 
 
 class _Compiler:
-    """Compiles converters for one parsed schema; named types by name, so recursive schemas
-    (a record holding itself) compile to a reference resolved on first use."""
+    """Compiles converters for one parsed schema; a record by name once, so a recursive record
+    (one holding itself) compiles to a reference to its own converter."""
 
     def __init__(self, parsed: dict[str, Any], reading: bool) -> None:
         self.named: dict[str, Any] = parsed.get("__named_schemas", {})
@@ -84,11 +84,11 @@ class _Compiler:
         return None
 
     def _named(self, name: str) -> Fn | None:
-        if name not in self.done:
-            cell: list[Fn | None] = []
-            self.done[name] = lambda v: cell[0](v) if cell[0] else v  # type: ignore[misc]
-            cell.append(self.compile(self.named[name]))
-        return self.done[name]
+        """A reference to a named type defined earlier (a record may refer to itself)."""
+        s = self.named[name]
+        if isinstance(s, dict) and s.get("type") == "record":
+            return self._record(s)
+        return self.compile(s)  # an enum or fixed: nothing to convert
 
     def _record(self, s: dict[str, Any]) -> Fn:
         name = s["name"]
