@@ -90,3 +90,16 @@ def test_the_schema_builder_checks_its_types_and_separators():
     fmt = CsvReaderFormat.for_schema(schema())
     assert pickle.loads(pickle.dumps(fmt)) == fmt
     assert fmt.get_produced_type() == schema().row_type()
+
+
+def test_a_file_source_of_csv_declares_the_schemas_row_type(tmp_path):
+    from tidegate.datastream import StreamExecutionEnvironment
+
+    path = tmp_path / "a.csv"
+    path.write_text("1|a|x|true\n")
+    source = FileSource.for_record_stream_format(
+        CsvReaderFormat.for_schema(schema()), str(path)
+    ).build()
+    assert source.get_produced_type() == schema().row_type()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.from_source(source, None, "csv").get_type() == schema().row_type()

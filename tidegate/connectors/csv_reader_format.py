@@ -5,7 +5,7 @@
     source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema), path).build()
 
 Each line is one record (a quoted field cannot span lines); its records are Rows of
-`schema.row_type()` (declare it with `from_source(..., type_info=...)` to type the stream).
+`schema.row_type()`, the type `from_source` gives the stream (`get_produced_type`).
 The byte offset of the next line is the checkpointed position, as for text lines. A line that
 does not fit the schema fails the job naming the file and line; to route such lines to a side
 output instead, read text lines and parse them with `DeserializeOrDeadLetter`

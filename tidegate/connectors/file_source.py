@@ -169,6 +169,13 @@ class FileSource:
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
         return FileSourceBuilder(stream_format, tuple(paths))
 
+    def get_produced_type(self) -> Any:
+        """The type its format declares for the records (a CsvReaderFormat's row type), None
+        for text lines (PyFlink's text line format declares STRING; an undeclared stream of
+        str behaves the same here)."""
+        produced = getattr(self.stream_format, "get_produced_type", None)
+        return produced() if callable(produced) else None
+
     def create_splits(self, parallelism: int) -> list[FileSourceSplit]:
         seen: dict[str, None] = {}
         for path in self.paths:
