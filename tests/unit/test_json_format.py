@@ -170,6 +170,9 @@ def test_big_integers_and_decimals_keep_every_digit():
         b'"l":-9223372036854775808}'
     )
     assert reader.deserialize(data) == row
+    # the exact parser's decimals inside a STRING field keep their text
+    text = Types.ROW_NAMED(["s", "d"], [Types.STRING(), Types.BIG_DEC()])
+    assert schemas(text)[1].deserialize(b'{"s": {"x": 0.10}, "d": 1}').s == '{"x":0.10}'
 
 
 def test_a_long_beyond_64_bits_is_refused_not_rounded():

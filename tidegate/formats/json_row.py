@@ -85,11 +85,16 @@ def needs_exact_numbers(t: TypeInformation) -> bool:
 
 
 # reading ---------------------------------------------------------------------------------------
+def _exact_number(v: Any) -> Any:
+    """orjson's `default` for the Decimals the exact parser gives: the number's own digits."""
+    if isinstance(v, Decimal):
+        return orjson.Fragment(str(v).encode())
+    raise TypeError(f"{type(v).__name__} is not JSON")
+
+
 def _json_text(v: Any) -> str:
     """A STRING field holding another JSON value: its JSON text (`42`, `true`, `{"a":1}`)."""
-    if isinstance(v, Decimal):
-        return str(v)
-    return orjson.dumps(v).decode()
+    return orjson.dumps(v, default=_exact_number).decode()
 
 
 def _string(v: Any) -> str:
