@@ -14,6 +14,7 @@ output instead, read text lines and parse them with `DeserializeOrDeadLetter`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -67,15 +68,11 @@ class CsvReaderFormat(StreamFormat):
         return rows, consumed, len(lines), eof
 
 
-_READERS: dict[CsvSchema, Any] = {}
-
-
+@functools.lru_cache(maxsize=64)
 def _reader(schema: CsvSchema) -> Any:
-    """The compiled line reader of `schema` (compiled once per schema and process)."""
-    read = _READERS.get(schema)
-    if read is None:
-        read = _READERS[schema] = csv_reader(schema.row_type(), schema.options, False)
-    return read
+    """The compiled line reader of `schema` (compiled once per schema and process, not per
+    batch; the format itself stays a plain, picklable description)."""
+    return csv_reader(schema.row_type(), schema.options, False)
 
 
 def _check_header(schema: CsvSchema, line: str, where: str) -> None:
