@@ -216,7 +216,9 @@ def test_bytes_are_base64_and_maps_take_typed_keys():
     writer, reader = schemas(t)
     data = writer.serialize(Row(raw=b"\x00\xff", m={1: "a", 2: None}))
     assert data == b'{"raw":"AP8=","m":{"1":"a","2":null}}'
-    assert reader.deserialize(data) == Row(raw=b"\x00\xff", m={1: "a", 2: None})
+    # read back as tidegate's value of a BYTE array: signed bytes, as a typed stream holds them
+    assert reader.deserialize(data) == Row(raw=[0, -1], m={1: "a", 2: None})
+    assert writer.serialize(Row(raw=[0, -1], m={})) == b'{"raw":"AP8=","m":{}}'
 
 
 def test_a_record_that_does_not_fit_is_refused_when_written():

@@ -223,12 +223,14 @@ def double_text(v: float) -> str:
     return java_double(v)
 
 
-def read_base64(v: Any) -> bytes:
-    """Bytes written as base64 text (how Flink's JSON and CSV write a BYTE array)."""
+def read_base64(v: Any) -> list[int]:
+    """A BYTE array written as base64 text (as Flink's JSON and CSV write it), as the list of
+    signed bytes a `PRIMITIVE_ARRAY(BYTE())` value is in tidegate (common/type_format.py)."""
     try:
-        return base64.b64decode(_text(v), validate=True)
+        raw = base64.b64decode(_text(v), validate=True)
     except (binascii.Error, ValueError):
         raise _bad(v, "base64 bytes") from None
+    return [b - 256 if b > 127 else b for b in raw]
 
 
 def write_base64(v: Any) -> str:
