@@ -212,3 +212,22 @@ def test_named_enums_and_records_are_referred_to_by_name():
     writer, reader = pair(schema)
     row = Row(first="A", second="B", home=Row(street="a", zip=1), work=Row(street="b", zip=2))
     assert reader.deserialize(writer.serialize(row)) == row
+
+
+def test_the_produced_type_is_the_row_type_of_the_schema_and_fits_the_rows():
+    from tidegate.common import Types
+    from tidegate.common.type_format import converter
+
+    writer, reader = pair(USER_V1)
+    produced = reader.get_produced_type()
+    assert produced.get_field_names() == [f["name"] for f in USER_V1["fields"]]
+    assert produced.get_field_types()[:3] == [
+        Types.LONG(),
+        Types.STRING(),
+        Types.ROW_NAMED(["street", "zip"], [Types.STRING(), Types.INT()]),
+    ]
+    assert produced.get_field_types()[7:] == [
+        Types.SQL_DATE(), Types.SQL_TIMESTAMP(), Types.BIG_DEC()
+    ]  # fmt: skip
+    row = reader.deserialize(writer.serialize(USER))
+    assert converter(produced)(row) == row  # what a typed stream of it carries, unchanged

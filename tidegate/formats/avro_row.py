@@ -22,10 +22,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tidegate.common.typeinfo import RowTypeInfo, TypeInformation, Types
 from tidegate.common.types import Row
 from tidegate.formats.base import FieldError, FormatError, new_row, row_values
 
-__all__ = ["avro_reader", "avro_writer", "parse_avro_schema"]
+__all__ = ["avro_reader", "avro_row_type", "avro_writer", "parse_avro_schema"]
 
 Fn = Callable[[Any], Any]
 _READ_ERRORS = (EOFError, ValueError, IndexError, KeyError, TypeError, StopIteration, OverflowError)
@@ -209,6 +210,69 @@ def _union_writer(compiler: _Compiler, branches: list[Any], convs: list[Fn | Non
         return mapping(v) if mapping is not None and isinstance(v, dict) else v
 
     return write_union
+
+
+_PRIMITIVES = {
+    "boolean": Types.BOOLEAN,
+    "int": Types.INT,
+    "long": Types.LONG,
+    "float": Types.FLOAT,
+    "double": Types.DOUBLE,
+    "string": Types.STRING,
+}
+_LOGICAL = {
+    "decimal": Types.BIG_DEC,
+    "date": Types.SQL_DATE,
+    "time-millis": Types.SQL_TIME,
+    "time-micros": Types.SQL_TIME,
+    "timestamp-millis": Types.SQL_TIMESTAMP,
+    "timestamp-micros": Types.SQL_TIMESTAMP,
+    "local-timestamp-millis": Types.SQL_TIMESTAMP,
+    "local-timestamp-micros": Types.SQL_TIMESTAMP,
+    "uuid": Types.STRING,
+}
+
+
+def avro_row_type(parsed: dict[str, Any]) -> RowTypeInfo:
+    """The tidegate type of the Rows read with the record schema `parsed`: a ROW_NAMED of its
+    fields; what no tidegate type holds as read (bytes, fixed, a union of several types, a
+    record inside itself) is PICKLED_BYTE_ARRAY, carried as it is."""
+    named = parsed.get("__named_schemas", {})
+
+    def type_of(s: Any, open_records: frozenset[str]) -> TypeInformation:
+        if isinstance(s, str):
+            if s in _PRIMITIVES:
+                return _PRIMITIVES[s]()
+            if s in named and s not in open_records:
+                return type_of(named[s], open_records)
+            return Types.PICKLED_BYTE_ARRAY()  # null, bytes, a record inside itself
+        if isinstance(s, list):
+            branches = [b for b in s if b != "null"]
+            if len(branches) == 1:
+                return type_of(branches[0], open_records)
+            return Types.PICKLED_BYTE_ARRAY()
+        kind, logical = s.get("type"), s.get("logicalType")
+        if logical in _LOGICAL:
+            return _LOGICAL[logical]()
+        if kind == "record":
+            inner = open_records | {s["name"]}
+            fields = s["fields"]
+            return Types.ROW_NAMED(
+                [f["name"] for f in fields], [type_of(f["type"], inner) for f in fields]
+            )
+        if kind == "array":
+            return Types.LIST(type_of(s["items"], open_records))
+        if kind == "map":
+            return Types.MAP(Types.STRING(), type_of(s["values"], open_records))
+        if kind == "enum":
+            return Types.STRING()
+        if kind == "fixed":
+            return Types.PICKLED_BYTE_ARRAY()  # bytes as read
+        return type_of(kind, open_records)  # {"type": "long"} and the like
+
+    row = type_of(parsed, frozenset())
+    assert isinstance(row, RowTypeInfo)
+    return row
 
 
 def avro_reader(writer: dict[str, Any], reader: dict[str, Any] | None) -> Callable[[Any], Any]:

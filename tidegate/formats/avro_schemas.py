@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tidegate.common.serialization import DeserializationSchema, SerializationSchema
-from tidegate.formats.avro_row import avro_reader, avro_writer, parse_avro_schema
+from tidegate.common.typeinfo import RowTypeInfo
+from tidegate.formats.avro_row import avro_reader, avro_row_type, avro_writer, parse_avro_schema
 from tidegate.formats.base import RowSchema
 
 __all__ = ["AvroRowDeserializationSchema", "AvroRowSerializationSchema"]
@@ -45,6 +46,7 @@ class AvroRowDeserializationSchema(RowSchema, DeserializationSchema):
         self.avro_schema_string = _no_record_class(record_class, avro_schema_string)
         self.writer_schema_string = writer_schema_string
         reader = parse_avro_schema(self.avro_schema_string, "avro_schema_string")
+        self._row_type = avro_row_type(reader)
         if writer_schema_string is None:
             self._read = avro_reader(reader, None)
         else:
@@ -53,6 +55,11 @@ class AvroRowDeserializationSchema(RowSchema, DeserializationSchema):
 
     def deserialize(self, message: bytes | None) -> Any:
         return None if message is None else self._read(message)
+
+    def get_produced_type(self) -> RowTypeInfo:
+        """The Rows' type, from the (reader) schema: a ROW_NAMED of its fields (Flink's
+        `getProducedType`); avro_row.avro_row_type says how each Avro type maps."""
+        return self._row_type
 
 
 class AvroRowSerializationSchema(RowSchema, SerializationSchema):
