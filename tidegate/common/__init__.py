@@ -6,7 +6,13 @@ from tidegate.common.execution_config import ExecutionConfig
 from tidegate.common.job_client import JobClient, JobExecutionException, JobExecutionResult
 from tidegate.common.job_status import JobStatus
 from tidegate.common.restart_strategy import RestartStrategies
-from tidegate.common.serialization import Encoder, SimpleStringSchema
+from tidegate.common.serialization import (
+    ByteArraySchema,
+    DeserializationSchema,
+    Encoder,
+    SerializationSchema,
+    SimpleStringSchema,
+)
 from tidegate.common.time import Duration, Time
 from tidegate.common.typeinfo import TypeInformation, Types
 from tidegate.common.types import Row, RowKind
@@ -19,7 +25,9 @@ from tidegate.common.watermark_strategy import (
 )
 
 __all__ = [
+    "ByteArraySchema",
     "Configuration",
+    "DeserializationSchema",
     "Duration",
     "Encoder",
     "ExecutionConfig",
@@ -30,6 +38,7 @@ __all__ = [
     "RestartStrategies",
     "Row",
     "RowKind",
+    "SerializationSchema",
     "SimpleStringSchema",
     "Time",
     "TimestampAssigner",

@@ -10,7 +10,13 @@ from typing import Any
 from tidegate.common.type_format import printer_java
 from tidegate.common.typeinfo import PickledBytesTypeInfo, TypeInformation
 
-__all__ = ["Encoder", "SimpleStringSchema"]
+__all__ = [
+    "ByteArraySchema",
+    "DeserializationSchema",
+    "Encoder",
+    "SerializationSchema",
+    "SimpleStringSchema",
+]
 
 
 def _check_charset(charset: str) -> str:
@@ -84,7 +90,28 @@ class _TypedStringEncoder(Encoder):
         return "".join([f"{text(e)}\n" for e in elements]).encode(self.charset)
 
 
-class SimpleStringSchema:
+class SerializationSchema:
+    """Turns a record into the bytes a connector writes (a message's value or key).
+
+    Subclass and override `serialize`. Schemas travel to the workers pickled, so keep their
+    state picklable (tidegate's own schemas pickle as their configuration)."""
+
+    def serialize(self, element: Any) -> bytes:
+        raise NotImplementedError(f"{type(self).__name__} must override serialize()")
+
+
+class DeserializationSchema:
+    """Turns the bytes a connector read into a record.
+
+    Subclass and override `deserialize`; returning None skips the message (what Flink's formats
+    do with `ignore_parse_errors`). Called by the source reader for every message, so a raised
+    error fails the job (and restarts it from the last checkpoint)."""
+
+    def deserialize(self, message: bytes) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must override deserialize()")
+
+
+class SimpleStringSchema(SerializationSchema, DeserializationSchema):
     """Serialises `str` to bytes and back in one charset (UTF-8 by default)."""
 
     def __init__(self, charset: str = "UTF-8") -> None:
@@ -107,3 +134,25 @@ class SimpleStringSchema:
 
     def __repr__(self) -> str:
         return f"SimpleStringSchema(charset={self.charset!r})"
+
+
+class ByteArraySchema(SerializationSchema, DeserializationSchema):
+    """Passes bytes through unchanged (PyFlink's ByteArraySchema): for raw messages, e.g. to
+    parse them in a later operator that routes bad ones to a side output."""
+
+    def serialize(self, element: bytes) -> bytes:
+        if not isinstance(element, bytes | bytearray | memoryview):
+            raise TypeError(f"ByteArraySchema writes bytes, got {type(element).__name__}")
+        return bytes(element)
+
+    def deserialize(self, message: bytes) -> bytes:
+        return message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByteArraySchema)
+
+    def __hash__(self) -> int:
+        return hash(ByteArraySchema)
+
+    def __repr__(self) -> str:
+        return "ByteArraySchema()"

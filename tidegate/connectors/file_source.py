@@ -1,4 +1,5 @@
-"""A bounded source reading text lines from files on any fsspec filesystem (Flink's FileSource).
+"""A bounded source reading records (text lines, CSV rows) from files on any fsspec filesystem
+(Flink's FileSource).
 
 Build it like PyFlink:
 `FileSource.for_record_stream_format(StreamFormat.text_line_format(), *paths).build()`.
@@ -11,7 +12,7 @@ import posixpath
 from collections import deque
 from dataclasses import dataclass, replace
 from itertools import islice
-from typing import IO
+from typing import IO, Any
 
 from fsspec.implementations.local import LocalFileSystem
 
@@ -40,7 +41,18 @@ class FileSourceSplit:
 
 
 class StreamFormat:
-    """How a file's byte stream becomes records (PyFlink's StreamFormat)."""
+    """How a file's byte stream becomes records (PyFlink's StreamFormat).
+
+    The reader's contract: `read_batch(stream, max_records, where, first_line)` reads on from
+    the stream's position, which is the start of line `first_line` (0-based) of the file
+    `where`, and returns `(records, bytes consumed, lines consumed, reached end of file)`;
+    consumed bytes end at a line boundary, so a checkpointed offset resumes exactly. Lines that
+    give no record (a header, a comment) count as consumed."""
+
+    def read_batch(
+        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
+    ) -> tuple[list[Any], int, int, bool]:
+        raise NotImplementedError(f"{type(self).__name__} must implement read_batch()")
 
     @staticmethod
     def text_line_format(
@@ -91,6 +103,12 @@ class TextLineFormat(StreamFormat):
             lines.append(last)
         return lines, sum(map(len, raws)), eof
 
+    def read_batch(
+        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
+    ) -> tuple[list[Any], int, int, bool]:
+        lines, consumed, eof = self.read_lines(stream, max_records, where, first_line)
+        return lines, consumed, len(lines), eof
+
 
 def _is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
@@ -128,7 +146,7 @@ class FileSource:
 
     def __init__(
         self,
-        stream_format: TextLineFormat,
+        stream_format: StreamFormat,
         paths: tuple[str, ...],
         filesystems: FileSystems = NO_OPTIONS,
     ) -> None:
@@ -148,8 +166,15 @@ class FileSource:
         return FileSource(self.stream_format, self.paths, filesystems)
 
     @staticmethod
-    def for_record_stream_format(stream_format: TextLineFormat, *paths: str) -> FileSourceBuilder:
+    def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
         return FileSourceBuilder(stream_format, tuple(paths))
+
+    def get_produced_type(self) -> Any:
+        """The type its format declares for the records (a CsvReaderFormat's row type), None
+        for text lines (PyFlink's text line format declares STRING; an undeclared stream of
+        str behaves the same here)."""
+        produced = getattr(self.stream_format, "get_produced_type", None)
+        return produced() if callable(produced) else None
 
     def create_splits(self, parallelism: int) -> list[FileSourceSplit]:
         seen: dict[str, None] = {}
@@ -169,7 +194,7 @@ class FileSource:
 class FileSourceBuilder:
     """PyFlink's FileSourceBuilder; only the static (bounded) file set is supported."""
 
-    def __init__(self, stream_format: TextLineFormat, paths: tuple[str, ...]) -> None:
+    def __init__(self, stream_format: StreamFormat, paths: tuple[str, ...]) -> None:
         self._stream_format = stream_format
         self._paths = paths
 
@@ -188,7 +213,7 @@ class FileSourceReader:
 
     def __init__(
         self,
-        stream_format: TextLineFormat,
+        stream_format: StreamFormat,
         splits: list[FileSourceSplit],
         filesystems: FileSystems = NO_OPTIONS,
     ) -> None:
@@ -213,12 +238,12 @@ class FileSourceReader:
             self._stream = None
         self._splits.popleft()
 
-    def poll_batch(self, max_records: int) -> list[str] | None:
+    def poll_batch(self, max_records: int) -> list[Any] | None:
         while self._splits:
             if self._stream is None:
                 self._stream = self._open_current()
             split = self._splits[0]
-            lines, consumed, eof = self._format.read_lines(
+            records, consumed, lines, eof = self._format.read_batch(
                 self._stream, max_records, split.path, split.line_number
             )
             if eof:
@@ -227,10 +252,10 @@ class FileSourceReader:
                 self._splits[0] = replace(
                     split,
                     offset=split.offset + consumed,
-                    line_number=split.line_number + len(lines),
+                    line_number=split.line_number + lines,
                 )
-            if lines or max_records <= 0:
-                return lines
+            if records or max_records <= 0:
+                return records
         return None
 
     def snapshot_splits(self) -> list[FileSourceSplit]:

@@ -268,7 +268,10 @@ class StreamExecutionEnvironment:
             connector=source,
             is_source=True,
             bounded=source.boundedness is Boundedness.BOUNDED,
-            output_type=as_type_info(type_info, "from_source(type_info=...)"),
+            output_type=as_type_info(
+                type_info if type_info is not None else _produced_type(source),
+                "from_source(type_info=...)",
+            ),
         )
         return DataStream(self, [(t, None)])
 
@@ -421,6 +424,13 @@ def _check_uids(graph: JobGraph) -> None:
             f"operators have no uid: {missing}; give each one .uid('...') (a stable name its "
             "state is found by in savepoints)"
         )
+
+
+def _produced_type(source: Source) -> Any:
+    """The type a source declares for its records (as PyFlink's sources do through their
+    format, e.g. a FileSource of CsvReaderFormat: its row type), None if it declares none."""
+    produced = getattr(source, "get_produced_type", None)
+    return produced() if callable(produced) else None
 
 
 def _converted(elements: list[Any], type_info: TypeInformation) -> list[Any]:
