@@ -213,6 +213,27 @@ def s3_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A private redis-server (tests/support/servers.py), started when a test first asks for
+    it and stopped by PID at the end of the session; `redis_server.url` reaches it."""
+    from tests.support.servers import start_redis
+
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    """A private nats-server with JetStream (tests/support/servers.py), like redis_server."""
+    from tests.support.servers import start_nats
+
+    server = start_nats(tmp_path_factory.mktemp("nats"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(params=["spark", "local"])
 def runner(request):
     """Run a test on both runners; the Spark one on the shared session."""
