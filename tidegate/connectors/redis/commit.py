@@ -1,0 +1,114 @@
+"""The exactly-once commit protocol of the Redis sinks (steps marked in the code):
+
+1. Buffer: a sink subtask (writer index w) keeps the writes of its records in memory; nothing
+   reaches Redis before the checkpoint that covers them completes.
+2. Pre-commit (`prepare_commit`, checkpoint n): the buffer becomes one `RedisBatch` (job id,
+   w, n, a random nonce, the writes), a committable stored in the checkpoint.
+3. Commit (checkpoint n completed, or its batch restored): WATCH the marker key
+   `<prefix>:<job>:<w>:<n>`; if it holds the batch's nonce the batch was committed before:
+   skip it. Else MULTI, the writes, SET marker = nonce (with the marker TTL), EXEC; a
+   concurrent change of the marker (a zombie of an earlier attempt committing the same batch)
+   fails the EXEC, and the decision is taken again.
+
+A marker with another nonce is another run's batch under the same ids (a job restored twice
+from one snapshot with a fixed `pipeline.job-id`): the batch is written. Markers expire after
+the TTL (bounded growth): restoring a snapshot older than the TTL can write its last batches
+again. The marker and the written keys are in one transaction, so on a Redis Cluster they
+must hash to one slot (a `{hash tag}` in the marker prefix and the keys).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.connectors.redis.connection import RedisConnection
+
+#: one write: ("xadd", stream, fields, maxlen or None), ("set", key, value) or
+#: ("hset", key, mapping)
+Write = tuple
+
+
+class CommitDecision(enum.Enum):
+    WRITE = "write"
+    SKIP = "skip"
+
+
+def commit_decision(marker: bytes | str | None, nonce: str) -> CommitDecision:
+    """Step 3's decision from the marker's current value (None: no marker)."""
+    if isinstance(marker, bytes):
+        marker = marker.decode()
+    return CommitDecision.SKIP if marker == nonce else CommitDecision.WRITE
+
+
+def marker_key(prefix: str, job_id: str, writer: int, checkpoint_id: int) -> str:
+    return f"{prefix}:{job_id}:{writer}:{checkpoint_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisBatch:
+    """The writes of one writer index for one checkpoint (a committable)."""
+
+    job_id: str
+    writer: int
+    checkpoint_id: int
+    nonce: str
+    writes: tuple[Write, ...]
+
+
+def apply_writes(pipe: Any, writes: tuple[Write, ...]) -> None:
+    """Queue `writes` on a redis-py pipeline (inside MULTI)."""
+    for write in writes:
+        match write:
+            case ("xadd", stream, fields, maxlen):
+                pipe.xadd(stream, fields, maxlen=maxlen, approximate=maxlen is not None)
+            case ("set", key, value):
+                pipe.set(key, value)
+            case ("hset", key, mapping):
+                pipe.hset(key, mapping=mapping)
+            case _:
+                raise ValueError(f"unknown Redis sink write {write!r}")
+
+
+class RedisBatchCommitter:
+    """Step 3 for every committable, idempotently (Committer)."""
+
+    def __init__(self, connection: RedisConnection, prefix: str, marker_ttl_s: int) -> None:
+        self._connection = connection
+        self._prefix = prefix
+        self._ttl_s = marker_ttl_s
+        self._client: Any = None
+
+    def commit(self, committables: list[RedisBatch]) -> None:
+        if not committables:
+            return
+        if self._client is None:
+            self._client = self._connection.open()
+        for batch in committables:
+            self._commit_one(batch)
+
+    def _commit_one(self, batch: RedisBatch) -> None:
+        import redis
+
+        key = marker_key(self._prefix, batch.job_id, batch.writer, batch.checkpoint_id)
+        with self._client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    if commit_decision(pipe.get(key), batch.nonce) is CommitDecision.SKIP:
+                        pipe.unwatch()
+                        return
+                    pipe.multi()
+                    apply_writes(pipe, batch.writes)
+                    pipe.set(key, batch.nonce, ex=self._ttl_s)
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue  # the marker changed meanwhile: decide again
+
+    def close(self) -> None:
+        """Called when the sink operator closes (runtime/connector_operators.py)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
