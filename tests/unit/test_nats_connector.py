@@ -127,3 +127,16 @@ def test_the_sink_publishes_on_commit_and_a_repeated_commit_is_deduplicated(nats
     assert info.state.messages == 3
     got = [js.run(js.js.get_msg(s, seq)).data for seq in range(1, 4)]
     assert got == [b"a", b"b", b"c"]
+
+
+def test_without_subjects_one_split_reads_the_whole_stream(nats_server, js):
+    s = _stream(js)
+    _publish(js, f"{s}.a", "1")
+    _publish(js, f"{s}.b", "2")
+    source = _source(nats_server, s, bounded=True)
+    [split] = source.create_splits(3)
+    assert split.subject is None and split.end_seq == 2
+    reader = source.create_reader([split], 0, 1)
+    got, finished = _poll_until_quiet(reader)
+    reader.close()
+    assert finished and [v for _, v in got] == ["1", "2"]

@@ -182,11 +182,9 @@ class NatsJetStreamReader:
             mem_storage=True,
             num_replicas=1,
         )
-        if split.subject is not None:
-            config.filter_subject = split.subject
-        # the subject passed is only the filter of the consumer created here
+        # the subject passed becomes the consumer's filter ("": every subject of the stream)
         return await self._client.js.pull_subscribe(
-            split.subject or ">", stream=split.stream, config=config
+            split.subject or "", stream=split.stream, config=config
         )
 
     def poll_batch(self, max_records: int) -> list[Any] | None:
