@@ -199,3 +199,11 @@ def test_a_key_value_sink_upserts_the_last_value_per_key(redis_server, client):
     w.write_batch([("p", 1), ("p", 2)])
     strings.create_committer().commit(w.prepare_commit(1))
     assert client.get(f"{k}:s:p") == b"2"
+
+
+def test_a_write_redis_refuses_fails_the_commit_naming_the_batch(redis_server, client):
+    k = _name()
+    client.set(k, "a string")
+    batch = RedisBatch("job-c", 0, 4, "n", (("xadd", k, {"v": "1"}, None),))
+    with pytest.raises(RuntimeError, match=r"job job-c, writer 0, checkpoint 4.*WRONGTYPE"):
+        _commit_with(redis_server, batch)

@@ -106,6 +106,14 @@ class RedisBatchCommitter:
                     return
                 except redis.WatchError:
                     continue  # the marker changed meanwhile: decide again
+                except redis.ResponseError as e:
+                    raise RuntimeError(
+                        f"Redis refused a write of the batch of job {batch.job_id}, writer "
+                        f"{batch.writer}, checkpoint {batch.checkpoint_id}: {e}. Redis "
+                        f"transactions do not roll back, so its other writes and its marker "
+                        f"{key} were applied; fix what the sink writes (e.g. a key of another "
+                        f"type) before the job writes to it again"
+                    ) from e
 
     def close(self) -> None:
         """Called when the sink operator closes (runtime/connector_operators.py)."""
