@@ -37,10 +37,12 @@ def test_a_bounded_split_is_finished_once_it_reached_its_end():
     assert not split_finished("10-0", "10-1") and not split_finished("99-0", None)
 
 
-def test_a_batch_is_skipped_only_when_the_marker_holds_its_own_nonce():
-    assert commit_decision(None, "n1") is CommitDecision.WRITE
-    assert commit_decision(b"n1", "n1") is CommitDecision.SKIP
-    assert commit_decision("n0", "n1") is CommitDecision.WRITE  # another run under the same ids
+def test_a_batch_is_skipped_only_when_its_own_marker_exists():
+    assert commit_decision(False) is CommitDecision.WRITE
+    assert commit_decision(True) is CommitDecision.SKIP
+    one = RedisBatch("j", 1, 7, "n1", ())
+    other = RedisBatch("j", 1, 7, "n2", ())  # another sink's, or another run's
+    assert marker_key("p", one) == "p:j:1:7:n1" != marker_key("p", other)
 
 
 def test_the_builder_names_what_is_missing():
@@ -167,8 +169,8 @@ def test_a_stream_sink_writes_nothing_before_commit_and_each_batch_once(redis_se
     sink.create_committer().commit([batch])
     entries = client.xrange(out)
     assert [e[1] for e in entries] == [{b"v": b"1"}, {b"value": b"2"}]
-    marker = marker_key("tidegate:commit", "job-a", 1, 7)
-    assert client.get(marker) == batch.nonce.encode()
+    marker = marker_key("tidegate:commit", batch)
+    assert client.exists(marker)
     assert 0 < client.ttl(marker) <= 7 * 24 * 3600
 
 
@@ -207,3 +209,16 @@ def test_a_write_redis_refuses_fails_the_commit_naming_the_batch(redis_server, c
     batch = RedisBatch("job-c", 0, 4, "n", (("xadd", k, {"v": "1"}, None),))
     with pytest.raises(RuntimeError, match=r"job job-c, writer 0, checkpoint 4.*WRONGTYPE"):
         _commit_with(redis_server, batch)
+
+
+def test_two_sinks_batches_of_one_checkpoint_are_committed_and_skipped_separately(
+    redis_server, client
+):
+    a, b = _name(), _name()
+    batches = [
+        RedisBatch("job-d", 0, 1, uuid.uuid4().hex, (("xadd", a, {"v": "1"}, None),)),
+        RedisBatch("job-d", 0, 1, uuid.uuid4().hex, (("xadd", b, {"v": "2"}, None),)),
+    ]
+    for batch in batches + batches:
+        _commit_with(redis_server, batch)
+    assert (client.xlen(a), client.xlen(b)) == (1, 1)

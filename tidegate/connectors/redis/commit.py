@@ -4,17 +4,18 @@
    reaches Redis before the checkpoint that covers them completes.
 2. Pre-commit (`prepare_commit`, checkpoint n): the buffer becomes one `RedisBatch` (job id,
    w, n, a random nonce, the writes), a committable stored in the checkpoint.
-3. Commit (checkpoint n completed, or its batch restored): WATCH the marker key
-   `<prefix>:<job>:<w>:<n>`; if it holds the batch's nonce the batch was committed before:
-   skip it. Else MULTI, the writes, SET marker = nonce (with the marker TTL), EXEC; a
-   concurrent change of the marker (a zombie of an earlier attempt committing the same batch)
-   fails the EXEC, and the decision is taken again.
+3. Commit (checkpoint n completed, or its batch restored): WATCH the batch's marker key
+   `<prefix>:<job>:<w>:<n>:<nonce>`; if it exists the batch was committed before: skip it.
+   Else MULTI, the writes, SET marker (with the marker TTL), EXEC; a concurrent commit of
+   the same batch (a zombie of an earlier attempt) sets the marker, fails this EXEC, and the
+   decision is taken again.
 
-A marker with another nonce is another run's batch under the same ids (a job restored twice
-from one snapshot with a fixed `pipeline.job-id`): the batch is written. Markers expire after
-the TTL (bounded growth): restoring a snapshot older than the TTL can write its last batches
-again. The marker and the written keys are in one transaction, so on a Redis Cluster they
-must hash to one slot (a `{hash tag}` in the marker prefix and the keys).
+The nonce tells apart batches under the same (job, writer, checkpoint): those of several
+Redis sinks of one job, and another run's (a job restored twice from one snapshot with a
+fixed `pipeline.job-id`). Markers expire after the TTL (bounded growth): restoring a snapshot
+older than the TTL can write its last batches again. The marker and the written keys are in
+one transaction, so on a Redis Cluster they must hash to one slot (a `{hash tag}` in the
+marker prefix and the keys).
 """
 
 from __future__ import annotations
@@ -35,15 +36,9 @@ class CommitDecision(enum.Enum):
     SKIP = "skip"
 
 
-def commit_decision(marker: bytes | str | None, nonce: str) -> CommitDecision:
-    """Step 3's decision from the marker's current value (None: no marker)."""
-    if isinstance(marker, bytes):
-        marker = marker.decode()
-    return CommitDecision.SKIP if marker == nonce else CommitDecision.WRITE
-
-
-def marker_key(prefix: str, job_id: str, writer: int, checkpoint_id: int) -> str:
-    return f"{prefix}:{job_id}:{writer}:{checkpoint_id}"
+def commit_decision(marker_exists: bool) -> CommitDecision:
+    """Step 3's decision: a batch whose marker exists was committed."""
+    return CommitDecision.SKIP if marker_exists else CommitDecision.WRITE
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +50,10 @@ class RedisBatch:
     checkpoint_id: int
     nonce: str
     writes: tuple[Write, ...]
+
+
+def marker_key(prefix: str, batch: RedisBatch) -> str:
+    return f"{prefix}:{batch.job_id}:{batch.writer}:{batch.checkpoint_id}:{batch.nonce}"
 
 
 def apply_writes(pipe: Any, writes: tuple[Write, ...]) -> None:
@@ -91,17 +90,17 @@ class RedisBatchCommitter:
     def _commit_one(self, batch: RedisBatch) -> None:
         import redis
 
-        key = marker_key(self._prefix, batch.job_id, batch.writer, batch.checkpoint_id)
+        key = marker_key(self._prefix, batch)  # Step 3
         with self._client.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     pipe.watch(key)
-                    if commit_decision(pipe.get(key), batch.nonce) is CommitDecision.SKIP:
+                    if commit_decision(pipe.exists(key) > 0) is CommitDecision.SKIP:
                         pipe.unwatch()
                         return
                     pipe.multi()
                     apply_writes(pipe, batch.writes)
-                    pipe.set(key, batch.nonce, ex=self._ttl_s)
+                    pipe.set(key, 1, ex=self._ttl_s)
                     pipe.execute()
                     return
                 except redis.WatchError:

@@ -110,7 +110,7 @@ class RedisSinkWriter:
         self._latest: dict[tuple[str, str], Any] = {}  # upserts: (command, key) -> value
 
     def write_batch(self, records: list[Any]) -> None:
-        writes = self._sink.records.writes(records)
+        writes = self._sink.records.writes(records)  # Step 1: buffered
         if not self._sink.records.upserts:
             self._list.extend(writes)
             return
@@ -123,6 +123,7 @@ class RedisSinkWriter:
                 latest[(command, key)] = value
 
     def prepare_commit(self, checkpoint_id: int) -> list[RedisBatch]:
+        # Step 2: the buffer becomes the checkpoint's committable
         writes = self._list or [(c, k, v) for (c, k), v in self._latest.items()]
         self._list, self._latest = [], {}
         if not writes:
