@@ -140,3 +140,18 @@ def test_without_subjects_one_split_reads_the_whole_stream(nats_server, js):
     got, finished = _poll_until_quiet(reader)
     reader.close()
     assert finished and [v for _, v in got] == ["1", "2"]
+
+
+def test_a_bounded_split_ends_although_the_streams_last_message_is_of_another_subject(
+    nats_server, js
+):
+    s = _stream(js)
+    for i in range(4):
+        _publish(js, f"{s}.a", f"a{i}")
+        _publish(js, f"{s}.b", f"b{i}")
+    source = _source(nats_server, s, f"{s}.a", f"{s}.b", bounded=True)
+    a_split = source.create_splits(1)[0]
+    reader = source.create_reader([a_split], 0, 2)
+    got, finished = _poll_until_quiet(reader)
+    reader.close()
+    assert finished and [v for _, v in got] == [f"a{i}" for i in range(4)]

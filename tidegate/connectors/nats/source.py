@@ -163,6 +163,8 @@ class NatsJetStreamReader:
         self._source = source
         self._splits = {s.split_id: s for s in splits}
         self._subs: dict[str, Any] = {}
+        #: consumer sequence of the last message received, per split (its consumer's count)
+        self._received: dict[str, int] = {}
         self._client = (
             NatsClient(source.connection) if any(not s.finished for s in splits) else None
         )
@@ -170,6 +172,7 @@ class NatsJetStreamReader:
             for split in splits:
                 if not split.finished:
                     self._subs[split.split_id] = self._client.run(self._subscribe(split))
+                    self._received[split.split_id] = 0
 
     async def _subscribe(self, split: NatsSplit) -> Any:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -198,6 +201,7 @@ class NatsJetStreamReader:
             split = self._splits[split_id]
             last, beyond_end = split.last_seq, False
             for msg in messages:
+                self._received[split_id] = msg.metadata.sequence.consumer
                 seq = msg.metadata.sequence.stream
                 if split.end_seq is not None and seq > split.end_seq:
                     beyond_end = True
@@ -225,11 +229,15 @@ class NatsJetStreamReader:
 
     def _drained(self, split: NatsSplit) -> bool:
         """A bounded split whose consumer has nothing pending, and delivered nothing this
-        reader has not seen, is finished (no more message up to its end matches)."""
+        reader has not received, is finished (no more message up to its end matches). The
+        consumer's delivered *stream* sequence runs ahead over messages of other subjects, so
+        its count of delivered messages is compared."""
         if split.end_seq is None:
             return False
         info = self._client.run(self._subs[split.split_id].consumer_info())
-        return info.num_pending == 0 and info.delivered.stream_seq <= split.last_seq
+        return (
+            info.num_pending == 0 and info.delivered.consumer_seq <= self._received[split.split_id]
+        )
 
     def _finish(self, split_id: str) -> None:
         sub = self._subs.pop(split_id)
