@@ -4,6 +4,8 @@ sink's message ids and the committer's deduplication."""
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 
 import pytest
@@ -155,3 +157,24 @@ def test_a_bounded_split_ends_although_the_streams_last_message_is_of_another_su
     got, finished = _poll_until_quiet(reader)
     reader.close()
     assert finished and [v for _, v in got] == [f"a{i}" for i in range(4)]
+
+
+def test_a_batch_committed_after_the_duplicate_window_is_warned_about(nats_server, js, caplog):
+    from tidegate.connectors.nats.sink import NatsBatch
+
+    s = _stream(js, duplicate_window=30.0)
+    sink = (
+        NatsJetStreamSink.builder()
+        .set_servers(nats_server.url)
+        .set_stream(s)
+        .set_subject(f"{s}.out")
+        .build()
+        .for_job("job-w")
+    )
+    old = NatsBatch("job-w", 0, 2, "abc", time.time() - 60, ((f"{s}.out", b"x"),))
+    committer = sink.create_committer()
+    with caplog.at_level(logging.WARNING, logger="tidegate.connectors.nats.sink"):
+        committer.commit([old])
+    committer.close()
+    assert "beyond stream" in caplog.text and "duplicate window of 30 s" in caplog.text
+    assert js.run(js.js.stream_info(s)).state.messages == 1
