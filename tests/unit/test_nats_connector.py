@@ -178,3 +178,22 @@ def test_a_batch_committed_after_the_duplicate_window_is_warned_about(nats_serve
     committer.close()
     assert "beyond stream" in caplog.text and "duplicate window of 30 s" in caplog.text
     assert js.run(js.js.stream_info(s)).state.messages == 1
+
+
+def test_a_reader_whose_consumer_the_server_deleted_resumes_with_a_new_one(
+    nats_server, js, monkeypatch
+):
+    from tidegate.connectors.nats import source as nats_source
+
+    monkeypatch.setattr(nats_source, "CONSUMER_CHECK_S", 0.0)
+    s = _stream(js)
+    _publish(js, f"{s}.a", "1", "2")
+    source = _source(nats_server, s)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    first, _ = _poll_until_quiet(reader)
+    [sub] = reader._subs.values()
+    js.run(js.js.delete_consumer(s, sub._consumer))  # as after INACTIVE_THRESHOLD_S
+    _publish(js, f"{s}.a", "3")
+    rest, _ = _poll_until_quiet(reader, quiet_polls=5)
+    reader.close()
+    assert [v for _, v in first + rest] == ["1", "2", "3"]

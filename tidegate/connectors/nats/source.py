@@ -19,6 +19,7 @@ from the checkpointed sequence whenever a reader starts, and are removed by the 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,6 +39,9 @@ __all__ = [
 FETCH_TIMEOUT_S = 0.04
 #: an ephemeral consumer without a reader for this long is deleted by the server
 INACTIVE_THRESHOLD_S = 60.0
+#: how often an unbounded split that fetched nothing checks that its consumer still exists
+#: (a reader held back longer than INACTIVE_THRESHOLD_S, e.g. by backpressure, lost it)
+CONSUMER_CHECK_S = 5.0
 
 
 def decoded_payload(subject: str, sequence: int, data: bytes) -> Any:
@@ -165,14 +169,15 @@ class NatsJetStreamReader:
         self._subs: dict[str, Any] = {}
         #: consumer sequence of the last message received, per split (its consumer's count)
         self._received: dict[str, int] = {}
+        #: when each split last made sure its consumer exists (monotonic seconds)
+        self._checked: dict[str, float] = {}
         self._client = (
             NatsClient(source.connection) if any(not s.finished for s in splits) else None
         )
         if self._client is not None:
             for split in splits:
                 if not split.finished:
-                    self._subs[split.split_id] = self._client.run(self._subscribe(split))
-                    self._received[split.split_id] = 0
+                    self._start_consumer(split)
 
     async def _subscribe(self, split: NatsSplit) -> Any:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -214,6 +219,24 @@ class NatsJetStreamReader:
                 self._finish(split_id)
         return records
 
+    def _start_consumer(self, split: NatsSplit) -> None:
+        """A new consumer for `split`, delivering from the message after its position."""
+        self._subs[split.split_id] = self._client.run(self._subscribe(split))
+        self._received[split.split_id] = 0
+        self._checked[split.split_id] = time.monotonic()
+
+    def _consumer_info(self, split: NatsSplit) -> Any | None:
+        """The info of the split's consumer; None if the server deleted it (inactive), in
+        which case a new one is started at the split's position."""
+        from nats.js.errors import NotFoundError
+
+        self._checked[split.split_id] = time.monotonic()
+        try:
+            return self._client.run(self._subs[split.split_id].consumer_info())
+        except NotFoundError:
+            self._start_consumer(split)
+            return None
+
     async def _fetch_all(self, count: int) -> dict[str, list[Any]]:
         from nats.errors import TimeoutError as NatsTimeoutError
 
@@ -228,14 +251,17 @@ class NatsJetStreamReader:
         return dict(zip(ids, results, strict=True))
 
     def _drained(self, split: NatsSplit) -> bool:
-        """A bounded split whose consumer has nothing pending, and delivered nothing this
-        reader has not received, is finished (no more message up to its end matches). The
-        consumer's delivered *stream* sequence runs ahead over messages of other subjects, so
-        its count of delivered messages is compared."""
+        """Whether a split that fetched nothing is finished: bounded, its consumer has
+        nothing pending and delivered nothing this reader has not received (the consumer's
+        delivered *stream* sequence runs ahead over messages of other subjects, so its count
+        of delivered messages is compared). An unbounded one is never finished, but checks
+        every CONSUMER_CHECK_S that its consumer still exists."""
         if split.end_seq is None:
+            if time.monotonic() - self._checked[split.split_id] >= CONSUMER_CHECK_S:
+                self._consumer_info(split)
             return False
-        info = self._client.run(self._subs[split.split_id].consumer_info())
-        return (
+        info = self._consumer_info(split)
+        return info is not None and (
             info.num_pending == 0 and info.delivered.consumer_seq <= self._received[split.split_id]
         )
 
