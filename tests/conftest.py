@@ -109,6 +109,7 @@ SLOW: dict[str, set[str]] = {
         "test_the_streams_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",
         "test_the_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9",
         "test_nothing_reaches_redis_before_a_checkpoint_completes",
+        "test_the_sinks_restored_at_3_subtasks_from_2_commit_every_batch_once",
     },
     "e2e/test_rescaling.py": {
         "test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once",

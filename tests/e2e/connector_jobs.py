@@ -51,10 +51,20 @@ def sink_count_job(
     rate: float | None = None,
     fail_at: dict[int, int] | None = None,
     interval_ms: int = 200,
+    restore_path: str | None = None,
 ) -> StreamExecutionEnvironment:
     """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`)
-    -> each of `sinks`."""
-    env = job_environment("spark", checkpoints, parallelism=parallelism, interval_ms=interval_ms)
+    -> each of `sinks`; checkpoints retained on cancel."""
+    env = job_environment(
+        "spark",
+        checkpoints,
+        parallelism=parallelism,
+        interval_ms=interval_ms,
+        restore_path=restore_path,
+    )
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
     ds = env.from_source(source, None, "numbers").uid("numbers")
     if fail_at:

@@ -214,3 +214,30 @@ def test_nothing_reaches_redis_before_a_checkpoint_completes(spark, tmp_path, re
     wait_until(lambda: client.xlen(out) > 0, "the first checkpoint's entries committed", job=job)
     job.cancel().result()
     check_consistent_prefix([fields[b"line"].decode() for _, fields in client.xrange(out)])
+
+
+def test_the_sinks_restored_at_3_subtasks_from_2_commit_every_batch_once(
+    spark, tmp_path, redis_server, client
+):
+    """The batches of the checkpoint restored from are committed again by the subtasks that
+    take over their writer indexes: their markers make that a no-op."""
+    n = 12_000
+    out, counts = f"out-{uuid.uuid4().hex[:8]}", f"counts-{uuid.uuid4().hex[:8]}"
+    first = sink_count_job(
+        _sinks(redis_server, out, counts), tmp_path / "chk", n=n, rate=3_000
+    ).execute_async("sinks at 2")
+    wait_for_checkpoints(first, 2)
+    first.cancel().result()
+    assert 0 < client.xlen(out) < n
+    second = sink_count_job(
+        _sinks(redis_server, out, counts),
+        tmp_path / "chk",
+        n=n,
+        parallelism=3,
+        restore_path=str(tmp_path / "chk" / first.jobmaster.job_id),
+    ).execute_async("sinks at 3")
+    second.get_job_execution_result().result(timeout=300)
+    lines = [fields[b"line"].decode() for _, fields in client.xrange(out)]
+    check_exactly_once(lines, n, 2)  # the source's splits stay those planned at 2
+    final = {int(k): int(v) for k, v in client.hgetall(counts).items()}
+    assert final == dict(records_per_key(n))
