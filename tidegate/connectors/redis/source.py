@@ -55,10 +55,6 @@ class RedisStreamSplit:
     last_id: str = BEGINNING
     end_id: str | None = None
 
-    @property
-    def split_id(self) -> str:
-        return self.stream
-
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroup:
