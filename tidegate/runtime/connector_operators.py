@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.connectors.base import writer_subtask
+from tidegate.connectors.base import CheckpointListeningReader, UsesJobId, writer_subtask
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
 from tidegate.runtime.timestamps import WatermarkGeneration
 from tidegate.state.descriptors import ListStateDescriptor
@@ -34,6 +34,8 @@ class SourceOperator(StreamOperator):
         self.watermark_strategy = watermark_strategy
         self.watermark_interval_ms = watermark_interval_ms
         self.watermarks: WatermarkGeneration | None = None
+        #: checkpoint id -> the splits snapshotted for it, for a CheckpointListeningReader
+        self._snapshots: dict[int, list] = {}
 
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
         super().initialize_state(runtime, restored)
@@ -67,8 +69,19 @@ class SourceOperator(StreamOperator):
         return batch
 
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
-        self._splits_state.update(self.reader.snapshot_splits())
+        splits = self.reader.snapshot_splits()
+        self._splits_state.update(splits)
+        if isinstance(self.reader, CheckpointListeningReader):
+            self._snapshots[checkpoint_id] = list(splits)
         return super().snapshot_state(checkpoint_id, timestamp_ms)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        super().notify_checkpoint_complete(checkpoint_id)
+        splits = self._snapshots.pop(checkpoint_id, None)
+        for older in [cid for cid in self._snapshots if cid < checkpoint_id]:
+            del self._snapshots[older]  # subsumed
+        if splits is not None:
+            self.reader.notify_checkpoint_complete(checkpoint_id, splits)
 
     def process_batch(self, records: list) -> None:
         raise RuntimeError("a source operator has no input")
@@ -100,6 +113,7 @@ class SinkOperator(StreamOperator):
         super().__init__(None, **kw)
         self.sink = sink
         self.writer = None
+        self.committer = None
         self.pending: list[tuple[int, Any]] = []
 
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
@@ -107,6 +121,8 @@ class SinkOperator(StreamOperator):
         self._state = self.operator_state.get_union_list_state(
             ListStateDescriptor(self.COMMITTABLES)
         )
+        if isinstance(self.sink, UsesJobId):
+            self.sink = self.sink.for_job(runtime.job_id)
         index, parallelism = runtime.subtask_index, runtime.parallelism
         committables = [
             c
@@ -139,3 +155,5 @@ class SinkOperator(StreamOperator):
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if hasattr(self.committer, "close"):  # a committer holding a connection
+            self.committer.close()
