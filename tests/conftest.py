@@ -213,6 +213,18 @@ def s3_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A Kafka-protocol broker (tests/support/kafka.py): a private Tansu broker started when a
+    test first asks for it and stopped by PID at the end of the session, or the Kafka that
+    TIDEGATE_TEST_KAFKA=host:port names."""
+    from tests.support.kafka import start_kafka
+
+    broker = start_kafka(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture(params=["spark", "local"])
 def runner(request):
     """Run a test on both runners; the Spark one on the shared session."""
