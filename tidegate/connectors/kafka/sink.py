@@ -301,6 +301,7 @@ class KafkaCommitter:
 
     def __init__(self, sink: KafkaSink) -> None:
         self._sink = sink
+        self._group_metadata: dict[str, Any] = {}  # marker group -> its metadata
 
     def commit(self, committables: list[Any]) -> None:
         for c in sorted(committables, key=lambda c: c.checkpoint_id):
@@ -308,7 +309,7 @@ class KafkaCommitter:
                 continue
             producer = _PRECOMMITTED.pop(c.txn_id, None)
             if producer is not None:
-                _commit(producer, c, self._sink)
+                self._commit(producer, c)
             elif not self._marked(c):
                 self._reproduce(c)
 
@@ -344,28 +345,30 @@ class KafkaCommitter:
         _produce_all(producer, c.records, on_delivery)
         _flush(producer)
         _check_delivery(errors)
-        _commit(producer, c, self._sink)
+        self._commit(producer, c)
 
+    def _commit(self, producer: Any, c: KafkaCommittable) -> None:
+        """Commit the marker offset `c.checkpoint_id` and the transaction, atomically."""
+        from confluent_kafka import Consumer, TopicPartition
 
-def _commit(producer: Any, c: KafkaCommittable, sink: KafkaSink) -> None:
-    """Commit the marker offset `c.checkpoint_id` and the transaction, atomically."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": sink.properties["bootstrap.servers"],
-            "group.id": marker_group(c.txn_id),
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        metadata = consumer.consumer_group_metadata()
-    finally:
-        consumer.close()
-    producer.send_offsets_to_transaction(
-        [TopicPartition(c.marker_topic, 0, c.checkpoint_id)], metadata, 30
-    )
-    producer.commit_transaction(30)
+        group = marker_group(c.txn_id)
+        metadata = self._group_metadata.get(group)
+        if metadata is None:  # a consumer only to name the group; it never joins it
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": self._sink.properties["bootstrap.servers"],
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                }
+            )
+            try:
+                metadata = self._group_metadata[group] = consumer.consumer_group_metadata()
+            finally:
+                consumer.close()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(c.marker_topic, 0, c.checkpoint_id)], metadata, 30
+        )
+        producer.commit_transaction(30)
 
 
 class KafkaSinkBuilder:

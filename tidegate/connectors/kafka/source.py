@@ -44,6 +44,8 @@ __all__ = ["KafkaSource", "KafkaSourceBuilder", "KafkaSourceReader"]
 
 #: the longest `poll_batch` waits for records (the contract allows ~50 ms)
 POLL_TIMEOUT_S = 0.02
+#: the timestamp of a record without one (the runtime's "no timestamp")
+NO_TIMESTAMP = -(2**63)
 #: Flink's default for unbounded sources: look for new partitions every 5 minutes
 DEFAULT_DISCOVERY_INTERVAL_MS = 300_000
 #: properties that are tidegate's, not the consumer's
@@ -298,7 +300,7 @@ class KafkaSourceReader:
                 tuple(m.headers() or ()),
             )
             values.append(deserialize(record))
-            timestamps.append(ts if ts_type else 0)
+            timestamps.append(ts if ts_type else NO_TIMESTAMP)
             split = replace(split, offset=offset + 1)
             splits[key] = split
             if split.finished:
