@@ -162,13 +162,29 @@ def _tail(broker: KafkaBroker, lines: int = 30) -> str:
 
 
 def produce(broker: KafkaBroker, topic: str, values: list[str], partition: int = 0) -> None:
-    """Write `values` (UTF-8) to one partition, in one batch where the client can."""
+    """Write `values` (UTF-8) to one partition, in one batch where the client can; the i-th
+    gets the timestamp 1_000_000 + i."""
+    fill(broker, topic, [(partition, value) for value in values])
+
+
+def fill(broker: KafkaBroker, topic: str, records: list[tuple[int, str]]) -> None:
+    """Write (partition, value) records in order; the i-th of a partition gets the timestamp
+    1_000_000 + i."""
     from confluent_kafka import Producer
 
     producer = Producer(broker.config(**{"linger.ms": 5}))
-    for i, value in enumerate(values):
-        producer.produce(topic, value.encode(), partition=partition, timestamp=1_000_000 + i)
-    if producer.flush(15):
+    counts: dict[int, int] = {}
+    for partition, value in records:
+        i = counts[partition] = counts.get(partition, -1) + 1
+        while True:
+            try:
+                producer.produce(
+                    topic, value.encode(), partition=partition, timestamp=1_000_000 + i
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(30):
         raise TimeoutError(f"records to {topic} not delivered within 15 s")
 
 
@@ -177,7 +193,7 @@ class ReadRecord:
     partition: int
     offset: int
     value: str
-    producer_id: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def read_topic(
@@ -204,7 +220,10 @@ def read_topic(
         while time.monotonic() - last < quiet_s:
             for m in consumer.consume(1000, 0.1):
                 if m.error() is None:
-                    records.append(ReadRecord(m.partition(), m.offset(), m.value().decode()))
+                    headers = tuple(m.headers() or ())
+                    records.append(
+                        ReadRecord(m.partition(), m.offset(), m.value().decode(), headers)
+                    )
                     last = time.monotonic()
     finally:
         consumer.close()
