@@ -20,8 +20,9 @@ When each method is called, and what it guarantees:
   group, asynchronously, for monitoring only (with `set_group_id`); they are never read back
   except by `KafkaOffsetsInitializer.committed_offsets()` on a first run.
 - Discovery (unbounded sources with `partition.discovery.interval.ms` > 0): a background thread
-  lists the subscribed topics' partitions; the loop thread adds the new partitions this subtask
-  owns (not named by any restored split or by its own), starting at their earliest offset.
+  with a consumer of its own lists the subscribed topics' partitions and resolves the earliest
+  offsets of the new ones this subtask owns (not named by any restored split or by its own);
+  `poll_batch` adds them without waiting on the broker.
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ class KafkaSource:
         config["enable.auto.offset.store"] = False
         return config
 
-    def list_partitions(self, admin: Any) -> list[tuple[str, int]]:
-        """The subscribed partitions that exist now (`admin`: a Consumer or AdminClient)."""
+    def list_partitions(self, consumer: Any) -> list[tuple[str, int]]:
+        """The subscribed partitions that exist now, asking through `consumer`."""
         if self.partitions:
             return sorted((tp.topic, tp.partition) for tp in self.partitions)
-        metadata = admin.list_topics(timeout=10)
+        metadata = consumer.list_topics(timeout=10)
         if self.topic_pattern is not None:
             pattern = re.compile(self.topic_pattern)
             names = [t for t in metadata.topics if pattern.fullmatch(t)]
@@ -140,10 +141,15 @@ class KafkaSource:
         )
 
     def create_splits(self, parallelism: int) -> list[KafkaPartitionSplit]:
-        from confluent_kafka.admin import AdminClient
+        """One split per partition that exists now, without a position (its reader resolves
+        the starting offset)."""
+        from confluent_kafka import Consumer
 
-        admin = AdminClient({"bootstrap.servers": self.properties["bootstrap.servers"]})
-        return [KafkaPartitionSplit(t, p) for t, p in self.list_partitions(admin)]
+        consumer = Consumer(self.consumer_config(0))
+        try:
+            return [KafkaPartitionSplit(t, p) for t, p in self.list_partitions(consumer)]
+        finally:
+            consumer.close()
 
     def create_reader(
         self, splits: list[KafkaPartitionSplit], subtask_index: int, parallelism: int
@@ -224,29 +230,36 @@ class KafkaSourceReader:
             self._consumer.incremental_assign(active)
 
     def _discover(self, interval_s: float) -> None:
-        """Background thread: list the partitions every `interval_s`, hand them to the loop."""
-        from confluent_kafka.admin import AdminClient
+        """Background thread: every `interval_s`, list the partitions with a consumer of its
+        own, and hand the new ones this subtask owns, with their earliest offsets, to the loop
+        thread (which adds them in `poll_batch`)."""
+        from confluent_kafka import Consumer
 
-        admin = AdminClient({"bootstrap.servers": self._source.properties["bootstrap.servers"]})
-        while not self._stop.wait(interval_s):
-            try:
-                found = self._source.list_partitions(admin)
-            except Exception as e:  # reported by the next poll_batch, which fails the job
-                self._discovery_error = e
-                return
-            self._discovered.append(found)
+        consumer = Consumer(self._source.consumer_config(self._subtask))
+        earliest = KafkaOffsetsInitializer.earliest()
+        try:
+            while not self._stop.wait(interval_s):
+                try:
+                    found = self._source.list_partitions(consumer)
+                    fresh = new_partitions(
+                        found, set(self._known), self._subtask, self._parallelism
+                    )
+                    splits = [
+                        KafkaPartitionSplit(t, p, offset=earliest.resolve(consumer, t, p, None))
+                        for t, p in fresh
+                    ]
+                except Exception as e:  # reported by the next poll_batch, which fails the job
+                    self._discovery_error = e
+                    return
+                if splits:
+                    self._discovered.append(splits)
+        finally:
+            consumer.close()
 
     def _apply_discovery(self) -> None:
         while self._discovered:
-            found = self._discovered.pop(0)
-            fresh = new_partitions(found, self._known, self._subtask, self._parallelism)
-            if fresh:
-                self._add(
-                    [
-                        self._resolve(KafkaPartitionSplit(t, p, start_earliest=True))
-                        for t, p in fresh
-                    ]
-                )
+            splits = self._discovered.pop(0)
+            self._add([s for s in splits if s.key not in self._known])
 
     def poll_batch(self, max_records: int) -> list[Any] | None:
         if self._discovery_error is not None:
