@@ -266,3 +266,31 @@ def test_an_exactly_once_sink_needs_a_prefix():
             )
             .build()
         )
+
+
+def test_a_checkpoint_interval_above_the_transaction_timeout_is_refused_on_submission(tmp_path):
+    from tidegate.common import Configuration
+    from tidegate.datastream import StreamExecutionEnvironment
+    from tidegate.datastream.connectors.datagen import DataGeneratorSource
+
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("execution.runner", "local")
+    )
+    env.enable_checkpointing(120_000)
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path))
+    sink = (
+        KafkaSink.builder()
+        .set_bootstrap_servers("localhost:1")
+        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+        .set_transactional_id_prefix("p")
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic("t")
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        .build()
+    )
+    env.from_source(DataGeneratorSource(str, count=10), None, "n").sink_to(sink)
+    with pytest.raises(ValueError, match=r"checkpoint interval \(120000 ms\).*transaction.timeout"):
+        env.execute("refused")

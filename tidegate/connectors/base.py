@@ -202,6 +202,18 @@ class SharedPathSink(Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksCheckpointing(Protocol):
+    """A source or sink whose correctness depends on the checkpoint interval."""
+
+    def check_checkpoint_interval(self, interval_ms: int | None) -> None:
+        """Called on the driver when the job is submitted, with the periodic checkpoint
+        interval (None: no periodic checkpoints, e.g. BATCH mode). Raises ValueError naming
+        the setting to change when the interval cannot work with this connector; the job is
+        then not started."""
+        ...
+
+
 def bind_filesystems(connector: Any, filesystems: FileSystems) -> Any:
     """The connector a job runs: `connector.with_filesystems(filesystems)` if it opens files,
     else the connector itself."""

@@ -112,6 +112,22 @@ class KafkaSink:
     def transaction_timeout_ms(self) -> int:
         return int(self.properties.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
 
+    def check_checkpoint_interval(self, interval_ms: int | None) -> None:
+        """On submission (connectors/base.py ChecksCheckpointing): an EXACTLY_ONCE sink's
+        transactions stay open for a checkpoint interval at least, so the interval must be
+        below `transaction.timeout.ms` (the broker aborts older transactions)."""
+        if self.guarantee is not DeliveryGuarantee.EXACTLY_ONCE or interval_ms is None:
+            return
+        timeout = self.transaction_timeout_ms
+        if interval_ms >= timeout:
+            raise ValueError(
+                f"the checkpoint interval ({interval_ms} ms) is not below the EXACTLY_ONCE "
+                f"KafkaSink's transaction.timeout.ms ({timeout} ms): the broker would abort "
+                "its transactions before their checkpoints complete. Checkpoint more often, or "
+                "set_property('transaction.timeout.ms', ...) on the sink well above the "
+                "interval (at most the broker's transaction.max.timeout.ms)"
+            )
+
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> Any:
         if self.guarantee is DeliveryGuarantee.EXACTLY_ONCE:
             return TransactionalWriter(self, subtask_index)
