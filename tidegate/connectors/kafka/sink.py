@@ -9,20 +9,21 @@ EXACTLY_ONCE, per sink subtask (writer index k, transactional ids `<prefix>-<k>-
 transactions.py):
 
 1. Write: the first record after a checkpoint begins a transaction on a free slot's producer;
-   records are produced into it, and kept (serialized) for step 5.
+   records are produced into it, and kept (serialized) for step 4.
 2. Pre-commit (`prepare_commit(n)`, synchronous phase of checkpoint n): flush; any delivery
    error fails the checkpoint. The committable is (id, k, n, the records); the producer with its
    open transaction stays alive in this process until step 3.
-3. Commit (`Committer.commit`, when checkpoint n completed): in the transaction, commit the
-   offset n for the id's marker group (`send_offsets_to_transaction`), then commit it. The
-   records and the marker become visible atomically.
+3. Commit (`Committer.commit`, when checkpoint n completed, in checkpoint order): in the
+   transaction, commit the offset n for the writer instance's marker group
+   (`send_offsets_to_transaction`; one group per writer instance, transactions.py), then
+   commit it. The records and the marker become visible atomically, and the marker only grows.
 4. Recover (a restore: `Sink.recover`, then `commit` of the restored committables): fence
    every id of the writer indexes this subtask takes over (`init_transactions` aborts a
    transaction left open by a dead process), then for each restored committable ask its
-   marker group: if the marker says n was committed, nothing to do (idempotent); else
+   marker group: if its offset is n or more, n was committed: nothing to do (idempotent); else
    re-produce its records in a new transaction on the same id, with the marker, and commit.
 
-Why the records are kept in the committable (step 5 of the reasoning). Flink commits a
+Why the records are kept in the committable. Flink commits a
 transaction after a restore by resuming it with its producer id and epoch; confluent-kafka
 (librdkafka) cannot resume a transaction it did not start, and `init_transactions` on its id
 aborts it. A pre-committed transaction of checkpoint n that was not committed before a crash
@@ -43,6 +44,7 @@ checkpoints are further apart than the timeout allows.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +79,7 @@ class KafkaCommittable:
     writer_index: int
     checkpoint_id: int
     txn_id: str | None
+    marker_group: str | None
     marker_topic: str | None
     records: tuple[ProducerRecord, ...]
 
@@ -233,6 +236,7 @@ class TransactionalWriter:
         self._records: list[ProducerRecord] = []
         self._began = 0.0
         self._errors: list[str] = []
+        self._marker = marker_group(sink.prefix, subtask_index, uuid.uuid4().hex[:12])
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -293,7 +297,7 @@ class TransactionalWriter:
 
     def prepare_commit(self, checkpoint_id: int) -> list[KafkaCommittable]:
         if self._slot is None:
-            return [KafkaCommittable(self._index, checkpoint_id, None, None, ())]
+            return [KafkaCommittable(self._index, checkpoint_id, None, None, None, ())]
         producer = self._producers[self._slot]
         self._check_age()
         _flush(producer)
@@ -302,7 +306,11 @@ class TransactionalWriter:
         records = tuple(self._records)
         _PRECOMMITTED[txn_id] = producer
         self._slot, self._records = None, []
-        return [KafkaCommittable(self._index, checkpoint_id, txn_id, records[0].topic, records)]
+        return [
+            KafkaCommittable(
+                self._index, checkpoint_id, txn_id, self._marker, records[0].topic, records
+            )
+        ]
 
     def close(self) -> None:
         """Uncommitted transactions stay open: a restore fences them, or the broker aborts
@@ -336,7 +344,7 @@ class KafkaCommitter:
         consumer = Consumer(
             {
                 "bootstrap.servers": self._sink.properties["bootstrap.servers"],
-                "group.id": marker_group(c.txn_id),
+                "group.id": c.marker_group,
                 "enable.auto.commit": False,
             }
         )
@@ -367,7 +375,7 @@ class KafkaCommitter:
         """Commit the marker offset `c.checkpoint_id` and the transaction, atomically."""
         from confluent_kafka import Consumer, TopicPartition
 
-        group = marker_group(c.txn_id)
+        group = c.marker_group
         metadata = self._group_metadata.get(group)
         if metadata is None:  # a consumer only to name the group; it never joins it
             consumer = Consumer(

@@ -17,10 +17,14 @@ def transactional_id(prefix: str, writer_index: int, slot: int) -> str:
     return f"{prefix}-{writer_index}-{slot}"
 
 
-def marker_group(txn_id: str) -> str:
-    """The consumer group whose committed offset records, atomically with each transaction of
-    `txn_id`, the checkpoint id it belonged to (see sink.py, step 4)."""
-    return f"{txn_id}-committed"
+def marker_group(prefix: str, writer_index: int, instance: str) -> str:
+    """The consumer group whose committed offset records, atomically with each transaction a
+    writer instance commits, the id of that transaction's checkpoint (see sink.py, step 3).
+
+    One group per writer instance (`instance`: a random name chosen when the writer starts),
+    so the marker only grows (the instance commits its checkpoints in order) and a later job
+    reusing the prefix, whose checkpoint ids start again at 1, is not misled by it."""
+    return f"{prefix}-{writer_index}-{instance}-committed"
 
 
 def ids_to_fence(prefix: str, writer_indexes: Iterable[int], pool_size: int) -> list[str]:
