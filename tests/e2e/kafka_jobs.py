@@ -3,7 +3,8 @@
 Source jobs: a topic holding the numbers 0..n-1 (number v in partition v % partitions, in
 increasing order) -> KafkaSource -> [throttle] -> [failures] -> key_by(v % NUM_KEYS) -> running
 count -> FileSink. Sink jobs: numbers -> [failures] -> running count -> KafkaSink, each record
-tagged with the attempt that produced it (a header), to tell where a duplicate comes from.
+tagged with the attempt that produced it (a header), to tell where a duplicate comes from; the
+sink jobs' source has one subtask, so the output is deterministic.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from tests.support.kafka import KafkaBroker, fill
 from tests.support.references import NUM_KEYS
 from tidegate.common import WatermarkStrategy
 from tidegate.common.serialization import SimpleStringSchema
-from tidegate.datastream import MapFunction, StreamExecutionEnvironment
+from tidegate.datastream import (
+    ExternalizedCheckpointRetention,
+    MapFunction,
+    StreamExecutionEnvironment,
+)
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.kafka import (
     DeliveryGuarantee,
@@ -93,6 +98,9 @@ def source_job(
         interval_ms=interval_ms,
         restore_path=restore_path,
     )
+    env.get_checkpoint_config().set_externalized_checkpoint_retention(
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION  # the rescale restores it
+    )
     ds = env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka").uid("kafka")
     ds = ds.map(int).uid("parse").map(Throttle(rate)).uid("throttle")
     if fail_at:
@@ -148,10 +156,12 @@ def sink_job(
     interval_ms: int = 200,
 ) -> StreamExecutionEnvironment:
     env = job_environment("spark", checkpoints, parallelism=parallelism, interval_ms=interval_ms)
+    # one source subtask: each key's records reach the count in one order in every attempt,
+    # so a record re-emitted after a restore equals the one the failed attempt emitted
     source = DataGeneratorSource(lambda i: i, count=n, records_per_second=rate)
-    ds = env.from_source(source, None, "numbers").uid("numbers")
+    ds = env.from_source(source, None, "numbers").set_parallelism(1).uid("numbers")
     if fail_at:
-        ds = ds.map(FailAtValues(fail_at)).uid("fail")
+        ds = ds.map(FailAtValues(fail_at)).set_parallelism(1).uid("fail")  # chained: same order
     ds = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
     ds = ds.map(TagAttempt()).uid("tag")
     serializer = (

@@ -2,10 +2,14 @@
 written through Kafka transactions bound to checkpoints, through exceptions and a kill -9.
 
 On Apache Kafka (TIDEGATE_TEST_KAFKA) a read_committed consumer gets the reference exactly.
-Tansu also returns records of aborted transactions to read_committed consumers; there the test
-shows that the distinct records are the reference exactly and that every extra copy was
-produced by an attempt that failed (each record carries its attempt in a header): the
-transactions of those attempts whose checkpoints never completed were aborted by fencing.
+Tansu also returns records of aborted transactions to read_committed consumers, and a consumer
+cannot tell which transaction a record was in. There the test shows what it can: the distinct
+records are the reference exactly (nothing lost, nothing wrong), every extra copy is identical
+to a reference record, and of a record's copies at most one was produced by the last attempt
+(each record carries the attempt that produced it in a header): the others come from failed
+attempts, whose open transactions the restore fenced (aborted), or from a pre-committed
+transaction of a killed worker that the restore aborted and re-produced from the checkpoint
+(sink.py), which is why two copies may carry the same failed attempt.
 """
 
 from __future__ import annotations
@@ -18,20 +22,21 @@ from tests.support.kafka import read_topic
 from tests.support.references import check_exactly_once
 
 
-def check_sink_output(kafka, topic: str, n: int, parallelism: int, attempts: int) -> None:
+def check_sink_output(kafka, topic: str, n: int, attempts: int) -> dict[str, int]:
+    """The topic holds the reference (see the module docstring); returns how many records it
+    holds and how many are extra copies."""
     records = read_topic(kafka, topic)
     lines = [r.value for r in records]
     if not kafka.is_tansu:
-        check_exactly_once(lines, n, parallelism)
-        return
-    check_exactly_once(sorted(set(lines)), n, parallelism)
+        check_exactly_once(lines, n, 1)  # one source subtask
+        return {"records": len(lines), "extra": 0}
+    check_exactly_once(sorted(set(lines)), n, 1)
     copies = collections.defaultdict(list)
     for r in records:
         copies[r.value].append(int(dict(r.headers)["attempt"]))
     for line, tags in copies.items():
-        # at most one copy per attempt, the extra ones from attempts that failed
-        assert len(tags) == len(set(tags)), (line, tags)
-        assert all(a < attempts - 1 for a in sorted(tags)[:-1]), (line, tags)
+        assert sum(1 for a in tags if a == attempts - 1) <= 1, (line, tags)
+    return {"records": len(lines), "extra": len(lines) - len(set(lines))}
 
 
 def test_exactly_once_through_exceptions(spark, kafka, tmp_path):
@@ -43,13 +48,13 @@ def test_exactly_once_through_exceptions(spark, kafka, tmp_path):
         tmp_path / "chk",
         n=n,
         parallelism=parallelism,
-        rate=4_000,
-        fail_at={0: 3_000, 1: 7_000},
+        rate=2_000,
+        fail_at={0: 2_000, 1: 5_000},
     )
     client = env.execute_async("kafka sink, exceptions")
     client.get_job_execution_result().result(timeout=300)
     assert client.jobmaster.stats.restarts == 2
-    check_sink_output(kafka, topic, n, parallelism, client.jobmaster.stats.restarts + 1)
+    check_sink_output(kafka, topic, n, client.jobmaster.stats.restarts + 1)
 
 
 def test_exactly_once_through_a_kill_9(spark, kafka, tmp_path):
@@ -61,4 +66,4 @@ def test_exactly_once_through_a_kill_9(spark, kafka, tmp_path):
     client.get_job_execution_result().result(timeout=300)
     killer.join(5)
     assert len(killer.killed) == 1
-    check_sink_output(kafka, topic, n, parallelism, client.jobmaster.stats.restarts + 1)
+    check_sink_output(kafka, topic, n, client.jobmaster.stats.restarts + 1)
