@@ -49,6 +49,9 @@ class KafkaRecordDeserializationSchema:
     """Turns a ConsumerRecord into the value the source emits. Subclass and override
     `deserialize`, or use `value_only(schema)`."""
 
+    #: set by `value_only`: the source then calls its `deserialize(bytes)` directly
+    value_schema: Any = None
+
     def deserialize(self, record: ConsumerRecord) -> Any:
         raise NotImplementedError("override deserialize(record) or use value_only(schema)")
 
@@ -62,10 +65,10 @@ class _ValueOnly(KafkaRecordDeserializationSchema):
     def __init__(self, schema: Any) -> None:
         if not callable(getattr(schema, "deserialize", None)):
             raise TypeError(f"a value deserializer needs deserialize(bytes): {schema!r}")
-        self.schema = schema
+        self.value_schema = schema
 
     def deserialize(self, record: ConsumerRecord) -> Any:
-        return self.schema.deserialize(record.value)
+        return self.value_schema.deserialize(record.value)
 
 
 class KafkaTopicSelector:

@@ -189,7 +189,15 @@ class KafkaSourceReader:
         self._subtask = subtask_index
         self._parallelism = parallelism
         self._consumer = Consumer(source.consumer_config(subtask_index))
+        #: the splits as added (their positions are in _reading / _done, _skips)
         self._splits: dict[tuple[str, int], KafkaPartitionSplit] = {}
+        self._reading: dict[tuple[str, int], int] = {}  # unfinished: the next offset
+        self._done: dict[tuple[str, int], int] = {}  # finished: the stopping offset
+        self._stops: dict[tuple[str, int], int] = {}  # bounded: the stopping offset
+        self._skips: dict[tuple[str, int], int] = {}  # timestamp start not reached yet
+        value_schema = source.deserializer.value_schema
+        #: a value-only deserializer's `deserialize(bytes)` (the fast path), else None
+        self._value_only = None if value_schema is None else value_schema.deserialize
         #: partitions named by any split handed to this reader's subtask (restored or planned)
         self._known: set[tuple[str, int]] = set(known or ()) | {s.key for s in splits}
         self._last_snapshot: list[KafkaPartitionSplit] | None = None
@@ -225,6 +233,14 @@ class KafkaSourceReader:
         for s in splits:
             self._splits[s.key] = s
             self._known.add(s.key)
+            if s.finished:
+                self._done[s.key] = s.offset
+                continue
+            self._reading[s.key] = s.offset
+            if s.stopping_offset is not None:
+                self._stops[s.key] = s.stopping_offset
+            if s.skip_before_timestamp is not None:
+                self._skips[s.key] = s.skip_before_timestamp
         active = [TopicPartition(s.topic, s.partition, s.offset) for s in splits if not s.finished]
         if active:
             self._consumer.incremental_assign(active)
@@ -268,83 +284,81 @@ class KafkaSourceReader:
             ) from self._discovery_error
         if self._discovered:
             self._apply_discovery()
-        from confluent_kafka import KafkaError
-
-        splits = self._splits
-        if self._discovery is None and all(s.finished for s in splits.values()):
+        if self._discovery is None and not self._reading:
             return None
         if max_records <= 0:
             return []
         messages = self._consumer.consume(max_records, POLL_TIMEOUT_S)
         values: list[Any] = []
         timestamps: list[int] = []
+        value_only = self._value_only
         deserialize = self._source.deserializer.deserialize
-        newly_finished = []
+        reading, stops, skips = self._reading, self._stops, self._skips
+        finished: set[tuple[str, int]] = set()
         for m in messages:
-            error = m.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise RuntimeError(
-                    f"Kafka consumer error on {m.topic()}[{m.partition()}]: {error.str()}"
-                )
+            if m.error() is not None:
+                self._raise_error(m)
+                continue
             key = (m.topic(), m.partition())
-            split = splits.get(key)
+            position = reading.get(key)
             offset = m.offset()
-            if split is None or split.finished or offset < split.offset:
+            if position is None or offset < position:
                 continue  # prefetched after its split finished, or before its position
-            if split.stopping_offset is not None and offset >= split.stopping_offset:
-                splits[key] = replace(split, offset=split.stopping_offset)
-                newly_finished.append(splits[key])
+            stop = stops.get(key)
+            if stop is not None and offset >= stop:
+                reading[key] = stop
+                finished.add(key)
                 continue
             ts_type, ts = m.timestamp()
-            if split.skip_before_timestamp is not None:
-                if ts < split.skip_before_timestamp:
-                    splits[key] = replace(split, offset=offset + 1)
+            if skips and key in skips:  # a timestamp start: skip records older than it
+                if ts < skips[key]:
+                    reading[key] = offset + 1
                     continue
-                split = replace(split, skip_before_timestamp=None)
-            record = ConsumerRecord(
-                key[0],
-                key[1],
-                offset,
-                ts if ts_type else None,
-                m.key(),
-                m.value(),
-                tuple(m.headers() or ()),
-            )
-            values.append(deserialize(record))
+                del skips[key]
+            if value_only is not None:
+                values.append(value_only(m.value()))
+            else:
+                values.append(deserialize(_consumer_record(m, key, offset, ts_type, ts)))
             timestamps.append(ts if ts_type else NO_TIMESTAMP)
-            split = replace(split, offset=offset + 1)
-            splits[key] = split
-            if split.finished:
-                newly_finished.append(split)
-        self._finish_by_position(newly_finished)
+            reading[key] = offset + 1
+            if stop is not None and offset + 1 >= stop:
+                finished.add(key)
+        self._finish(finished)
         return TimestampedRecords(values, timestamps)
 
-    def _finish_by_position(self, newly_finished: list[KafkaPartitionSplit]) -> None:
-        """Unassign finished splits; a bounded split whose consumer position passed its stop
-        (transaction markers occupy the last offsets) is finished too."""
+    def _raise_error(self, m: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        error = m.error()
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise RuntimeError(
+                f"Kafka consumer error on {m.topic()}[{m.partition()}]: {error.str()}"
+            )
+
+    def _finish(self, finished: set[tuple[str, int]]) -> None:
+        """Stop reading finished bounded splits (unassign them); a split whose consumer
+        position passed its stop (transaction markers occupy the last offsets) is finished."""
         from confluent_kafka import TopicPartition
 
-        splits = self._splits
-        open_bounded = [
-            s for s in splits.values() if s.stopping_offset is not None and not s.finished
-        ]
+        reading, stops = self._reading, self._stops
+        open_bounded = [k for k in reading if k in stops and k not in finished]
         if open_bounded:
-            positions = self._consumer.position(
-                [TopicPartition(s.topic, s.partition) for s in open_bounded]
-            )
-            for s, tp in zip(open_bounded, positions, strict=True):
-                if tp.offset >= 0 and tp.offset >= s.stopping_offset:
-                    splits[s.key] = replace(s, offset=s.stopping_offset)
-                    newly_finished.append(splits[s.key])
-        if newly_finished:
-            self._consumer.incremental_unassign(
-                [TopicPartition(s.topic, s.partition) for s in newly_finished]
-            )
+            positions = self._consumer.position([TopicPartition(t, p) for t, p in open_bounded])
+            for key, tp in zip(open_bounded, positions, strict=True):
+                if tp.offset >= 0 and tp.offset >= stops[key]:
+                    reading[key] = stops[key]
+                    finished.add(key)
+        if finished:
+            for key in finished:
+                self._done[key] = reading.pop(key)
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in finished])
 
     def snapshot_splits(self) -> list[KafkaPartitionSplit]:
-        splits = list(self._splits.values())
+        positions = {**self._done, **self._reading}
+        splits = [
+            replace(s, offset=positions[s.key], skip_before_timestamp=self._skips.get(s.key))
+            for s in self._splits.values()
+        ]
         self._last_snapshot = splits
         return splits
 
@@ -368,6 +382,18 @@ class KafkaSourceReader:
         self._closed = True
         self._stop.set()
         self._consumer.close()
+
+
+def _consumer_record(m: Any, key: tuple[str, int], offset: int, ts_type: int, ts: int) -> Any:
+    return ConsumerRecord(
+        key[0],
+        key[1],
+        offset,
+        ts if ts_type else None,
+        m.key(),
+        m.value(),
+        tuple(m.headers() or ()),
+    )
 
 
 class KafkaSourceBuilder:
