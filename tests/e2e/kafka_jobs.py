@@ -22,6 +22,7 @@ from tidegate.common.serialization import SimpleStringSchema
 from tidegate.datastream import (
     ExternalizedCheckpointRetention,
     MapFunction,
+    ProcessFunction,
     StreamExecutionEnvironment,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
@@ -127,6 +128,13 @@ def check_topic_counted_once(lines: list[str], n: int, partitions: int) -> None:
         for p in range(partitions):
             own = sorted((v, c) for v, c in pairs if v % partitions == p)
             assert [c for _, c in own] == sorted(c for _, c in own), f"key {key} order"
+
+
+class WithTimestamp(ProcessFunction):
+    """Each record with the timestamp it carries."""
+
+    def process_element(self, value, ctx):
+        yield f"{value},{ctx.timestamp()}"
 
 
 class TagAttempt(MapFunction):

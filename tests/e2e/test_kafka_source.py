@@ -1,7 +1,8 @@
 """KafkaSource end to end on Spark against the test broker: the output of a keyed running
 count over a topic equals the reference computed from the topic's content, record for record,
 through an exception, a kill -9 of a worker, and a rescale 2 -> 3 from a checkpoint; a bounded
-source ends the job; new partitions are found while the job runs."""
+source ends the job; new partitions are found while the job runs; records carry their Kafka
+timestamps."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import uuid
 
 from tests.e2e.jobs import kill_slots
 from tests.e2e.kafka_jobs import (
+    WithTimestamp,
     check_topic_counted_once,
     fill_numbers,
     kafka_source,
     source_job,
 )
+from tests.support.environments import file_sink, job_environment
 from tests.support.kafka import produce
 from tests.support.output import committed_lines
 from tests.support.waiting import wait_for_checkpoints, wait_until
-from tidegate.common import JobStatus
+from tidegate.common import JobStatus, WatermarkStrategy
 from tidegate.connectors.kafka.splits import split_owner
 
 PARTITIONS = 6
@@ -115,3 +118,19 @@ def test_partitions_created_while_the_job_runs_are_read_from_their_start(spark, 
         client.cancel().result()
     values = sorted(int(line.split(",")[1]) for line in committed_lines(tmp_path / "out"))
     assert values == [0, 1, 2, 10, 11, 12]
+
+
+def test_records_carry_their_kafka_timestamps_into_the_job(spark, kafka, tmp_path):
+    topic = kafka.create_topic(2)
+    for p in range(2):  # the i-th record of a partition has the timestamp 1_000_000 + i
+        produce(kafka, topic, [f"{p}-{i}" for i in range(50)], partition=p)
+    env = job_environment("spark", tmp_path / "chk", parallelism=2)
+    watermarks = WatermarkStrategy.for_monotonous_timestamps()  # no assigner: Kafka's
+    (
+        env.from_source(kafka_source(kafka, topic=topic), watermarks, "kafka")
+        .process(WithTimestamp())
+        .sink_to(file_sink(tmp_path / "out"))
+    )
+    env.execute("kafka timestamps")
+    expected = [f"{p}-{i},{1_000_000 + i}" for p in range(2) for i in range(50)]
+    assert sorted(committed_lines(tmp_path / "out")) == sorted(expected)

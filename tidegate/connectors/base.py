@@ -35,7 +35,9 @@ class TimestampedRecords(list):
     """A batch a reader returns when its records have timestamps of their own (Kafka record
     timestamps): a list of values with a parallel `timestamps` list (ms since the epoch). The
     source operator hands them on as the records' timestamps (a WatermarkStrategy's timestamp
-    assigner receives them as `record_timestamp`)."""
+    assigner receives them as `record_timestamp`). A source whose readers do this sets the
+    class attribute `attaches_timestamps = True`: `from_source` then accepts a
+    WatermarkStrategy without a timestamp assigner (it uses these timestamps)."""
 
     __slots__ = ("timestamps",)
 

@@ -254,7 +254,11 @@ class StreamExecutionEnvironment:
                 f"from_source expects a Source (NumberSequenceSource, FileSource, "
                 f"DataGeneratorSource, ...), got {type(source).__name__}"
             )
-        strategy = check_strategy(watermark_strategy, at_source=True)
+        strategy = check_strategy(
+            watermark_strategy,
+            at_source=True,
+            source_timestamps=getattr(source, "attaches_timestamps", False),
+        )
         make_operator = SourceOperator
         if strategy is not None:
             interval = partial(auto_watermark_interval, self._config)  # read at submission

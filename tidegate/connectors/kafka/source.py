@@ -60,6 +60,9 @@ _SOURCE_KEYS = (
 class KafkaSource:
     """Reads Kafka topics exactly once (with checkpoints). Build with `KafkaSource.builder()`."""
 
+    #: records carry their Kafka timestamps (connectors/base.py TimestampedRecords)
+    attaches_timestamps = True
+
     def __init__(
         self,
         properties: dict[str, str],
