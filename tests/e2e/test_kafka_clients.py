@@ -19,6 +19,7 @@ from tidegate.datastream.connectors.kafka import (
     KafkaSink,
     KafkaSource,
     KafkaTopicPartition,
+    KafkaTopicSelector,
 )
 
 
@@ -294,3 +295,61 @@ def test_a_checkpoint_interval_above_the_transaction_timeout_is_refused_on_submi
     env.from_source(DataGeneratorSource(str, count=10), None, "n").sink_to(sink)
     with pytest.raises(ValueError, match=r"checkpoint interval \(120000 ms\).*transaction.timeout"):
         env.execute("refused")
+
+
+def test_explicit_partitions_are_the_only_ones_read(kafka):
+    topic = kafka.create_topic(3)
+    for p in range(3):
+        produce(kafka, topic, [f"p{p}"], partition=p)
+    src = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(kafka.bootstrap_servers)
+        .set_partitions({KafkaTopicPartition(topic, 0), KafkaTopicPartition(topic, 2)})
+        .set_value_only_deserializer(SimpleStringSchema())
+        .set_bounded(KafkaOffsetsInitializer.latest())
+        .build()
+    )
+    reader = first_reader(src)
+    try:
+        assert sorted(drain(reader)[0]) == ["p0", "p2"]
+    finally:
+        reader.close()
+
+
+class Upper(KafkaTopicSelector):
+    def __init__(self, topics):
+        self.topics = topics
+
+    def apply(self, data):
+        return self.topics[data[0] == data[0].upper()]
+
+
+def test_keys_headers_and_a_topic_selector_shape_the_records_written(kafka):
+    lower, upper = kafka.create_topic(), kafka.create_topic()
+    serializer = (
+        KafkaRecordSerializationSchema.builder()
+        .set_topic_selector(Upper((lower, upper)))
+        .set_key_serialization_schema(KeyOf())
+        .set_value_serialization_schema(SimpleStringSchema())
+        .set_headers(lambda v: [("length", str(len(v)).encode())])
+        .build()
+    )
+    sink = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(kafka.bootstrap_servers)
+        .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
+        .set_record_serializer(serializer)
+        .build()
+    )
+    writer = sink.create_writer(0, 1, 0)
+    writer.write_batch(["abc", "XY", "de"])
+    writer.prepare_commit(1)
+    writer.close()
+    got = {t: read_topic(kafka, t) for t in (lower, upper)}
+    assert [(r.value, r.key, r.headers) for r in got[upper]] == [("XY", b"X", (("length", b"2"),))]
+    assert sorted((r.value, r.key) for r in got[lower]) == [("abc", b"a"), ("de", b"d")]
+
+
+class KeyOf:
+    def serialize(self, value):
+        return value[0].encode()

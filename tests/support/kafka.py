@@ -194,6 +194,7 @@ class ReadRecord:
     offset: int
     value: str
     headers: tuple[tuple[str, bytes], ...] = ()
+    key: bytes | None = None
 
 
 def read_topic(
@@ -222,7 +223,7 @@ def read_topic(
                 if m.error() is None:
                     headers = tuple(m.headers() or ())
                     records.append(
-                        ReadRecord(m.partition(), m.offset(), m.value().decode(), headers)
+                        ReadRecord(m.partition(), m.offset(), m.value().decode(), headers, m.key())
                     )
                     last = time.monotonic()
     finally:
