@@ -3,13 +3,13 @@
 When each method is called, and what it guarantees:
 
 - `create_splits` (every subtask, first run only): one split per partition found now, without
-  a position. `assign_splits` (connectors/base.py, SplitAssigningSource) keeps, out of all
-  splits (first run, or every subtask's restored splits), those `split_owner` gives this
+  a position. `create_reader_for` (connectors/base.py, SplitAssigningSource) gets all splits
+  (first run, or every subtask's restored splits) and keeps those `split_owner` gives this
   subtask. tidegate assigns partitions itself; the consumer uses `assign()`, never a group
   rebalance.
-- `create_reader`: the reader resolves the starting (and, bounded, stopping) offsets of splits
-  without a position against the broker, then assigns them to its consumer. It blocks on the
-  broker once, before the subtask's loop starts.
+- The reader, when created, resolves the starting (and, bounded, stopping) offsets of its
+  splits without a position against the broker, then assigns them to its consumer. It blocks
+  on the broker once, before the subtask's loop starts.
 - `poll_batch` (loop thread): one `consume` of at most `POLL_TIMEOUT_S`; records of finished
   bounded splits are dropped; each split's offset advances past the records returned. Records
   carry their Kafka timestamps.
