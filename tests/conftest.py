@@ -106,7 +106,6 @@ SLOW: dict[str, set[str]] = {
         "test_a_bounded_source_through_exceptions_counts_the_topic_exactly_once",
         "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
         "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
-        "test_records_carry_their_kafka_timestamps_into_the_job",
     },
     "e2e/test_nexmark.py": {
         "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
