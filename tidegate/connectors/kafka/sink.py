@@ -43,6 +43,7 @@ checkpoints are further apart than the timeout allows.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -60,6 +61,10 @@ from tidegate.connectors.kafka.transactions import (
 
 __all__ = ["KafkaCommittable", "KafkaSink", "KafkaSinkBuilder"]
 
+log = logging.getLogger(__name__)
+
+#: how long closing a writer waits for its open transaction to be aborted
+ABORT_TIMEOUT_S = 5.0
 #: transactions a writer may have pre-committed and not yet committed, plus the open one
 DEFAULT_POOL_SIZE = 5
 #: Kafka's producer default (ms); the broker caps it at transaction.max.timeout.ms
@@ -313,8 +318,23 @@ class TransactionalWriter:
         ]
 
     def close(self) -> None:
-        """Uncommitted transactions stay open: a restore fences them, or the broker aborts
-        them after transaction.timeout.ms."""
+        """Abort the open transaction (records after the last checkpoint: a restore replays
+        them), so it does not hold back read_committed consumers until it times out.
+        Pre-committed transactions stay: a restore fences them (and re-produces those of
+        completed checkpoints), or the broker aborts them after transaction.timeout.ms."""
+        from confluent_kafka import KafkaException
+
+        if self._slot is not None:
+            try:
+                self._producers[self._slot].abort_transaction(ABORT_TIMEOUT_S)
+            except KafkaException as e:  # closing after a failure: the broker may be gone
+                log.warning(
+                    "Kafka sink writer %d could not abort its open transaction (a restore "
+                    "fences it, or the broker aborts it after transaction.timeout.ms): %s",
+                    self._index,
+                    e,
+                )
+            self._slot = None
         self._producers.clear()
         self._records = []
 
