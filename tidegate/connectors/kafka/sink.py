@@ -366,6 +366,9 @@ class KafkaCommitter:
                 "bootstrap.servers": self._sink.properties["bootstrap.servers"],
                 "group.id": c.marker_group,
                 "enable.auto.commit": False,
+                # librdkafka then asks for stable offsets only (KIP-447): an offset of a
+                # transaction still open is not an answer, its outcome is awaited
+                "isolation.level": "read_committed",
             }
         )
         try:
