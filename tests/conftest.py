@@ -95,6 +95,18 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_kafka_clients.py": {
+        "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
+    },
+    "e2e/test_kafka_sink.py": {
+        "test_exactly_once_through_exceptions",
+        "test_exactly_once_through_a_kill_9",
+    },
+    "e2e/test_kafka_source.py": {
+        "test_a_bounded_source_through_exceptions_counts_the_topic_exactly_once",
+        "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
+        "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
+    },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
         "test_the_jetstream_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",
@@ -245,6 +257,18 @@ def nats_server(tmp_path_factory):
     server = start_nats(tmp_path_factory.mktemp("nats"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A Kafka-protocol broker (tests/support/kafka.py): a private Tansu broker started when a
+    test first asks for it and stopped by PID at the end of the session, or the Kafka that
+    TIDEGATE_TEST_KAFKA=host:port names."""
+    from tests.support.kafka import start_kafka
+
+    broker = start_kafka(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture(params=["spark", "local"])

@@ -8,6 +8,12 @@ Sinks follow Flink's two-phase-commit Sink V2 shape: a writer pre-commits at eac
 (returning *committables*), and a committer makes them visible only when the checkpoint is
 complete.
 
+Optional extensions of the source contract (the message-system sources use them): a reader's
+batch may carry its records' timestamps (`TimestampedRecords`); a reader may be told each
+completed checkpoint with its splits (`CheckpointListeningReader`); a `SplitAssigningSource`
+chooses which splits each reader takes out of all of them, which lets readers discover new
+splits on their own.
+
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
 must see as one storage, which each attempt checks).
@@ -24,6 +30,21 @@ from tidegate.common.filesystems import FileSystems
 class Boundedness(enum.Enum):
     BOUNDED = "bounded"
     CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+class TimestampedRecords(list):
+    """A batch a reader returns when its records have timestamps of their own (Kafka record
+    timestamps): a list of values with a parallel `timestamps` list (ms since the epoch). The
+    source operator hands them on as the records' timestamps (a WatermarkStrategy's timestamp
+    assigner receives them as `record_timestamp`). A source whose readers do this sets the
+    class attribute `attaches_timestamps = True`: `from_source` then accepts a
+    WatermarkStrategy without a timestamp assigner (it uses these timestamps)."""
+
+    __slots__ = ("timestamps",)
+
+    def __init__(self, values: list[Any], timestamps: list[int]) -> None:
+        super().__init__(values)
+        self.timestamps = timestamps
 
 
 class SourceReader(Protocol):
@@ -75,6 +96,24 @@ class Source(Protocol):
         self, splits: list[Any], subtask_index: int, parallelism: int
     ) -> SourceReader:
         """Create a reader over `splits` (fresh from `create_splits` or restored from state)."""
+        ...
+
+
+@runtime_checkable
+class SplitAssigningSource(Protocol):
+    """A source whose readers pick their splits from all of them, by a rule of the source.
+
+    Its splits are kept in union list state: after a restore (any parallelism) every reader
+    sees every subtask's splits, keeps those the rule gives it, and knows which splits exist,
+    so it may add splits it discovers later (new Kafka partitions) without another reader
+    taking the same one: the rule must give every split to exactly one subtask. A reader must
+    keep finished splits in `snapshot_splits` for the same reason."""
+
+    def create_reader_for(
+        self, all_splits: list[Any], subtask_index: int, parallelism: int
+    ) -> SourceReader:
+        """Create subtask `subtask_index`'s reader given every split (`create_splits` on a
+        first run, all subtasks' restored splits after a restore)."""
         ...
 
 
@@ -188,6 +227,18 @@ class SharedPathSink(Protocol):
         before calling `recover` or `create_writer`; a slot that does not find it fails the job
         at once, without restarts (StorageNotSharedError naming its host and the path). So the
         sink and the readers of its output must ignore files whose names start with '.'."""
+        ...
+
+
+@runtime_checkable
+class ChecksCheckpointing(Protocol):
+    """A source or sink whose correctness depends on the checkpoint interval."""
+
+    def check_checkpoint_interval(self, interval_ms: int | None) -> None:
+        """Called on the driver when the job is submitted, with the periodic checkpoint
+        interval (None: no periodic checkpoints, e.g. BATCH mode). Raises ValueError naming
+        the setting to change when the interval cannot work with this connector; the job is
+        then not started."""
         ...
 
 

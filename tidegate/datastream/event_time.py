@@ -16,8 +16,12 @@ if TYPE_CHECKING:
     from tidegate.datastream.data_stream import DataStream
 
 
-def check_strategy(strategy: Any, at_source: bool) -> WatermarkStrategy | None:
-    """`strategy` if usable (None stays None); a clear error otherwise."""
+def check_strategy(
+    strategy: Any, at_source: bool, source_timestamps: bool = False
+) -> WatermarkStrategy | None:
+    """`strategy` if usable (None stays None); a clear error otherwise. `source_timestamps`:
+    the source attaches timestamps of its own (connectors/base.py `attaches_timestamps`), which
+    a strategy without a timestamp assigner uses."""
     if strategy is None:
         return None
     if not isinstance(strategy, WatermarkStrategy):
@@ -25,9 +29,10 @@ def check_strategy(strategy: Any, at_source: bool) -> WatermarkStrategy | None:
             "expected a WatermarkStrategy (e.g. WatermarkStrategy.for_bounded_out_of_orderness("
             f"Duration.of_seconds(5)).with_timestamp_assigner(...)), got {type(strategy).__name__}"
         )
-    if at_source and strategy.generates_watermarks and strategy.timestamp_assigner is None:
+    no_timestamps = at_source and not source_timestamps
+    if no_timestamps and strategy.generates_watermarks and strategy.timestamp_assigner is None:
         raise ValueError(
-            "tidegate's sources do not attach timestamps to records, so a WatermarkStrategy at "
+            "this source does not attach timestamps to records, so a WatermarkStrategy at "
             "a source needs a timestamp assigner: add .with_timestamp_assigner(MyAssigner()) "
             "(a TimestampAssigner whose extract_timestamp(value, record_timestamp) returns int "
             "milliseconds)"

@@ -48,7 +48,7 @@ from tidegate.common.job_client import JobClient, JobExecutionResult
 from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.common.type_format import RecordTypeError, converter
 from tidegate.common.typeinfo import TypeInformation, as_type_info
-from tidegate.connectors.base import Boundedness, Source
+from tidegate.connectors.base import Boundedness, ChecksCheckpointing, Source
 from tidegate.connectors.collection import CollectionSource
 from tidegate.datastream.checkpoint_config import CheckpointConfig
 from tidegate.datastream.checkpointing_mode import CheckpointingMode
@@ -254,7 +254,11 @@ class StreamExecutionEnvironment:
                 f"from_source expects a Source (NumberSequenceSource, FileSource, "
                 f"DataGeneratorSource, ...), got {type(source).__name__}"
             )
-        strategy = check_strategy(watermark_strategy, at_source=True)
+        strategy = check_strategy(
+            watermark_strategy,
+            at_source=True,
+            source_timestamps=getattr(source, "attaches_timestamps", False),
+        )
         make_operator = SourceOperator
         if strategy is not None:
             interval = partial(auto_watermark_interval, self._config)  # read at submission
@@ -309,6 +313,9 @@ class StreamExecutionEnvironment:
         if self._is_batch():  # no periodic checkpoints: only the final one, where sinks commit
             graph = replace(graph, batch=True)
             checkpoint = replace(checkpoint, interval_ms=None)
+        for t in self._stream_graph.transformations:
+            if isinstance(t.connector, ChecksCheckpointing):
+                t.connector.check_checkpoint_interval(checkpoint.interval_ms)
         cfg = self._config
         return JobSpec(
             job_name=name,

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegate.connectors.base import CheckpointListeningReader, UsesJobId, writer_subtask
+from tidegate.connectors.base import (
+    CheckpointListeningReader,
+    SplitAssigningSource,
+    UsesJobId,
+    writer_subtask,
+)
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
+from tidegate.runtime.records import TimestampedBatch
 from tidegate.runtime.timestamps import WatermarkGeneration
 from tidegate.state.descriptors import ListStateDescriptor
 
 
 class SourceOperator(StreamOperator):
     """Reads splits; its position is the list of splits it holds, kept in operator list state
-    (so restore resumes exactly and a rescale redistributes splits).
+    (so restore resumes exactly and a rescale redistributes splits). A SplitAssigningSource's
+    splits are union list state instead, and its readers choose their own (connectors/base.py).
 
     With a WatermarkStrategy, records get their timestamps here and the source subtask emits
     watermarks (runtime/timestamps.py); its last watermark is checkpointed with its state."""
@@ -39,7 +46,25 @@ class SourceOperator(StreamOperator):
 
     def initialize_state(self, runtime: OperatorRuntime, restored: Any | None) -> None:
         super().initialize_state(runtime, restored)
-        self._splits_state = self.operator_state.get_list_state(ListStateDescriptor(self.SPLITS))
+        assigning = isinstance(self.source, SplitAssigningSource)
+        if assigning:
+            self._splits_state = self.operator_state.get_union_list_state(
+                ListStateDescriptor(self.SPLITS)
+            )
+        else:
+            self._splits_state = self.operator_state.get_list_state(
+                ListStateDescriptor(self.SPLITS)
+            )
+        if assigning:
+            all_splits = (
+                list(self._splits_state.get())
+                if restored is not None
+                else self.source.create_splits(runtime.parallelism)
+            )
+            self.reader = self.source.create_reader_for(
+                all_splits, runtime.subtask_index, runtime.parallelism
+            )
+            return
         if restored is not None:
             splits = list(self._splits_state.get())
         else:
@@ -58,6 +83,8 @@ class SourceOperator(StreamOperator):
     def poll(self, max_records: int) -> list | None:
         """Emit the next batch; returns it (None when the reader is finished)."""
         batch = self.reader.poll_batch(max_records)
+        if batch and type(batch) is not list and type(batch) is not TimestampedBatch:
+            batch = TimestampedBatch(batch, batch.timestamps)  # a reader's TimestampedRecords
         if batch:
             wg = self.watermarks
             if wg is None:
