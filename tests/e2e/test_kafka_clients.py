@@ -137,8 +137,8 @@ def test_offsets_are_committed_to_the_group_when_a_checkpoint_completes(kafka):
         got: list = []
         while len(got) < 10:
             got.extend(reader.poll_batch(100))
-        reader.snapshot_splits()
-        reader.notify_checkpoint_complete(1)
+        splits = reader.snapshot_splits()
+        reader.notify_checkpoint_complete(1, splits)
         reader.poll_batch(1)  # serves the asynchronous commit
         time.sleep(0.5)
     finally:
