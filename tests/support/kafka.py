@@ -19,7 +19,6 @@ them check with `KafkaBroker.is_tansu`:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import uuid
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.cluster import free_port
+from tests.support.servers import log_tail, stop_by_pid
 
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 3.0
@@ -80,14 +80,7 @@ class KafkaBroker:
         _wait_for_partitions(admin, topic, total)
 
     def stop(self) -> None:
-        """Stop the broker by its PID: SIGTERM, SIGKILL after STOP_GRACE_S."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_by_pid(self.process, STOP_GRACE_S)
 
 
 def _wait_for_partitions(admin, topic: str, partitions: int) -> None:
@@ -142,7 +135,9 @@ def _wait_until_up(broker: KafkaBroker) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if broker.process is not None and broker.process.poll() is not None:
-            raise RuntimeError(f"tansu exited with {broker.process.returncode}:\n{_tail(broker)}")
+            raise RuntimeError(
+                f"tansu exited with {broker.process.returncode}:\n{log_tail(broker.log)}"
+            )
         try:
             admin.list_topics(timeout=1)
             return
@@ -150,15 +145,9 @@ def _wait_until_up(broker: KafkaBroker) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no Kafka broker answered at {broker.bootstrap_servers} within "
-                    f"{START_TIMEOUT_S:g} s (last error: {e}):\n{_tail(broker)}"
+                    f"{START_TIMEOUT_S:g} s (last error: {e}):\n{log_tail(broker.log)}"
                 ) from e
         time.sleep(0.2)
-
-
-def _tail(broker: KafkaBroker, lines: int = 30) -> str:
-    if broker.log is None:
-        return ""
-    return "\n".join(broker.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def produce(broker: KafkaBroker, topic: str, values: list[str], partition: int = 0) -> None:

@@ -12,7 +12,6 @@ grace (a clean shutdown takes ~17 s, and nothing of a test server needs saving).
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sysconfig
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.cluster import free_port
+from tests.support.servers import log_tail, stop_by_pid
 from tidegate.common.configuration import Configuration
 from tidegate.common.filesystems import FileSystems
 
@@ -73,14 +73,7 @@ class S3Server:
         return "/".join([f"s3://{self.bucket}", *parts])
 
     def stop(self) -> None:
-        """Stop the server by its PID: SIGTERM, SIGKILL after STOP_GRACE_S."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_by_pid(self.process, STOP_GRACE_S)
 
 
 def start_s3_server(work_dir: Path, host: str = "127.0.0.1") -> S3Server:
@@ -136,7 +129,7 @@ def _create_bucket(server: S3Server) -> None:
     while True:
         if server.process.poll() is not None:
             raise RuntimeError(
-                f"weed server exited with {server.process.returncode}:\n{_tail(server)}"
+                f"weed server exited with {server.process.returncode}:\n{log_tail(server.log)}"
             )
         try:
             fs.mkdir(bucket)
@@ -145,10 +138,7 @@ def _create_bucket(server: S3Server) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"the S3 server at {server.endpoint} did not create a bucket within "
-                    f"{START_TIMEOUT_S:g} s (last error: {type(e).__name__}: {e}):\n{_tail(server)}"
+                    f"{START_TIMEOUT_S:g} s (last error: {type(e).__name__}: {e}):\n"
+                    + log_tail(server.log)
                 ) from e
         time.sleep(0.2)
-
-
-def _tail(server: S3Server, lines: int = 30) -> str:
-    return "\n".join(server.log.read_text(errors="replace").splitlines()[-lines:])

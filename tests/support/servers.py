@@ -32,14 +32,26 @@ class Server:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        """SIGTERM by PID, SIGKILL after STOP_GRACE_S."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_by_pid(self.process, STOP_GRACE_S)
+
+
+def stop_by_pid(process: subprocess.Popen | None, grace_s: float) -> None:
+    """Stop a test server by its PID: SIGTERM, SIGKILL after `grace_s` (nothing of a test
+    server needs a clean shutdown)."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def log_tail(log: Path | None, lines: int = 30) -> str:
+    """The last `lines` lines of a server's log, for an error message."""
+    if log is None:
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _binary(name: str) -> str:
