@@ -260,6 +260,18 @@ def nats_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def postgres_server():
+    """A private PostgreSQL server (tests/support/postgres.py) with prepared transactions and
+    logical replication enabled, started when a test first asks for it and stopped by PID at
+    the end of the session; `postgres_server.url` / `.jdbc_url` reach its test database."""
+    from tests.support.postgres import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
     """A Kafka-protocol broker (tests/support/kafka.py): a private Tansu broker started when a
     test first asks for it and stopped by PID at the end of the session, or the Kafka that
