@@ -1,0 +1,261 @@
+"""The PostgreSQL CDC source's reader against a private server, without Spark: the snapshot
+read in chunks while the table changes, handed over to the stream without a change lost or
+doubled; restores from its checkpointed split (also in the middle of the snapshot and of a
+transaction) resume exactly; the slot moves only on checkpoint completion; misconfigured
+servers, tables and slots give clear errors."""
+
+from __future__ import annotations
+
+import decimal
+import re
+import uuid
+
+import psycopg
+import pytest
+
+from tests.support.cdc import ChangelogError, apply_change, source_builder
+from tidegate.common.typeinfo import Types
+from tidegate.common.types import Row, RowKind
+from tidegate.connectors.postgres_cdc.split import parse_lsn
+from tidegate.datastream.connectors.postgres_cdc import PostgresCdcError
+
+
+@pytest.fixture
+def db(postgres_server):
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        yield conn
+
+
+def _table(db, rows: int = 0, identity_full: bool = True) -> str:
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text, n numeric)")
+    if identity_full:
+        db.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    if rows:
+        db.execute(
+            f"INSERT INTO {name} SELECT i, 'v' || i, i * 1.5 FROM generate_series(0, %s) i",
+            (rows - 1,),
+        )
+    return name
+
+
+def _source(server, *tables, split_size=10):
+    slot = f"s_{uuid.uuid4().hex[:8]}"
+    return source_builder(server.url, *tables, slot=slot).split_size(split_size).build()
+
+
+def _table_state(db, name) -> dict:
+    return {r[0]: r for r in db.execute(f"SELECT id, v, n FROM {name}")}
+
+
+def _drain(reader, mirror, *, max_records=10, polls=40, until=None):
+    """Poll `reader` applying its rows to `mirror` until `until(mirror)` (or `polls` empty
+    polls in a row)."""
+    empty = 0
+    while empty < polls:
+        batch = reader.poll_batch(max_records)
+        for row in batch:
+            apply_change(mirror, row[0], row)
+        empty = 0 if batch else empty + 1
+        if until is not None and until(mirror):
+            return
+
+
+def test_the_snapshot_and_the_stream_hand_over_exactly_while_the_table_changes(postgres_server, db):
+    name = _table(db, rows=35)
+    source = _source(postgres_server, name)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    mirror: dict = {}
+    try:
+        first = reader.poll_batch(10)  # chunk 1: ids 0..9
+        assert [r.get_row_kind() for r in first] == [RowKind.INSERT] * 10
+        for row in first:
+            apply_change(mirror, row[0], row)
+        # changes to a chunk read (must come from the stream) and to chunks not yet read
+        # (must come from the snapshot only), some in one transaction
+        with db.transaction():
+            db.execute(f"UPDATE {name} SET v = 'changed' WHERE id IN (3, 20)")
+            db.execute(f"DELETE FROM {name} WHERE id IN (4, 21)")
+            db.execute(f"INSERT INTO {name} VALUES (100, 'new', 1), (-1, 'low', 2)")
+        db.execute(f"UPDATE {name} SET id = 50 WHERE id = 5")  # moves to an unread chunk
+        db.execute(f"UPDATE {name} SET id = 7000 WHERE id = 25")  # within the unread range
+        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        assert mirror == _table_state(db, name)
+        db.execute(f"UPDATE {name} SET n = n + 1 WHERE id < 12")
+        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        assert mirror == _table_state(db, name)
+    finally:
+        reader.close()
+
+
+def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_server, db):
+    name = _table(db, rows=25)
+    source = _source(postgres_server, name)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    mirror: dict = {}
+    try:
+        for row in reader.poll_batch(10):
+            apply_change(mirror, row[0], row)
+        db.execute(f"UPDATE {name} SET v = 'a' WHERE id IN (1, 24)")
+        split = reader.snapshot_splits()  # mid-snapshot
+        for row in reader.poll_batch(10):  # read after the checkpoint: lost with the failure
+            apply_change(dict(mirror), row[0], row)
+    finally:
+        reader.close()
+    reader = source.create_reader(split, 0, 1)
+    try:
+        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        assert mirror == _table_state(db, name)
+        with db.transaction():  # one transaction of 40 changes, read 7 at a time
+            for i in range(40):
+                db.execute(f"UPDATE {name} SET n = n + 1 WHERE id = %s", (i % 20,))
+        for _ in range(200):
+            batch = reader.poll_batch(7)
+            for row in batch:
+                apply_change(mirror, row[0], row)
+            if batch:
+                break
+        split = reader.snapshot_splits()
+        assert split[0].position.txn_lsn is not None, "the checkpoint is inside the transaction"
+        assert 0 < split[0].position.txn_changes < 40
+    finally:
+        reader.close()
+    reader = source.create_reader(split, 0, 1)
+    try:
+        _drain(reader, mirror, max_records=7, until=lambda m: m == _table_state(db, name))
+        assert mirror == _table_state(db, name)
+    finally:
+        reader.close()
+
+
+def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
+    name = _table(db, rows=3)
+    source = _source(postgres_server, name)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+
+    def confirmed() -> int:
+        (lsn,) = db.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (source.slot_name,),
+        ).fetchone()
+        return parse_lsn(lsn)
+
+    mirror: dict = {}
+    try:
+        _drain(reader, mirror, until=lambda m: len(m) == 3)
+        start = confirmed()
+        db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
+        _drain(reader, mirror, until=lambda m: len(m) == 4)
+        split = reader.snapshot_splits()
+        db.execute(f"INSERT INTO {name} VALUES (11, 'y', 1)")
+        _drain(reader, mirror, until=lambda m: len(m) == 5)
+        assert confirmed() == start
+        reader.notify_checkpoint_complete(1, split)
+        reader.poll_batch(10)
+        assert confirmed() == split[0].position.lsn - 1
+    finally:
+        reader.close()
+    # a restore of that checkpoint reads the change after it again; an older one is refused
+    reader = source.create_reader(split, 0, 1)
+    try:
+        again: dict = dict(mirror)
+        del again[11]
+        _drain(reader, again, until=lambda m: len(m) == 5)
+        assert again == mirror == _table_state(db, name)
+    finally:
+        reader.close()
+
+
+def test_rows_have_the_tables_column_types(postgres_server, db):
+    name = f"typed_{uuid.uuid4().hex[:8]}"
+    db.execute(
+        f"CREATE TABLE {name} (k text PRIMARY KEY, i int, b bigint, f float8, d date, "
+        "ts timestamp, tz timestamptz, ok boolean, raw bytea, n numeric(10, 2))"
+    )
+    db.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    db.execute(
+        f"INSERT INTO {name} VALUES ('a', 1, 2, 0.5, '2024-02-03', '2024-02-03 04:05:06', "
+        "'2024-02-03 04:05:06+02', true, '\\x0102', 3.25)"
+    )
+    source = _source(postgres_server, name)
+    assert source.get_produced_type() == Types.ROW_NAMED(
+        ["k", "i", "b", "f", "d", "ts", "tz", "ok", "raw", "n"],
+        [
+            Types.STRING(), Types.INT(), Types.LONG(), Types.DOUBLE(), Types.SQL_DATE(),
+            Types.SQL_TIMESTAMP(), Types.INSTANT(), Types.BOOLEAN(), Types.PICKLED_BYTE_ARRAY(),
+            Types.BIG_DEC(),
+        ],
+    )  # fmt: skip
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    try:
+        (snapshot_row,) = reader.poll_batch(10)
+        db.execute(f"UPDATE {name} SET i = 9 WHERE k = 'a'")
+        rows: list[Row] = []
+        for _ in range(100):
+            rows += reader.poll_batch(10)
+            if len(rows) == 2:
+                break
+    finally:
+        reader.close()
+    before, after = rows
+    assert tuple(before) == tuple(snapshot_row)
+    assert before.get_row_kind() is RowKind.UPDATE_BEFORE
+    assert after.get_row_kind() is RowKind.UPDATE_AFTER
+    assert after.as_dict()["i"] == 9 and after.as_dict()["n"] == decimal.Decimal("3.25")
+    assert str(after.as_dict()["tz"]) == "2024-02-03 02:05:06+00:00"
+    assert after.as_dict()["raw"] == b"\x01\x02"
+
+
+def test_a_table_without_primary_key_or_full_replica_identity_is_refused(postgres_server, db):
+    name = _table(db, identity_full=False)
+    advice = re.escape(f"ALTER TABLE public.{name} REPLICA IDENTITY FULL")
+    with pytest.raises(PostgresCdcError, match=advice):
+        _source(postgres_server, name).get_produced_type()
+    keyless = f"k_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE TABLE {keyless} (v text)")
+    with pytest.raises(PostgresCdcError, match="has no primary key"):
+        _source(postgres_server, keyless).get_produced_type()
+    with pytest.raises(PostgresCdcError, match=re.escape("public.missing_table does not exist")):
+        _source(postgres_server, "missing_table").get_produced_type()
+
+
+def test_a_role_without_replication_is_refused(postgres_server, db):
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    name = _table(db)
+    url = postgres_server.url.replace("postgres@", f"{role}@")
+    source = source_builder(url, name, slot="unused").build()
+    with pytest.raises(PostgresCdcError, match=f"ALTER ROLE {role} WITH REPLICATION"):
+        source.get_produced_type()
+
+
+def test_a_restore_whose_slot_is_gone_or_moved_on_fails_clearly(postgres_server, db):
+    name = _table(db, rows=3)
+    source = _source(postgres_server, name)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    try:
+        _drain(reader, {}, until=lambda m: len(m) == 3)
+        split = reader.snapshot_splits()
+    finally:
+        reader.close()
+    db.execute("SET synchronous_commit = on")  # the slot advances up to flushed WAL only
+    db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
+    db.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (source.slot_name,))
+    with pytest.raises(PostgresCdcError, match="past the checkpoint's position"):
+        source.create_reader(split, 0, 1)
+    db.execute("SELECT pg_drop_replication_slot(%s)", (source.slot_name,))
+    with pytest.raises(PostgresCdcError, match="is missing: the changes after the checkpoint"):
+        source.create_reader(split, 0, 1)
+
+
+def test_an_unreachable_server_is_named(postgres_server):
+    source = source_builder("postgresql://postgres@127.0.0.1:1/nowhere", "t", slot="s").build()
+    with pytest.raises(PostgresCdcError, match="cannot connect to PostgreSQL database 'nowhere'"):
+        source.get_produced_type()
+
+
+def test_the_mirror_check_catches_a_doubled_change():
+    mirror: dict = {}
+    apply_change(mirror, 1, Row.of_kind(RowKind.INSERT, 1, "a"))
+    with pytest.raises(ChangelogError):
+        apply_change(mirror, 1, Row.of_kind(RowKind.INSERT, 1, "a"))

@@ -1,0 +1,72 @@
+"""Reading one chunk of a table's snapshot: the next `limit` rows in primary-key order after
+the previous chunk's last key, in a REPEATABLE READ transaction whose MVCC snapshot comes
+back with the rows (handoff.py explains why that makes the handoff to the stream exact)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.connectors.postgres_cdc.handoff import Chunk, XidSnapshot
+from tidegate.connectors.postgres_cdc.server import TableInfo
+from tidegate.connectors.postgres_cdc.values import TEXT_ORDERED_KEY_TYPES, parser
+
+__all__ = ["TableDecoder", "read_chunk"]
+
+
+class TableDecoder:
+    """Turns a table's rows of text values into Python values, and gives their key."""
+
+    def __init__(self, table: TableInfo) -> None:
+        self.table = table
+        self.names = [c.name for c in table.columns]
+        self._parsers = [parser(c.type_oid) for c in table.columns]
+
+    def values(self, texts: tuple[Any, ...]) -> list[Any]:
+        return [None if t is None else p(t) for p, t in zip(self._parsers, texts, strict=True)]
+
+    def key(self, values: list[Any]) -> tuple[Any, ...]:
+        return tuple(values[i] for i in self.table.key)
+
+
+def _chunk_query(table: TableInfo, after: bool) -> Any:
+    from psycopg import sql
+
+    def key_column(i: int) -> sql.Composable:
+        column = table.columns[i]
+        ident = sql.Identifier(column.name)
+        if column.type_oid in TEXT_ORDERED_KEY_TYPES:
+            return sql.SQL('{} COLLATE "C"').format(ident)  # code point order, as Python's
+        return ident
+
+    keys = sql.SQL(", ").join(key_column(i) for i in table.key)
+    texts = sql.SQL(", ").join(  # aliased: ORDER BY must see the columns, not their text
+        sql.SQL("{}::text AS {}").format(
+            sql.Identifier(c.name), sql.Identifier(f"tidegate column {i}")
+        )
+        for i, c in enumerate(table.columns)
+    )
+    where = sql.SQL("")
+    if after:
+        params = sql.SQL(", ").join(sql.Placeholder() for _ in table.key)
+        where = sql.SQL(" WHERE ({}) > ({})").format(keys, params)
+    return sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT %s").format(
+        texts, sql.Identifier(table.schema, table.name), where, keys
+    )
+
+
+def read_chunk(
+    conn: Any, decoder: TableDecoder, after: tuple[Any, ...] | None, limit: int
+) -> tuple[list[list[Any]], Chunk]:
+    """The rows (Python values) of the chunk after key `after` (None: the first chunk) and the
+    chunk; a chunk of fewer than `limit` rows is the table's last (`upper` None)."""
+    from psycopg import IsolationLevel
+
+    conn.isolation_level = IsolationLevel.REPEATABLE_READ
+    query = _chunk_query(decoder.table, after is not None)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        (text,) = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        params = (*(after or ()), limit)
+        rows = [decoder.values(r) for r in conn.execute(query, params)]
+    upper = decoder.key(rows[-1]) if len(rows) == limit else None
+    return rows, Chunk(upper, XidSnapshot.parse(text))
