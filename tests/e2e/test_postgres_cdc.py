@@ -115,6 +115,7 @@ def _wait_mirrored(job, out, url, table) -> None:
         "the committed mirror equals the table",
         job=job,
         timeout=120,
+        interval=0.3,  # each look reads every committed file
     )
 
 
