@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import decimal
 import re
+import time
 import uuid
 
 import psycopg
@@ -48,17 +49,13 @@ def _table_state(db, name) -> dict:
     return {r[0]: r for r in db.execute(f"SELECT id, v, n FROM {name}")}
 
 
-def _drain(reader, mirror, *, max_records=10, polls=40, until=None):
-    """Poll `reader` applying its rows to `mirror` until `until(mirror)` (or `polls` empty
-    polls in a row)."""
-    empty = 0
-    while empty < polls:
-        batch = reader.poll_batch(max_records)
-        for row in batch:
+def _drain(reader, mirror, until, *, max_records=10, timeout=10.0):
+    """Poll `reader` applying its rows to `mirror` until `until(mirror)` holds."""
+    deadline = time.monotonic() + timeout
+    while not until(mirror):
+        assert time.monotonic() < deadline, f"the mirror did not get there: {mirror}"
+        for row in reader.poll_batch(max_records):
             apply_change(mirror, row[0], row)
-        empty = 0 if batch else empty + 1
-        if until is not None and until(mirror):
-            return
 
 
 def test_the_snapshot_and_the_stream_hand_over_exactly_while_the_table_changes(postgres_server, db):
@@ -79,10 +76,10 @@ def test_the_snapshot_and_the_stream_hand_over_exactly_while_the_table_changes(p
             db.execute(f"INSERT INTO {name} VALUES (100, 'new', 1), (-1, 'low', 2)")
         db.execute(f"UPDATE {name} SET id = 50 WHERE id = 5")  # moves to an unread chunk
         db.execute(f"UPDATE {name} SET id = 7000 WHERE id = 25")  # within the unread range
-        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        _drain(reader, mirror, lambda m: m == _table_state(db, name))
         assert mirror == _table_state(db, name)
         db.execute(f"UPDATE {name} SET n = n + 1 WHERE id < 12")
-        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        _drain(reader, mirror, lambda m: m == _table_state(db, name))
         assert mirror == _table_state(db, name)
     finally:
         reader.close()
@@ -104,7 +101,7 @@ def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_ser
         reader.close()
     reader = source.create_reader(split, 0, 1)
     try:
-        _drain(reader, mirror, until=lambda m: m == _table_state(db, name))
+        _drain(reader, mirror, lambda m: m == _table_state(db, name))
         assert mirror == _table_state(db, name)
         with db.transaction():  # one transaction of 40 changes, read 7 at a time
             for i in range(40):
@@ -122,7 +119,7 @@ def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_ser
         reader.close()
     reader = source.create_reader(split, 0, 1)
     try:
-        _drain(reader, mirror, max_records=7, until=lambda m: m == _table_state(db, name))
+        _drain(reader, mirror, lambda m: m == _table_state(db, name), max_records=7)
         assert mirror == _table_state(db, name)
     finally:
         reader.close()
@@ -142,13 +139,13 @@ def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
 
     mirror: dict = {}
     try:
-        _drain(reader, mirror, until=lambda m: len(m) == 3)
+        _drain(reader, mirror, lambda m: len(m) == 3)
         start = confirmed()
         db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
-        _drain(reader, mirror, until=lambda m: len(m) == 4)
+        _drain(reader, mirror, lambda m: len(m) == 4)
         split = reader.snapshot_splits()
         db.execute(f"INSERT INTO {name} VALUES (11, 'y', 1)")
-        _drain(reader, mirror, until=lambda m: len(m) == 5)
+        _drain(reader, mirror, lambda m: len(m) == 5)
         assert confirmed() == start
         reader.notify_checkpoint_complete(1, split)
         reader.poll_batch(10)
@@ -160,7 +157,7 @@ def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
     try:
         again: dict = dict(mirror)
         del again[11]
-        _drain(reader, again, until=lambda m: len(m) == 5)
+        _drain(reader, again, lambda m: len(m) == 5)
         assert again == mirror == _table_state(db, name)
     finally:
         reader.close()
@@ -234,7 +231,7 @@ def test_a_restore_whose_slot_is_gone_or_moved_on_fails_clearly(postgres_server,
     source = _source(postgres_server, name)
     reader = source.create_reader(source.create_splits(1), 0, 1)
     try:
-        _drain(reader, {}, until=lambda m: len(m) == 3)
+        _drain(reader, {}, lambda m: len(m) == 3)
         split = reader.snapshot_splits()
     finally:
         reader.close()
@@ -259,3 +256,41 @@ def test_the_mirror_check_catches_a_doubled_change():
     apply_change(mirror, 1, Row.of_kind(RowKind.INSERT, 1, "a"))
     with pytest.raises(ChangelogError):
         apply_change(mirror, 1, Row.of_kind(RowKind.INSERT, 1, "a"))
+
+
+def test_a_slot_still_streamed_to_a_failed_attempt_is_waited_for_then_refused(
+    postgres_server, db, monkeypatch
+):
+    from tidegate.connectors.postgres_cdc import reader as reader_module
+
+    name = _table(db, rows=2)
+    source = _source(postgres_server, name)
+    first = source.create_reader(source.create_splits(1), 0, 1)
+    try:
+        _drain(first, {}, lambda m: len(m) == 2)
+        first.poll_batch(10)  # streaming now
+        split = first.snapshot_splits()
+        second = source.create_reader(split, 0, 1)
+        try:
+            db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
+            assert second.poll_batch(10) == []  # the slot is busy: retried later
+            first.close()
+            mirror: dict = {}
+            _drain(second, mirror, lambda m: len(m) == 1)
+            assert list(mirror) == [10]
+        finally:
+            second.close()
+    finally:
+        first.close()
+    monkeypatch.setattr(reader_module, "SLOT_BUSY_S", 0.3)
+    holder = source.create_reader(split, 0, 1)
+    waiting = source.create_reader(split, 0, 1)
+    try:
+        holder.poll_batch(10)
+        with pytest.raises(PostgresCdcError, match="is another job reading it"):
+            for _ in range(100):
+                waiting.poll_batch(10)
+                time.sleep(0.05)
+    finally:
+        waiting.close()
+        holder.close()

@@ -47,7 +47,7 @@ from tidegate.connectors.postgres_cdc.server import (
 )
 from tidegate.connectors.postgres_cdc.snapshot import TableDecoder, read_chunk
 from tidegate.connectors.postgres_cdc.split import PostgresCdcSplit, StreamPosition
-from tidegate.connectors.postgres_cdc.stream import ReplicationStream
+from tidegate.connectors.postgres_cdc.stream import ReplicationStream, SlotInUse
 
 if TYPE_CHECKING:
     from tidegate.connectors.postgres_cdc.source import PostgresSource
@@ -58,6 +58,11 @@ log = logging.getLogger(__name__)
 
 #: how long one poll waits for the stream (SourceReader.poll_batch: at most ~50 ms)
 POLL_WAIT_S = 0.04
+#: how long the slot may stay in use by another connection (a failed attempt's, until the
+#: server notices it is gone: at most wal_sender_timeout, 60 s by default) before the reader
+#: fails, and how often it tries again meanwhile
+SLOT_BUSY_S = 70.0
+SLOT_RETRY_S = 0.5
 
 
 def make_row(kind: RowKind, names: list[str], values: list[Any]) -> Row:
@@ -95,6 +100,8 @@ class PostgresCdcReader:
         self._txn_changes = 0
         #: the restored mid-transaction position, until its transaction is reached
         self._resume: StreamPosition | None = None
+        self._retry_at = 0.0
+        self._busy_since: float | None = None
         if self._split is not None:
             self._open(self._split)
 
@@ -140,14 +147,9 @@ class PostgresCdcReader:
 
     def _poll_stream(self, max_records: int) -> list[Any]:
         if self._stream is None:
-            self._conn.close()
-            self._conn = None
-            self._stream = ReplicationStream(
-                self._source.conninfo,
-                self._source.slot_name,
-                self._source.publication_name,
-                self._lsn,
-            )
+            self._stream = self._open_stream()
+            if self._stream is None:
+                return []
         out: list[Any] = []
         deadline = time.monotonic() + POLL_WAIT_S
         while len(out) < max_records:
@@ -157,6 +159,33 @@ class PostgresCdcReader:
             self._apply(decode(payload), out)
         self._stream.keep_alive()
         return out
+
+    def _open_stream(self) -> ReplicationStream | None:
+        """The stream from the split's position; None while the slot is still streamed to a
+        connection of a failed attempt (the server ends it when it notices that the client
+        is gone), retried for up to SLOT_BUSY_S before failing."""
+        if time.monotonic() < self._retry_at:
+            return None
+        source = self._source
+        try:
+            stream = ReplicationStream(
+                source.conninfo, source.slot_name, source.publication_name, self._lsn
+            )
+        except SlotInUse as e:
+            now = time.monotonic()
+            self._busy_since = self._busy_since or now
+            if now - self._busy_since > SLOT_BUSY_S:
+                raise PostgresCdcError(
+                    f"replication slot {source.slot_name!r} has been in use by another "
+                    f"connection for {SLOT_BUSY_S:g} s ({e}): is another job reading it? "
+                    "Each job needs a slot of its own (slot_name)"
+                ) from None
+            self._retry_at = now + SLOT_RETRY_S
+            return None
+        if self._conn is not None:
+            self._conn.close()  # the snapshot's connection
+            self._conn = None
+        return stream
 
     def _apply(self, message: Any, out: list[Any]) -> None:
         if isinstance(message, Begin):

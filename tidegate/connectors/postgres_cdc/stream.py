@@ -22,10 +22,14 @@ from __future__ import annotations
 import select
 import time
 
-__all__ = ["ReplicationStream"]
+__all__ = ["ReplicationStream", "SlotInUse"]
 
 #: how often an idle stream tells the server it is alive (wal_sender_timeout is 60 s)
 KEEPALIVE_S = 10.0
+
+
+class SlotInUse(Exception):
+    """Another connection streams the slot: the server's reply says which backend."""
 
 
 class ReplicationStream:
@@ -33,18 +37,23 @@ class ReplicationStream:
 
     def __init__(self, conninfo: str, slot: str, publication: str, start_lsn: int) -> None:
         import psycopg2
+        import psycopg2.errors
         import psycopg2.extras
 
         self._conn = psycopg2.connect(
             conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection
         )
         self._cursor = self._conn.cursor()
-        self._cursor.start_replication(
-            slot_name=slot,
-            decode=False,
-            start_lsn=start_lsn,
-            options={"proto_version": "1", "publication_names": publication},
-        )
+        try:
+            self._cursor.start_replication(
+                slot_name=slot,
+                decode=False,
+                start_lsn=start_lsn,
+                options={"proto_version": "1", "publication_names": publication},
+            )
+        except psycopg2.errors.ObjectInUse as e:
+            self._conn.close()
+            raise SlotInUse(str(e).strip()) from None
         self._last_feedback = time.monotonic()
 
     def read(self, timeout_s: float) -> bytes | None:
