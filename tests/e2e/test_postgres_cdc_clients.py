@@ -226,7 +226,9 @@ def test_a_role_without_replication_is_refused(postgres_server, db):
         source.get_produced_type()
 
 
-def test_a_restore_whose_slot_is_gone_or_moved_on_fails_clearly(postgres_server, db):
+def test_a_restore_whose_slot_is_gone_or_moved_on_or_whose_tables_differ_fails_clearly(
+    postgres_server, db
+):
     name = _table(db, rows=3)
     source = _source(postgres_server, name)
     reader = source.create_reader(source.create_splits(1), 0, 1)
@@ -240,6 +242,9 @@ def test_a_restore_whose_slot_is_gone_or_moved_on_fails_clearly(postgres_server,
     db.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (source.slot_name,))
     with pytest.raises(PostgresCdcError, match="past the checkpoint's position"):
         source.create_reader(split, 0, 1)
+    other = _table(db)
+    with pytest.raises(PostgresCdcError, match="a restore cannot add or drop tables"):
+        _source(postgres_server, name, other).create_reader(split, 0, 1)
     db.execute("SELECT pg_drop_replication_slot(%s)", (source.slot_name,))
     with pytest.raises(PostgresCdcError, match="is missing: the changes after the checkpoint"):
         source.create_reader(split, 0, 1)

@@ -107,6 +107,12 @@ class PostgresCdcReader:
 
     def _open(self, split: PostgresCdcSplit) -> None:
         source = self._source
+        if split.tables != source.tables:
+            raise PostgresCdcError(
+                f"the restored checkpoint captured tables {list(split.tables)}, this source "
+                f"captures {list(source.tables)}: a restore cannot add or drop tables; start "
+                "the job without restoring, with a new slot_name (a new snapshot)"
+            )
         self._conn = conn = source.connect()
         check_server(conn)
         self._tables: dict[str, TableInfo] = {t: read_table(conn, t) for t in split.tables}
