@@ -10,6 +10,7 @@ import decimal
 import re
 import time
 import uuid
+from contextlib import closing
 
 import psycopg
 import pytest
@@ -61,9 +62,8 @@ def _drain(reader, mirror, until, *, max_records=10, timeout=10.0):
 def test_the_snapshot_and_the_stream_hand_over_exactly_while_the_table_changes(postgres_server, db):
     name = _table(db, rows=35)
     source = _source(postgres_server, name)
-    reader = source.create_reader(source.create_splits(1), 0, 1)
     mirror: dict = {}
-    try:
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
         first = reader.poll_batch(10)  # chunk 1: ids 0..9
         assert [r.get_row_kind() for r in first] == [RowKind.INSERT] * 10
         for row in first:
@@ -81,26 +81,20 @@ def test_the_snapshot_and_the_stream_hand_over_exactly_while_the_table_changes(p
         db.execute(f"UPDATE {name} SET n = n + 1 WHERE id < 12")
         _drain(reader, mirror, lambda m: m == _table_state(db, name))
         assert mirror == _table_state(db, name)
-    finally:
-        reader.close()
 
 
 def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_server, db):
     name = _table(db, rows=25)
     source = _source(postgres_server, name)
-    reader = source.create_reader(source.create_splits(1), 0, 1)
     mirror: dict = {}
-    try:
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
         for row in reader.poll_batch(10):
             apply_change(mirror, row[0], row)
         db.execute(f"UPDATE {name} SET v = 'a' WHERE id IN (1, 24)")
         split = reader.snapshot_splits()  # mid-snapshot
         for row in reader.poll_batch(10):  # read after the checkpoint: lost with the failure
             apply_change(dict(mirror), row[0], row)
-    finally:
-        reader.close()
-    reader = source.create_reader(split, 0, 1)
-    try:
+    with closing(source.create_reader(split, 0, 1)) as reader:
         _drain(reader, mirror, lambda m: m == _table_state(db, name))
         assert mirror == _table_state(db, name)
         with db.transaction():  # one transaction of 40 changes, read 7 at a time
@@ -115,20 +109,14 @@ def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_ser
         split = reader.snapshot_splits()
         assert split[0].position.txn_lsn is not None, "the checkpoint is inside the transaction"
         assert 0 < split[0].position.txn_changes < 40
-    finally:
-        reader.close()
-    reader = source.create_reader(split, 0, 1)
-    try:
+    with closing(source.create_reader(split, 0, 1)) as reader:
         _drain(reader, mirror, lambda m: m == _table_state(db, name), max_records=7)
         assert mirror == _table_state(db, name)
-    finally:
-        reader.close()
 
 
 def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
     name = _table(db, rows=3)
     source = _source(postgres_server, name)
-    reader = source.create_reader(source.create_splits(1), 0, 1)
 
     def confirmed() -> int:
         (lsn,) = db.execute(
@@ -138,7 +126,7 @@ def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
         return parse_lsn(lsn)
 
     mirror: dict = {}
-    try:
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
         _drain(reader, mirror, lambda m: len(m) == 3)
         start = confirmed()
         db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
@@ -150,17 +138,12 @@ def test_the_slot_moves_only_when_a_checkpoint_completed(postgres_server, db):
         reader.notify_checkpoint_complete(1, split)
         reader.poll_batch(10)
         assert confirmed() == split[0].position.lsn - 1
-    finally:
-        reader.close()
-    # a restore of that checkpoint reads the change after it again; an older one is refused
-    reader = source.create_reader(split, 0, 1)
-    try:
+    # a restore of that checkpoint reads the change after it again
+    with closing(source.create_reader(split, 0, 1)) as reader:
         again: dict = dict(mirror)
         del again[11]
         _drain(reader, again, lambda m: len(m) == 5)
         assert again == mirror == _table_state(db, name)
-    finally:
-        reader.close()
 
 
 def test_rows_have_the_tables_column_types(postgres_server, db):
@@ -183,8 +166,7 @@ def test_rows_have_the_tables_column_types(postgres_server, db):
             Types.BIG_DEC(),
         ],
     )  # fmt: skip
-    reader = source.create_reader(source.create_splits(1), 0, 1)
-    try:
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
         (snapshot_row,) = reader.poll_batch(10)
         db.execute(f"UPDATE {name} SET i = 9 WHERE k = 'a'")
         rows: list[Row] = []
@@ -192,8 +174,6 @@ def test_rows_have_the_tables_column_types(postgres_server, db):
             rows += reader.poll_batch(10)
             if len(rows) == 2:
                 break
-    finally:
-        reader.close()
     before, after = rows
     assert tuple(before) == tuple(snapshot_row)
     assert before.get_row_kind() is RowKind.UPDATE_BEFORE
@@ -231,12 +211,9 @@ def test_a_restore_whose_slot_is_gone_or_moved_on_or_whose_tables_differ_fails_c
 ):
     name = _table(db, rows=3)
     source = _source(postgres_server, name)
-    reader = source.create_reader(source.create_splits(1), 0, 1)
-    try:
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
         _drain(reader, {}, lambda m: len(m) == 3)
         split = reader.snapshot_splits()
-    finally:
-        reader.close()
     db.execute("SET synchronous_commit = on")  # the slot advances up to flushed WAL only
     db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
     db.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (source.slot_name,))
@@ -271,31 +248,23 @@ def test_a_slot_still_streamed_to_a_failed_attempt_is_waited_for_then_refused(
     name = _table(db, rows=2)
     source = _source(postgres_server, name)
     first = source.create_reader(source.create_splits(1), 0, 1)
-    try:
-        _drain(first, {}, lambda m: len(m) == 2)
-        first.poll_batch(10)  # streaming now
-        split = first.snapshot_splits()
-        second = source.create_reader(split, 0, 1)
-        try:
-            db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
-            assert second.poll_batch(10) == []  # the slot is busy: retried later
-            first.close()
-            mirror: dict = {}
-            _drain(second, mirror, lambda m: len(m) == 1)
-            assert list(mirror) == [10]
-        finally:
-            second.close()
-    finally:
+    _drain(first, {}, lambda m: len(m) == 2)
+    first.poll_batch(10)  # streaming now
+    split = first.snapshot_splits()
+    with closing(source.create_reader(split, 0, 1)) as second:
+        db.execute(f"INSERT INTO {name} VALUES (10, 'x', 1)")
+        assert second.poll_batch(10) == []  # the slot is busy: retried later
         first.close()
+        mirror: dict = {}
+        _drain(second, mirror, lambda m: len(m) == 1)
+        assert list(mirror) == [10]
     monkeypatch.setattr(reader_module, "SLOT_BUSY_S", 0.3)
-    holder = source.create_reader(split, 0, 1)
-    waiting = source.create_reader(split, 0, 1)
-    try:
+    with (
+        closing(source.create_reader(split, 0, 1)) as holder,
+        closing(source.create_reader(split, 0, 1)) as waiting,
+    ):
         holder.poll_batch(10)
         with pytest.raises(PostgresCdcError, match="is another job reading it"):
             for _ in range(100):
                 waiting.poll_batch(10)
                 time.sleep(0.05)
-    finally:
-        waiting.close()
-        holder.close()
