@@ -147,21 +147,34 @@ class _Cursor:
         return text
 
     def tuple_data(self) -> Tuple:
-        (n,) = self.unpack(_I16)
-        values: list[Any] = []
-        for _ in range(n):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
-            elif kind == "t":
-                (length,) = self.unpack(_I32)
-                values.append(self.buf[self.pos : self.pos + length].decode())
-                self.pos += length
-            else:
-                raise ValueError(f"pgoutput column kind {kind!r} is not text (binary mode is off)")
-        return tuple(values)
+        values, self.pos = _tuple_data(self.buf, self.pos)
+        return values
+
+
+_NULL, _TOAST, _TEXT = ord("n"), ord("u"), ord("t")
+
+
+def _tuple_data(buf: bytes, pos: int) -> tuple[Tuple, int]:
+    """A TupleData at `pos`: its values and the position after it (the hot path: inlined)."""
+    n = (buf[pos] << 8) | buf[pos + 1]
+    pos += 2
+    values: list[Any] = []
+    append = values.append
+    for _ in range(n):
+        kind = buf[pos]
+        pos += 1
+        if kind == _TEXT:
+            length = int.from_bytes(buf[pos : pos + 4], "big")
+            pos += 4
+            append(buf[pos : pos + length].decode())
+            pos += length
+        elif kind == _NULL:
+            append(None)
+        elif kind == _TOAST:
+            append(UNCHANGED)
+        else:
+            raise ValueError(f"pgoutput column kind {chr(kind)!r} is not text (binary mode is off)")
+    return tuple(values), pos
 
 
 def decode(payload: bytes) -> Message:

@@ -23,7 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from tidegate.common.types import Row, RowKind
+from tidegate.common.types import Row, RowKind, rows_of
 from tidegate.connectors.postgres_cdc.handoff import TableSnapshot
 from tidegate.connectors.postgres_cdc.pgoutput import (
     UNCHANGED,
@@ -66,10 +66,7 @@ SLOT_RETRY_S = 0.5
 
 
 def make_row(kind: RowKind, names: list[str], values: list[Any]) -> Row:
-    row = Row(*values)
-    row.set_field_names(names)
-    row.set_row_kind(kind)
-    return row
+    return rows_of((values,), names, [kind])[0]
 
 
 class _Captured:
@@ -149,7 +146,7 @@ class PostgresCdcReader:
         rows, chunk = read_chunk(self._conn, decoder, self._snapshots[i].after, limit)
         self._snapshots[i] = self._snapshots[i].add(chunk)
         out = self._source.deserializer
-        return [out(name, make_row(RowKind.INSERT, decoder.names, values)) for values in rows]
+        return [out(name, row) for row in rows_of(rows, decoder.names, None)]
 
     def _poll_stream(self, max_records: int) -> list[Any]:
         if self._stream is None:

@@ -4,6 +4,8 @@ back with the rows (handoff.py explains why that makes the handoff to the stream
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from tidegate.connectors.postgres_cdc.handoff import Chunk, XidSnapshot
@@ -14,18 +16,20 @@ __all__ = ["TableDecoder", "read_chunk"]
 
 
 class TableDecoder:
-    """Turns a table's rows of text values into Python values, and gives their key."""
+    """Turns a table's rows of text values into Python values; `key(values)` is their
+    primary key as a tuple."""
 
     def __init__(self, table: TableInfo) -> None:
         self.table = table
         self.names = [c.name for c in table.columns]
         self._parsers = [parser(c.type_oid) for c in table.columns]
+        key = itemgetter(*table.key)
+        self.key: Callable[[list[Any]], tuple[Any, ...]] = (
+            key if len(table.key) > 1 else lambda values: (key(values),)
+        )
 
     def values(self, texts: tuple[Any, ...]) -> list[Any]:
         return [None if t is None else p(t) for p, t in zip(self._parsers, texts, strict=True)]
-
-    def key(self, values: list[Any]) -> tuple[Any, ...]:
-        return tuple(values[i] for i in self.table.key)
 
 
 def _chunk_query(table: TableInfo, after: bool) -> Any:
@@ -62,11 +66,12 @@ def read_chunk(
     from psycopg import IsolationLevel
 
     conn.isolation_level = IsolationLevel.REPEATABLE_READ
+    conn.read_only = True  # BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
     query = _chunk_query(decoder.table, after is not None)
     with conn.transaction():
-        conn.execute("SET TRANSACTION READ ONLY")
+        # the transaction's snapshot is taken by its first statement, this one
         (text,) = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-        params = (*(after or ()), limit)
-        rows = [decoder.values(r) for r in conn.execute(query, params)]
+        texts = conn.execute(query, (*(after or ()), limit)).fetchall()
+    rows = [decoder.values(r) for r in texts]
     upper = decoder.key(rows[-1]) if len(rows) == limit else None
     return rows, Chunk(upper, XidSnapshot.parse(text))
