@@ -25,9 +25,11 @@ from tidegate.connectors.postgres_cdc.pgoutput import (
 )
 from tidegate.connectors.postgres_cdc.server import (
     PostgresCdcError,
+    TableInfo,
     check_role,
     check_wal_level,
 )
+from tidegate.connectors.postgres_cdc.snapshot import TableDecoder
 from tidegate.connectors.postgres_cdc.split import format_lsn, parse_lsn
 from tidegate.connectors.postgres_cdc.values import parser
 from tidegate.datastream.connectors.postgres_cdc import PostgresSource
@@ -131,6 +133,15 @@ def test_text_values_become_python_values():
     )
     assert parser(17)("\\x00ff") == b"\x00\xff"
     assert parser(3802)('{"a": 1}') == '{"a": 1}'
+
+
+def test_a_value_python_cannot_hold_is_named_with_its_column():
+    table = TableInfo("public", "events", (Column("id", 23, True), Column("at", 1114, False)), (0,))
+    decoder = TableDecoder(table)
+    assert decoder.values(("1", "2024-01-01 00:00:00")) == [1, dt.datetime(2024, 1, 1)]
+    assert decoder.key([1, None]) == (1,)
+    with pytest.raises(PostgresCdcError, match=r"public\.events, column at: the value 'infinity'"):
+        decoder.values(("1", "infinity"))
 
 
 def test_server_checks_say_what_to_change():

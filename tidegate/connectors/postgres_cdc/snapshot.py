@@ -9,7 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from tidegate.connectors.postgres_cdc.handoff import Chunk, XidSnapshot
-from tidegate.connectors.postgres_cdc.server import TableInfo
+from tidegate.connectors.postgres_cdc.server import PostgresCdcError, TableInfo
 from tidegate.connectors.postgres_cdc.values import TEXT_ORDERED_KEY_TYPES, parser
 
 __all__ = ["TableDecoder", "read_chunk"]
@@ -29,7 +29,23 @@ class TableDecoder:
         )
 
     def values(self, texts: tuple[Any, ...]) -> list[Any]:
-        return [None if t is None else p(t) for p, t in zip(self._parsers, texts, strict=True)]
+        try:
+            return [None if t is None else p(t) for p, t in zip(self._parsers, texts, strict=True)]
+        except ValueError:
+            raise PostgresCdcError(self._unreadable(texts)) from None
+
+    def _unreadable(self, texts: tuple[Any, ...]) -> str:
+        for column, parse, text in zip(self.table.columns, self._parsers, texts, strict=True):
+            try:
+                if text is not None:
+                    parse(text)
+            except ValueError:
+                return (
+                    f"table {self.table.qualified}, column {column.name}: the value {text!r} "
+                    "has no Python equivalent (infinite dates and timestamps, BC dates, numeric "
+                    "NaN as a key are not supported)"
+                )
+        return f"table {self.table.qualified}: a row does not fit its columns: {texts!r}"
 
 
 def _chunk_query(table: TableInfo, after: bool) -> Any:
