@@ -86,7 +86,12 @@ class PostgresSource:
 
     def connect(self) -> Any:
         """An autocommit psycopg connection; a clear error if the server is not reachable."""
-        import psycopg
+        try:
+            import psycopg
+        except ImportError:
+            raise ImportError(
+                "the PostgreSQL CDC source needs psycopg 3: pip install 'tidegate[postgres]'"
+            ) from None
 
         try:
             return psycopg.connect(self.conninfo, autocommit=True)

@@ -36,9 +36,15 @@ class ReplicationStream:
     """START_REPLICATION of `slot` from `start_lsn`, pgoutput protocol 1 for `publication`."""
 
     def __init__(self, conninfo: str, slot: str, publication: str, start_lsn: int) -> None:
-        import psycopg2
-        import psycopg2.errors
-        import psycopg2.extras
+        try:
+            import psycopg2
+            import psycopg2.errors
+            import psycopg2.extras
+        except ImportError:
+            raise ImportError(
+                "the PostgreSQL CDC source reads the replication stream with psycopg2: "
+                "pip install 'tidegate[postgres]'"
+            ) from None
 
         self._conn = psycopg2.connect(
             conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection
