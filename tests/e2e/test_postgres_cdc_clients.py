@@ -18,8 +18,9 @@ import pytest
 from tests.support.cdc import ChangelogError, apply_change, source_builder
 from tidegate.common.typeinfo import Types
 from tidegate.common.types import Row, RowKind
+from tidegate.connectors.base import Boundedness
 from tidegate.connectors.postgres_cdc.split import parse_lsn
-from tidegate.datastream.connectors.postgres_cdc import PostgresCdcError
+from tidegate.datastream.connectors.postgres_cdc import PostgresCdcError, StartupOptions
 
 
 @pytest.fixture
@@ -41,9 +42,10 @@ def _table(db, rows: int = 0, identity_full: bool = True) -> str:
     return name
 
 
-def _source(server, *tables, split_size=10):
-    slot = f"s_{uuid.uuid4().hex[:8]}"
-    return source_builder(server.url, *tables, slot=slot).split_size(split_size).build()
+def _source(server, *tables, startup=None):
+    """A source of `tables` on a new slot, snapshot chunks of 10 rows."""
+    builder = source_builder(server.url, *tables, slot=f"s_{uuid.uuid4().hex[:8]}")
+    return builder.split_size(10).startup_options(startup or StartupOptions.initial()).build()
 
 
 def _table_state(db, name) -> dict:
@@ -268,3 +270,32 @@ def test_a_slot_still_streamed_to_a_failed_attempt_is_waited_for_then_refused(
             for _ in range(100):
                 waiting.poll_batch(10)
                 time.sleep(0.05)
+
+
+def test_startup_from_the_latest_offset_reads_only_later_changes(postgres_server, db):
+    name = _table(db, rows=5)
+    source = _source(postgres_server, name, startup=StartupOptions.latest())
+    mirror = _table_state(db, name)
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
+        assert reader.poll_batch(10) == []  # no snapshot rows
+        db.execute(f"UPDATE {name} SET v = 'later' WHERE id = 1")
+        db.execute(f"DELETE FROM {name} WHERE id = 2")
+        db.execute(f"INSERT INTO {name} VALUES (9, 'new', 1)")
+        _drain(reader, mirror, lambda m: m == _table_state(db, name))
+
+
+def test_a_snapshot_only_startup_is_bounded_and_uses_no_slot(postgres_server, db):
+    name = _table(db, rows=25)
+    source = _source(postgres_server, name, startup=StartupOptions.snapshot())
+    assert source.boundedness is Boundedness.BOUNDED
+    mirror: dict = {}
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
+        while (batch := reader.poll_batch(10)) is not None:
+            for row in batch:
+                apply_change(mirror, row[0], row)
+        split = reader.snapshot_splits()
+    assert mirror == _table_state(db, name) and split[0].snapshot_done
+    slots = db.execute(
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (source.slot_name,)
+    ).fetchone()[0]
+    assert slots == 0

@@ -163,6 +163,8 @@ def test_the_builder_names_what_is_missing_and_qualifies_tables():
         base.schema_list().table_list("t", "public.t").build()
     with pytest.raises(ValueError, match="'pgoutput'"):
         base.decoding_plugin_name("wal2json")
+    with pytest.raises(TypeError, match="takes a StartupOptions"):
+        base.startup_options("latest")
     source = base.table_list("t").build()
     assert source.create_splits(4) == [source.create_splits(1)[0]]
     assert "options='-c TimeZone=UTC" in source.conninfo

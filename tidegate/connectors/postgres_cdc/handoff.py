@@ -30,7 +30,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Chunk", "TableSnapshot", "XidSnapshot"]
+__all__ = ["NO_SNAPSHOT", "Chunk", "TableSnapshot", "XidSnapshot"]
 
 _EPOCH = 1 << 32
 _HALF = 1 << 31
@@ -107,3 +107,16 @@ class TableSnapshot:
 
     def newest_xmax(self) -> int:
         return max(c.snapshot.xmax for c in self.chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class _NoSnapshot:
+    """A table not snapshotted (startup from the latest offset): it holds no change."""
+
+    complete: bool = True
+
+    def holds(self, key: tuple[Any, ...], xid: int) -> bool:
+        return False
+
+
+NO_SNAPSHOT: Any = _NoSnapshot()

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tidegate.common.types import Row, RowKind, rows_of
+from tidegate.connectors.base import Boundedness
 from tidegate.connectors.postgres_cdc.handoff import TableSnapshot
 from tidegate.connectors.postgres_cdc.pgoutput import (
     UNCHANGED,
@@ -113,6 +114,10 @@ class PostgresCdcReader:
         self._conn = conn = source.connect()
         check_server(conn)
         self._tables: dict[str, TableInfo] = {t: read_table(conn, t) for t in split.tables}
+        self._snapshots = list(split.snapshots)
+        self._decoders = {name: TableDecoder(t) for name, t in self._tables.items()}
+        if source.boundedness is Boundedness.BOUNDED:
+            return  # the snapshot alone: no publication, slot or position
         ensure_publication(conn, source.publication_name, list(self._tables.values()))
         if split.position is None:
             position = StreamPosition(ensure_slot(conn, source.slot_name))
@@ -122,8 +127,6 @@ class PostgresCdcReader:
             if position.txn_lsn is not None:
                 self._resume = position
         self._lsn = self._confirmed = position.lsn
-        self._snapshots = list(split.snapshots)
-        self._decoders = {name: TableDecoder(t) for name, t in self._tables.items()}
 
     # reading -----------------------------------------------------------------------------------
     def poll_batch(self, max_records: int) -> list[Any] | None:
@@ -131,6 +134,8 @@ class PostgresCdcReader:
             return None
         if not self._snapshot_done():
             return self._poll_snapshot(max_records)
+        if self._source.boundedness is Boundedness.BOUNDED:
+            return None
         return self._poll_stream(max_records)
 
     def _snapshot_done(self) -> bool:
@@ -264,6 +269,8 @@ class PostgresCdcReader:
     def snapshot_splits(self) -> list[PostgresCdcSplit]:
         if self._split is None:
             return []
+        if self._source.boundedness is Boundedness.BOUNDED:
+            return [PostgresCdcSplit(self._split.tables, tuple(self._snapshots))]
         if self._txn is not None:
             done = self._txn_changes
             resume = self._resume

@@ -33,15 +33,39 @@ from typing import Any
 from tidegate.common.typeinfo import RowTypeInfo, Types
 from tidegate.common.types import Row
 from tidegate.connectors.base import Boundedness
+from tidegate.connectors.postgres_cdc.handoff import NO_SNAPSHOT
 from tidegate.connectors.postgres_cdc.reader import PostgresCdcReader
 from tidegate.connectors.postgres_cdc.server import PostgresCdcError, check_server, read_table
 from tidegate.connectors.postgres_cdc.split import PostgresCdcSplit
 from tidegate.connectors.postgres_cdc.values import SESSION_OPTIONS, type_info
 
-__all__ = ["PostgresSource", "PostgresSourceBuilder", "row_only"]
+__all__ = ["PostgresSource", "PostgresSourceBuilder", "StartupOptions", "row_only"]
 
 #: Flink CDC's default chunk size of the incremental snapshot
 DEFAULT_SPLIT_SIZE = 8096
+
+
+@dataclass(frozen=True)
+class StartupOptions:
+    """Where a new job starts (Flink CDC's `scan.startup.mode`): `initial()` (the default) a
+    snapshot of the tables, then their changes; `latest()` only the changes after the slot's
+    position (the slot created now, or where an existing slot was confirmed); `snapshot()`
+    only the snapshot, a bounded read (its chunks are each consistent, read one after the
+    other, not one point in time; no slot or publication is used)."""
+
+    mode: str
+
+    @staticmethod
+    def initial() -> StartupOptions:
+        return StartupOptions("initial")
+
+    @staticmethod
+    def latest() -> StartupOptions:
+        return StartupOptions("latest-offset")
+
+    @staticmethod
+    def snapshot() -> StartupOptions:
+        return StartupOptions("snapshot")
 
 
 def row_only(table: str, row: Row) -> Any:
@@ -61,9 +85,14 @@ class PostgresSource:
     publication_name: str = "dbz_publication"
     split_size: int = DEFAULT_SPLIT_SIZE
     deserializer: Callable[[str, Row], Any] = row_only
+    startup_options: StartupOptions = StartupOptions("initial")
     connect_timeout_s: int = 10
 
-    boundedness = Boundedness.CONTINUOUS_UNBOUNDED
+    @property
+    def boundedness(self) -> Boundedness:  # type: ignore[override]
+        if self.startup_options.mode == "snapshot":
+            return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED
 
     @staticmethod
     def builder() -> PostgresSourceBuilder:
@@ -115,7 +144,10 @@ class PostgresSource:
 
     def create_splits(self, parallelism: int) -> list[PostgresCdcSplit]:
         """The one split, without a stream position: the reader that gets it finds or creates
-        the slot (so it is not created by every subtask at once)."""
+        the slot (so it is not created by every subtask at once). Starting from the latest
+        offset, its tables are not snapshotted."""
+        if self.startup_options.mode == "latest-offset":
+            return [PostgresCdcSplit(self.tables, (NO_SNAPSHOT,) * len(self.tables))]
         return [PostgresCdcSplit(self.tables)]
 
     def create_reader(
@@ -179,6 +211,12 @@ class PostgresSourceBuilder:
         if rows < 1:
             raise ValueError(f"split_size must be at least 1, got {rows}")
         return self._set(split_size=rows)
+
+    def startup_options(self, options: StartupOptions) -> PostgresSourceBuilder:
+        """Where a new job starts: StartupOptions.initial() (default), latest() or snapshot()."""
+        if not isinstance(options, StartupOptions):
+            raise TypeError(f"startup_options takes a StartupOptions, got {options!r}")
+        return self._set(startup_options=options)
 
     def deserializer(self, deserializer: Callable[[str, Row], Any]) -> PostgresSourceBuilder:
         """`deserializer(table, row)` makes the record of a change (`table` is

@@ -39,7 +39,7 @@ class PostgresCdcSplit:
     that first gets the split found or created the replication slot."""
 
     tables: tuple[str, ...]
-    snapshots: tuple[TableSnapshot, ...] = ()
+    snapshots: tuple[TableSnapshot, ...] = ()  # or NO_SNAPSHOT for a table not snapshotted
     position: StreamPosition | None = None
 
     @property

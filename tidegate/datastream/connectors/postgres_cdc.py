@@ -3,6 +3,10 @@ does not ship: tidegate's own path): a snapshot of the chosen tables, then their
 a logical replication slot, as Rows with RowKind, exactly once."""
 
 from tidegate.connectors.postgres_cdc.server import PostgresCdcError
-from tidegate.connectors.postgres_cdc.source import PostgresSource, PostgresSourceBuilder
+from tidegate.connectors.postgres_cdc.source import (
+    PostgresSource,
+    PostgresSourceBuilder,
+    StartupOptions,
+)
 
-__all__ = ["PostgresCdcError", "PostgresSource", "PostgresSourceBuilder"]
+__all__ = ["PostgresCdcError", "PostgresSource", "PostgresSourceBuilder", "StartupOptions"]
