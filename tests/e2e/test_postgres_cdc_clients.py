@@ -90,11 +90,14 @@ def test_a_restore_resumes_exactly_mid_snapshot_and_mid_transaction(postgres_ser
     source = _source(postgres_server, name)
     mirror: dict = {}
     with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
-        for row in reader.poll_batch(10):
-            apply_change(mirror, row[0], row)
-        db.execute(f"UPDATE {name} SET v = 'a' WHERE id IN (1, 24)")
-        split = reader.snapshot_splits()  # mid-snapshot
-        for row in reader.poll_batch(10):  # read after the checkpoint: lost with the failure
+        for _ in range(4):  # ids 0..3, 4..7, 8..9 (chunk 1, read at once), 10..13 (chunk 2)
+            for row in reader.poll_batch(4):
+                apply_change(mirror, row[0], row)
+        # changes to rows emitted, read but not emitted, and not read yet
+        db.execute(f"UPDATE {name} SET v = 'a' WHERE id IN (1, 12, 15, 24)")
+        split = reader.snapshot_splits()  # mid-snapshot, in the middle of chunk 2
+        assert split[0].snapshots[0].after == (13,)
+        for row in reader.poll_batch(4):  # read after the checkpoint: lost with the failure
             apply_change(dict(mirror), row[0], row)
     with closing(source.create_reader(split, 0, 1)) as reader:
         _drain(reader, mirror, lambda m: m == _table_state(db, name))

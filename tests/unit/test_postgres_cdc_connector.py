@@ -112,6 +112,14 @@ def test_a_change_is_in_the_snapshot_of_its_keys_chunk_only_if_visible_there():
         table.add(Chunk(None, last))
 
 
+def test_rows_of_one_read_emitted_in_several_batches_stay_one_chunk():
+    first, second = XidSnapshot(100, 100), XidSnapshot(200, 200)
+    table = TableSnapshot().add(Chunk((4,), first)).add(Chunk((9,), first))
+    assert table.chunks == (Chunk((9,), first),)
+    table = table.add(Chunk((12,), second)).add(Chunk(None, second))
+    assert table.chunks == (Chunk((9,), first), Chunk(None, second))
+
+
 def test_an_empty_table_is_one_unbounded_chunk():
     table = TableSnapshot().add(Chunk(None, XidSnapshot(50, 52, frozenset({50}))))
     assert table.holds(("anything",), 51) and not table.holds(("anything",), 50)

@@ -3,8 +3,10 @@ between the snapshot phase and the stream phase (pure logic; the reader does the
 
 The snapshot reads each table in key-ordered chunks, each chunk in its own REPEATABLE READ
 transaction whose MVCC snapshot (`pg_current_snapshot()`: xmin, xmax and the transactions in
-progress) is kept with the chunk. A chunk holds exactly the effects of the transactions
-visible in its snapshot (MVCC's definition of visibility), for the keys in its range. The
+progress) is kept with the chunk (the key range of the rows emitted so far, when a
+checkpoint comes while a chunk's rows are still being emitted). A chunk holds exactly the
+effects of the transactions visible in its snapshot (MVCC's definition of visibility), for
+the keys in its range. The
 stream is read from the replication slot, which was created (or found) before the first
 chunk, so it holds every transaction that committed after that point. A change of
 transaction `xid` to key `k` of table `t` is therefore already in the snapshot exactly when
@@ -95,8 +97,12 @@ class TableSnapshot:
         return self.chunks[-1].upper if self.chunks else None
 
     def add(self, chunk: Chunk) -> TableSnapshot:
+        """With `chunk`, the rows emitted next. A chunk in the same snapshot as the last one
+        extends it (the rows of one read, emitted over several batches, stay one chunk)."""
         if self.complete:
             raise ValueError("the table's snapshot is complete: no chunk follows its last")
+        if self.chunks and self.chunks[-1].snapshot == chunk.snapshot:
+            return TableSnapshot((*self.chunks[:-1], chunk))
         return TableSnapshot((*self.chunks, chunk))
 
     def holds(self, key: tuple[Any, ...], xid: int) -> bool:
@@ -104,9 +110,6 @@ class TableSnapshot:
         snapshot."""
         i = bisect_left(self.chunks, key, hi=len(self.chunks) - 1, key=_upper)
         return self.chunks[i].snapshot.sees(xid)
-
-    def newest_xmax(self) -> int:
-        return max(c.snapshot.xmax for c in self.chunks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ When each method is called and what it guarantees:
 * `__init__` (when the source subtask that holds the split starts): checks the server and the
   tables; on a first run finds or creates the publication and the slot (the stream's start);
   after a restore checks that the slot still holds everything after the checkpointed position.
-* `poll_batch` (loop thread, between checkpoints): while the snapshot is not complete, one
-  chunk of the current table (at most `max_records` rows, all +I) per call; then the changes
+* `poll_batch` (loop thread, between checkpoints): while the snapshot is not complete, the
+  next rows of the current table's chunk (at most `max_records`, all +I); then the changes
   the stream delivers within ~50 ms, without the ones the snapshot already holds (handoff.py).
   A transaction's changes may span batches: the position counts the transaction's change
   messages emitted so far.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.common.types import Row, RowKind, rows_of
 from tidegate.connectors.base import Boundedness
-from tidegate.connectors.postgres_cdc.handoff import TableSnapshot
+from tidegate.connectors.postgres_cdc.handoff import Chunk, TableSnapshot, XidSnapshot
 from tidegate.connectors.postgres_cdc.pgoutput import (
     UNCHANGED,
     Begin,
@@ -100,6 +100,9 @@ class PostgresCdcReader:
         self._resume: StreamPosition | None = None
         self._retry_at = 0.0
         self._busy_since: float | None = None
+        #: the snapshot chunk being emitted: its rows not emitted yet, its MVCC snapshot, and
+        #: whether it ends its table
+        self._chunk: tuple[list[list[Any]], XidSnapshot, bool] | None = None
         if self._split is not None:
             self._open(self._split)
 
@@ -142,16 +145,26 @@ class PostgresCdcReader:
         return len(self._snapshots) == len(self._tables) and self._snapshots[-1].complete
 
     def _poll_snapshot(self, max_records: int) -> list[Any]:
+        """Up to `max_records` rows of the current chunk (read when none is left), recorded in
+        the table's snapshot up to the last key emitted: a checkpoint in the middle of a chunk
+        keeps the rows emitted with their MVCC snapshot, and a restore reads on after them."""
         if not self._snapshots or self._snapshots[-1].complete:
             self._snapshots.append(TableSnapshot())
         i = len(self._snapshots) - 1
-        name = self._split.tables[i]
+        table, name = self._snapshots[i], self._split.tables[i]
         decoder = self._decoders[name]
-        limit = max(1, min(max_records, self._source.split_size))
-        rows, chunk = read_chunk(self._conn, decoder, self._snapshots[i].after, limit)
-        self._snapshots[i] = self._snapshots[i].add(chunk)
+        if self._chunk is None:
+            self._chunk = read_chunk(self._conn, decoder, table.after, self._source.split_size)
+        rows, snapshot, ends_table = self._chunk
+        emitted, rest = rows[:max_records], rows[max_records:]
+        if rest:
+            self._chunk = (rest, snapshot, ends_table)
+        else:
+            self._chunk = None
+        upper = None if not rest and ends_table else decoder.key(emitted[-1])
+        self._snapshots[i] = table.add(Chunk(upper, snapshot))
         out = self._source.deserializer
-        return [out(name, row) for row in rows_of(rows, decoder.names, None)]
+        return [out(name, row) for row in rows_of(emitted, decoder.names, None)]
 
     def _poll_stream(self, max_records: int) -> list[Any]:
         if self._stream is None:

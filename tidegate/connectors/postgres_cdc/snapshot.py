@@ -1,6 +1,6 @@
 """Reading one chunk of a table's snapshot: the next `limit` rows in primary-key order after
-the previous chunk's last key, in a REPEATABLE READ transaction whose MVCC snapshot comes
-back with the rows (handoff.py explains why that makes the handoff to the stream exact)."""
+the last key emitted, in a REPEATABLE READ transaction whose MVCC snapshot comes back with the
+rows (handoff.py explains why that makes the handoff to the stream exact)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from tidegate.connectors.postgres_cdc.handoff import Chunk, XidSnapshot
+from tidegate.connectors.postgres_cdc.handoff import XidSnapshot
 from tidegate.connectors.postgres_cdc.server import PostgresCdcError, TableInfo
 from tidegate.connectors.postgres_cdc.values import TEXT_ORDERED_KEY_TYPES, parser
 
@@ -76,9 +76,10 @@ def _chunk_query(table: TableInfo, after: bool) -> Any:
 
 def read_chunk(
     conn: Any, decoder: TableDecoder, after: tuple[Any, ...] | None, limit: int
-) -> tuple[list[list[Any]], Chunk]:
-    """The rows (Python values) of the chunk after key `after` (None: the first chunk) and the
-    chunk; a chunk of fewer than `limit` rows is the table's last (`upper` None)."""
+) -> tuple[list[list[Any]], XidSnapshot, bool]:
+    """The rows (Python values, in key order) of the chunk after key `after` (None: from the
+    first key), the MVCC snapshot they were read in, and whether they end the table (fewer
+    than `limit` rows)."""
     from psycopg import IsolationLevel
 
     conn.isolation_level = IsolationLevel.REPEATABLE_READ
@@ -88,6 +89,4 @@ def read_chunk(
         # the transaction's snapshot is taken by its first statement, this one
         (text,) = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
         texts = conn.execute(query, (*(after or ()), limit)).fetchall()
-    rows = [decoder.values(r) for r in texts]
-    upper = decoder.key(rows[-1]) if len(rows) == limit else None
-    return rows, Chunk(upper, XidSnapshot.parse(text))
+    return [decoder.values(r) for r in texts], XidSnapshot.parse(text), len(texts) < limit

@@ -207,7 +207,8 @@ class PostgresSourceBuilder:
         return self
 
     def split_size(self, rows: int) -> PostgresSourceBuilder:
-        """Rows per snapshot chunk (at most one poll's batch; default 8096)."""
+        """Rows per snapshot chunk: read in one query, emitted over several polls (default
+        8096)."""
         if rows < 1:
             raise ValueError(f"split_size must be at least 1, got {rows}")
         return self._set(split_size=rows)
