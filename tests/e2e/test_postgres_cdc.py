@@ -123,7 +123,7 @@ def test_the_cdc_source_mirrors_a_changing_table_exactly_once_through_failures_a
     spark, tmp_path, postgres_server, table
 ):
     url, out, chk = postgres_server.url, tmp_path / "out", tmp_path / "chk"
-    source = source_builder(url, table, slot=f"e2e_{uuid.uuid4().hex[:8]}").build()
+    source = source_builder(url, table, slot=f"e2e_{uuid.uuid4().hex[:8]}").split_size(500).build()
     marker = Row(id=MARKER, balance=0, note="fail")
     first = cdc_mirror_job(source, out, chk, parallelism=2, fail_at={0: marker, 1: marker})
     writer = Writer(url, table, ops=1_500, rate=500, seed=7, first_id=ROWS, mark=True)
