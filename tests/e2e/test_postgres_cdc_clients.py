@@ -302,3 +302,29 @@ def test_a_snapshot_only_startup_is_bounded_and_uses_no_slot(postgres_server, db
         "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (source.slot_name,)
     ).fetchone()[0]
     assert slots == 0
+
+
+def test_several_tables_are_told_apart_by_the_deserializer(postgres_server, db):
+    first, second = _table(db, rows=3), _table(db, rows=2)
+    source = (
+        source_builder(postgres_server.url, first, second, slot=f"s_{uuid.uuid4().hex[:8]}")
+        .deserializer(lambda table, row: (table, row))
+        .build()
+    )
+    assert source.get_produced_type() is None  # records of the deserializer's making
+    mirrors: dict[str, dict] = {f"public.{first}": {}, f"public.{second}": {}}
+
+    def apply(batch):
+        for table, row in batch:
+            apply_change(mirrors[table], row[0], row)
+
+    def done():
+        return all(m == _table_state(db, t.split(".")[1]) for t, m in mirrors.items())
+
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
+        db.execute(f"UPDATE {second} SET v = 'changed' WHERE id = 1")
+        db.execute(f"DELETE FROM {first} WHERE id = 0")
+        deadline = time.monotonic() + 10
+        while not done():
+            assert time.monotonic() < deadline, mirrors
+            apply(reader.poll_batch(10))
