@@ -328,3 +328,24 @@ def test_several_tables_are_told_apart_by_the_deserializer(postgres_server, db):
         while not done():
             assert time.monotonic() < deadline, mirrors
             apply(reader.poll_batch(10))
+
+
+def test_an_idle_stream_moves_past_the_wal_of_other_tables(postgres_server, db):
+    name, other = _table(db, rows=1), _table(db)  # `other` is not captured
+    source = _source(postgres_server, name)
+    mirror: dict = {}
+    with closing(source.create_reader(source.create_splits(1), 0, 1)) as reader:
+        db.execute(f"INSERT INTO {name} VALUES (5, 'x', 1)")
+        _drain(reader, mirror, lambda m: len(m) == 2)
+        captured = reader.snapshot_splits()[0].position.lsn
+        db.execute(f"INSERT INTO {other} SELECT i, 'y', i FROM generate_series(1, 1000) i")
+        (written,) = db.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert parse_lsn(written) > captured
+        deadline = time.monotonic() + 10
+        while reader.snapshot_splits()[0].position.lsn < parse_lsn(written):
+            assert time.monotonic() < deadline, "the position stayed at the last captured change"
+            assert reader.poll_batch(10) == []
+        split = reader.snapshot_splits()
+    with closing(source.create_reader(split, 0, 1)) as reader:
+        db.execute(f"UPDATE {name} SET v = 'after' WHERE id = 5")
+        _drain(reader, mirror, lambda m: m == _table_state(db, name))

@@ -176,10 +176,19 @@ class PostgresCdcReader:
         while len(out) < max_records:
             payload = self._stream.read(deadline - time.monotonic())
             if payload is None:
+                self._skip_idle_wal()
                 break
             self._apply(decode(payload), out)
         self._stream.keep_alive()
         return out
+
+    def _skip_idle_wal(self) -> None:
+        """With every message received and no transaction open, the position moves to how far
+        the server decoded: the transactions that committed before that point were all sent
+        (and applied), so a restart there skips nothing, and the slot (confirmed at the next
+        checkpoint) need not keep the WAL that other tables' changes fill meanwhile."""
+        if self._txn is None and self._resume is None:
+            self._lsn = max(self._lsn, self._stream.wal_end)
 
     def _open_stream(self) -> ReplicationStream | None:
         """The stream from the split's position; None while the slot is still streamed to a

@@ -24,8 +24,9 @@ import time
 
 __all__ = ["ReplicationStream", "SlotInUse"]
 
-#: how often an idle stream tells the server it is alive (wal_sender_timeout is 60 s)
-KEEPALIVE_S = 10.0
+#: how often the stream sends a status update (wal_sender_timeout is 60 s); each one lets the
+#: server send its next keepalive, which tells how far it decoded (`wal_end`)
+KEEPALIVE_S = 1.0
 
 
 class SlotInUse(Exception):
@@ -69,6 +70,12 @@ class ReplicationStream:
             select.select([self._conn], [], [], timeout_s)
             message = self._cursor.read_message()
         return None if message is None else message.payload
+
+    @property
+    def wal_end(self) -> int:
+        """How far the server decoded the WAL, as of the last message or keepalive received:
+        every transaction that committed before it was sent before that message."""
+        return self._cursor.wal_end
 
     def confirm(self, lsn: int) -> None:
         """Let the slot forget everything before `lsn`, a checkpointed restart position."""
