@@ -137,7 +137,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_reference",
     },
     "e2e/test_s3.py": {
-        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exactly_once",
+        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_rescaled_exactly_once",
     },
     "e2e/test_savepoints.py": {
         "test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified",
