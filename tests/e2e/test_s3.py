@@ -6,9 +6,13 @@ for record."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import os
 import subprocess
 import sys
+import threading
+import urllib.parse
 import uuid
 
 import pytest
@@ -191,3 +195,73 @@ def test_credentials_and_endpoint_come_from_the_aws_environment_without_configur
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "written with AWS_* credentials"
+
+
+class _Throttling(http.server.BaseHTTPRequestHandler):
+    """In front of the S3 server: answers the first `throttled` requests with S3's 503
+    SlowDown, forwards the others unchanged (the Host header too, which the signature covers)."""
+
+    protocol_version = "HTTP/1.1"  # answers botocore's `Expect: 100-continue`
+    upstream: tuple[str, int]
+    throttled: int
+    seen = 0
+    lock = threading.Lock()
+
+    def _handle(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.lock:
+            type(self).seen += 1
+            throttle = type(self).seen <= self.throttled
+        if throttle:
+            error = (
+                b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+            )
+            self.send_response(503)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(error)))
+            self.end_headers()
+            self.wfile.write(error)
+            return
+        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
+        conn.request(self.command, self.path, body, headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(key, value)
+        # a HEAD answer's length is the object's, with no body
+        length = answer.getheader("Content-Length") if self.command == "HEAD" else len(data)
+        self.send_header("Content-Length", str(length or 0))
+        self.end_headers()
+        self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_requests_the_store_throttles_are_retried_until_the_checkpoint_file_is_written(
+    s3_server,
+):
+    upstream = urllib.parse.urlsplit(s3_server.endpoint)
+    handler = type(
+        "Handler", (_Throttling,), {"upstream": (upstream.hostname, upstream.port), "throttled": 3}
+    )
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        keys = {**s3_server.configuration(), "s3.endpoint": f"http://127.0.0.1:{proxy.server_port}"}
+        storage = CheckpointStorage(
+            _root(s3_server), "job", FileSystems.from_configuration(Configuration().add_all(keys))
+        )
+        data = b"state" * 1000
+        storage.write_bytes(f"{storage.job_dir}/chk-1/state-0", data)
+        assert handler.seen > 3, "the first requests were throttled"
+        assert storage.read_bytes(f"{storage.job_dir}/chk-1/state-0") == data
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
