@@ -54,7 +54,7 @@ def test_removed_messages_are_those_after_the_position_before_the_first_present(
 
 
 def test_the_durable_consumer_option_names_what_is_wrong():
-    with pytest.raises(ValueError, match="invalid durable consumer name 'a.b'"):
+    with pytest.raises(ValueError, match=r"invalid durable consumer name 'a\.b'"):
         NatsJetStreamSource.builder().set_durable_consumer("a.b")
     with pytest.raises(ValueError, match="durable consumers of one name"):
         NatsJetStreamSource.builder().set_stream("S").set_subjects(
