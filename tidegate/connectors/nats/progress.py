@@ -26,7 +26,7 @@ ACK_FETCH = 500
 #: as the messages beyond a checkpoint's sequence wait for the next checkpoint
 ACK_WAIT_S = 3600.0
 #: a fetch that the consumer's pending count says has messages waits at most this long
-FETCH_TIMEOUT_S = 2.0
+FETCH_TIMEOUT_S = 1.0
 
 #: characters a consumer name must not hold, and their replacements in `durable_name`
 _SUBJECT_TOKENS = {".": "_", "*": "+", ">": "#"}
@@ -74,6 +74,7 @@ class ProgressConsumer:
             opt_start_seq=position + 1,
             ack_policy=AckPolicy.ALL,
             ack_wait=ACK_WAIT_S,
+            max_ack_pending=-1,  # unlimited: messages beyond a checkpoint wait unacknowledged
             headers_only=True,
             filter_subject=subject,
         )
