@@ -253,12 +253,18 @@ def redis_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory):
-    """A private nats-server with JetStream (tests/support/servers.py), like redis_server."""
+    """A private nats-server with JetStream (tests/support/servers.py), like redis_server.
+    At the end, no NATS client of this process may still be open (its loop thread is named
+    "nats"): one left open logs reconnect errors once the server stops."""
+    import threading
+
     from tests.support.servers import start_nats
 
     server = start_nats(tmp_path_factory.mktemp("nats"))
     yield server
+    open_clients = sum(t.name == "nats" for t in threading.enumerate())
     server.stop()
+    assert open_clients == 0, f"{open_clients} NATS client(s) left open by the tests"
 
 
 @pytest.fixture(scope="session")

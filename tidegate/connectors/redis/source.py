@@ -15,7 +15,12 @@ Build it like a PyFlink source:
 Options: where new splits start (`set_starting_ids`, earliest by default), `set_bounded()`
 (stop at each stream's last entry when the split is first planned), `set_consumer_group`
 (XACK entries once the checkpoint that covers them completed: for XINFO/XPENDING monitoring
-and trimming, never for the position), `set_charset` and `set_deserializer`.
+and trimming, never for the position), `set_fail_on_data_loss`, `set_charset` and
+`set_deserializer`.
+
+When a reader starts, it checks that no entry after each split's position was trimmed away
+before it was read (`trimming.py`): a DataLossError names the stream, the position and the
+first entry still present, unless `set_fail_on_data_loss(False)` (then a warning).
 """
 
 from __future__ import annotations
