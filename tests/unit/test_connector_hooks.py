@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.tasks import task_environment
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.connectors.base import Boundedness
 from tidegate.runtime.connector_operators import SinkOperator, SourceOperator
@@ -18,7 +19,6 @@ from tidegate.runtime.gate import InputGate
 from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.plan import OperatorSpec, VertexSpec
 from tidegate.runtime.task import StreamTask
-from tidegate.runtime.task_environment import TaskEnvironment
 
 
 class Collector:
@@ -182,18 +182,7 @@ def test_a_task_whose_operator_fails_to_start_releases_the_operators_started_bef
             2, "sink", "sink", partial(SinkOperator, ClosingSink(writer, committer, True)), (), ()
         ),
     )
-    env = TaskEnvironment(
-        attempt=0,
-        job_id="job",
-        max_parallelism=128,
-        exactly_once=True,
-        batch_size=100,
-        buffer_timeout_s=0.001,
-        is_restored=False,
-        control=None,
-        storage=CheckpointStorage(str(tmp_path / "chk"), "job"),
-        executor=None,
-    )
+    env = task_environment(CheckpointStorage(str(tmp_path / "chk"), "job"))
     vertex = VertexSpec(1, "chain", 1, specs, (), is_source=True)
     with pytest.raises(ConnectionError, match="unreachable"):
         StreamTask(
