@@ -51,6 +51,7 @@ def test_removed_messages_are_those_after_the_position_before_the_first_present(
     assert removed_range(NatsSplit("S", None, 9), 6) is None
     assert removed_range(NatsSplit("S", None, 2, end_seq=4), 6) == (3, 4)  # up to its end
     assert removed_range(NatsSplit("S", None, 4, end_seq=4), 9) is None
+    assert removed_range(NatsSplit("S", None, 0), 6) is None  # from the first message present
 
 
 def test_the_durable_consumer_option_names_what_is_wrong():

@@ -81,7 +81,10 @@ class NatsSplit:
 
 def removed_range(split: NatsSplit, first_seq: int) -> tuple[int, int] | None:
     """The sequences after `split`'s position (up to its end) that a stream whose first
-    message is `first_seq` no longer holds (None: nothing is missing)."""
+    message is `first_seq` no longer holds (None: nothing is missing). A split that has read
+    nothing from the first message on (position 0) starts with the first message present."""
+    if split.last_seq == 0:
+        return None
     last = first_seq - 1 if split.end_seq is None else min(first_seq - 1, split.end_seq)
     return (split.last_seq + 1, last) if last > split.last_seq else None
 
@@ -230,7 +233,10 @@ class NatsJetStreamReader:
                 if source.durable_consumer is not None:
                     self._start_progress(split, source.durable_consumer)
         except BaseException:
-            self.close()
+            try:
+                self.close()
+            except Exception:  # the start's failure is the one to report
+                log.exception("could not close the NATS client of a reader that failed to start")
             raise
 
     def _first_seq(self, stream: str) -> int:
