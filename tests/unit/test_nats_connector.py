@@ -273,6 +273,18 @@ def test_the_durable_consumers_ack_floor_follows_completed_checkpoints(nats_serv
     assert [_ack_floor(js, s, n) for n in names] == [19, 20]
 
 
+def test_a_durable_consumer_name_of_another_application_is_refused_not_deleted(nats_server, js):
+    from nats.js.api import ConsumerConfig
+
+    s = _stream(js)
+    js.run(js.js.add_consumer(s, ConsumerConfig(durable_name="theirs", description="billing")))
+    builder = NatsJetStreamSource.builder().set_servers(nats_server.url).set_stream(s)
+    source = builder.set_durable_consumer("theirs").build()
+    with pytest.raises(ValueError, match="already has a consumer 'theirs' that is not a tidegate"):
+        source.create_reader(source.create_splits(1), 0, 1)
+    assert js.run(js.js.consumer_info(s, "theirs")).config.description == "billing"
+
+
 def _limited_stream(js, max_msgs: int) -> str:
     name = f"S{uuid.uuid4().hex[:8]}"
     js.run(js.js.add_stream(name=name, subjects=[f"{name}.>"], max_msgs=max_msgs))

@@ -28,6 +28,8 @@ ACK_WAIT_S = 3600.0
 #: a fetch that the consumer's pending count says has messages waits at most this long
 FETCH_TIMEOUT_S = 1.0
 
+#: the description that marks a durable consumer as one of these (only these are re-created)
+DESCRIPTION = "tidegate source progress (acknowledged up to completed checkpoints)"
 #: characters a consumer name must not hold, and their replacements in `durable_name`
 _SUBJECT_TOKENS = {".": "_", "*": "+", ">": "#"}
 _INVALID_NAME = re.compile(r"[\s.*>/\\]")
@@ -62,14 +64,23 @@ class ProgressConsumer:
     @classmethod
     async def start(cls, js: Any, stream: str, name: str, subject: str | None, position: int):
         """(Re)create durable `name` delivering the split's messages after `position` (a
-        consumer cannot be moved: an existing one is deleted first)."""
+        consumer cannot be moved: an existing one is deleted first, if it is one of these:
+        a consumer of another application with that name is refused, not deleted)."""
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
         from nats.js.errors import NotFoundError
 
         with contextlib.suppress(NotFoundError):  # none yet
+            existing = await js.consumer_info(stream, name)
+            if existing.config.description != DESCRIPTION:
+                raise ValueError(
+                    f"stream {stream} already has a consumer {name!r} that is not a tidegate "
+                    f"progress consumer (its description is {existing.config.description!r}): "
+                    f"give the source another set_durable_consumer name"
+                )
             await js.delete_consumer(stream, name)
         config = ConsumerConfig(
             durable_name=name,
+            description=DESCRIPTION,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=position + 1,
             ack_policy=AckPolicy.ALL,
