@@ -97,8 +97,8 @@ class BulkWriter:
     """Writes records into one part file of a bulk-format FileSink (Flink's BulkWriter): the
     sink creates it over the part file's stream, hands it every batch of records for that file
     (`add_elements`), and calls `finish` when it rolls the file (at each checkpoint); the sink
-    then flushes, syncs and closes the stream itself. A failed or cancelled writer is dropped
-    without `finish` (its in-progress file is deleted on recovery)."""
+    then flushes, syncs and closes the stream itself. When the sink closes without rolling (a
+    failure, a cancellation) it calls `abort` instead; recovery deletes that in-progress file."""
 
     def add_elements(self, elements: list[Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement add_elements()")
@@ -107,6 +107,9 @@ class BulkWriter:
         """Write everything buffered and the file's trailer (a Parquet footer) to the stream;
         no more elements follow. Must not close the stream."""
         raise NotImplementedError(f"{type(self).__name__} must implement finish()")
+
+    def abort(self) -> None:
+        """Drop what is buffered and write nothing more (the sink closes the stream next)."""
 
 
 class BulkWriterFactory:

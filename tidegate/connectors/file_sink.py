@@ -480,6 +480,8 @@ class FileSinkWriter:
     def close(self) -> None:
         """Close open part files without committing them (a restore decides their fate)."""
         for part in self._open.values():
+            if part.bulk_writer is not None:
+                part.bulk_writer.abort()
             part.stream.close()
         self._open.clear()
 

@@ -35,8 +35,7 @@ class JsonLinesFormat(StreamFormat):
     def for_schema(schema: JsonRowDeserializationSchema) -> JsonLinesFormat:
         if not isinstance(schema, JsonRowDeserializationSchema):
             raise TypeError(
-                "JsonLinesFormat.for_schema takes a JsonRowDeserializationSchema, got "
-                f"{schema!r}"
+                f"JsonLinesFormat.for_schema takes a JsonRowDeserializationSchema, got {schema!r}"
             )
         return JsonLinesFormat(schema)
 

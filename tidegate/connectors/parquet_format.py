@@ -55,8 +55,15 @@ class ParquetWriterFactory(RowDataBulkWriterFactory):
         self.row_group_size = row_group_size
         self.compression = compression
         self.schema = arrow_schema(self.row_type, utc_timestamp)  # TypeError: unsupported
-        if compression.lower() != "none" and not pa.Codec.is_available(compression):
-            raise ValueError(f"unknown or unavailable Parquet compression {compression!r}")
+        try:
+            available = compression.lower() == "none" or pa.Codec.is_available(compression)
+        except ValueError:
+            available = False
+        if not available:
+            raise ValueError(
+                f"unknown or unavailable Parquet compression {compression!r}: use snappy, "
+                "zstd, gzip, brotli, lz4 or none"
+            )
 
     def create(self, stream: IO[bytes]) -> BulkWriter:
         return _ParquetWriter(self, stream)
@@ -95,6 +102,10 @@ class _ParquetWriter(BulkWriter):
     def finish(self) -> None:
         self._write_buffered()
         self._writer.close()  # writes the footer; the stream stays open (the sink closes it)
+
+    def abort(self) -> None:
+        self._batches, self._buffered = [], 0
+        self._writer.is_open = False  # so pyarrow never writes a footer into the closed stream
 
 
 class ParquetBulkWriters:
