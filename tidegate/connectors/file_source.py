@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import posixpath
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import IO, Any, Protocol
@@ -19,6 +20,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.connectors.base import Boundedness
+from tidegate.formats.base import FormatError
 
 __all__ = [
     "BulkFormat",
@@ -26,6 +28,7 @@ __all__ = [
     "FileSourceBuilder",
     "FileSourceReader",
     "FileSourceSplit",
+    "LineRecordFormat",
     "StreamFormat",
     "TextLineFormat",
 ]
@@ -112,6 +115,35 @@ class TextLineFormat(StreamFormat):
     ) -> tuple[list[Any], int, int, bool]:
         lines, consumed, eof = self.read_lines(stream, max_records, where, first_line)
         return lines, consumed, len(lines), eof
+
+
+_UTF8_LINES = TextLineFormat("UTF-8")
+
+
+class LineRecordFormat(StreamFormat):
+    """A StreamFormat of UTF-8 text with one record per line (CSV, JSON lines): subclasses
+    give the function that parses a line. Positions are byte offsets of lines, as for text."""
+
+    def line_parser(self) -> Callable[[str, int], Any]:
+        """`parse(line, number)` (called for each batch): the record of line `number` (1-based)
+        of its file, None for a line that holds none (a header, a blank line); FormatError for
+        a line that does not fit the format."""
+        raise NotImplementedError(f"{type(self).__name__} must implement line_parser()")
+
+    def read_batch(
+        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
+    ) -> tuple[list[Any], int, int, bool]:
+        lines, consumed, eof = _UTF8_LINES.read_lines(stream, max_records, where, first_line)
+        parse = self.line_parser()
+        records = []
+        for number, line in enumerate(lines, start=first_line + 1):
+            try:
+                record = parse(line, number)
+            except FormatError as e:
+                raise ValueError(f"{where}: line {number}: {e}") from None
+            if record is not None:
+                records.append(record)
+        return records, consumed, len(lines), eof
 
 
 class SplitReader(Protocol):

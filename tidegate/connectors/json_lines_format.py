@@ -13,23 +13,22 @@ read text lines and parse them with `DeserializeOrDeadLetter` (docs/formats.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from tidegate.common.typeinfo import TypeInformation
-from tidegate.connectors.file_source import StreamFormat, TextLineFormat
-from tidegate.formats.base import FormatError
+from tidegate.connectors.file_source import LineRecordFormat
 from tidegate.formats.json_schemas import JsonRowDeserializationSchema
 
 __all__ = ["JsonLinesFormat"]
 
 
 @dataclass(frozen=True)
-class JsonLinesFormat(StreamFormat):
+class JsonLinesFormat(LineRecordFormat):
     """Reads UTF-8 JSON lines into Rows with `schema`; see the module."""
 
     schema: JsonRowDeserializationSchema
-    _lines: TextLineFormat = field(default=TextLineFormat("UTF-8"), repr=False, compare=False)
 
     @staticmethod
     def for_schema(schema: JsonRowDeserializationSchema) -> JsonLinesFormat:
@@ -42,22 +41,10 @@ class JsonLinesFormat(StreamFormat):
     def get_produced_type(self) -> TypeInformation:
         return self.schema.get_produced_type()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return JsonLinesFormat, (self.schema,)
-
-    def read_batch(
-        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
-    ) -> tuple[list[Any], int, int, bool]:
-        lines, consumed, eof = self._lines.read_lines(stream, max_records, where, first_line)
+    def line_parser(self) -> Callable[[str, int], Any]:
         deserialize = self.schema.deserialize
-        rows = []
-        for number, line in enumerate(lines, start=first_line + 1):
-            if not line or line.isspace():
-                continue
-            try:
-                row = deserialize(line)
-            except FormatError as e:
-                raise ValueError(f"{where}: line {number}: {e}") from None
-            if row is not None:
-                rows.append(row)
-        return rows, consumed, len(lines), eof
+
+        def parse(line: str, number: int) -> Any:
+            return None if not line or line.isspace() else deserialize(line)
+
+        return parse
