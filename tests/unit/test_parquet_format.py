@@ -29,6 +29,7 @@ from tidegate.formats.arrow_row import arrow_schema, batch_writer
 from tidegate.formats.base import FormatError
 
 ROW = Types.ROW_NAMED(["id", "name"], [Types.LONG(), Types.STRING()])
+BYTE_ARRAY = Types.PRIMITIVE_ARRAY(Types.BYTE())
 
 EVERY_TYPE = Types.ROW_NAMED(
     [
@@ -137,6 +138,13 @@ def test_a_record_that_does_not_fit_names_the_field_and_the_record() -> None:
         write([(1, 1, 1)])
     with pytest.raises(FormatError, match=r"no field 'b'"):
         write([Row(id=1, c=2)])
+    write = batch_writer(
+        Types.ROW_NAMED(["m", "b"], [Types.MAP(Types.STRING(), Types.INT()), BYTE_ARRAY])
+    )
+    with pytest.raises(FormatError, match=r"field 'b'.*holds values in -128..127"):
+        write([({"a": 1}, [1, 300])])
+    with pytest.raises(FormatError, match=r"field 'm'.*map<string, int32>"):
+        write([(["not", "a", "dict"], None)])
 
 
 # --- the bulk-format sink ---------------------------------------------------------------------

@@ -114,13 +114,15 @@ def arrow_schema(t: RowTypeInfo, utc_timestamp: bool = False) -> pa.Schema:
 
 # writing ---------------------------------------------------------------------------------------
 #: what pyarrow (or a value conversion) raises for a value that does not fit its column
-_REFUSALS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+_REFUSALS = (pa.ArrowException, AttributeError, TypeError, ValueError, OverflowError)
 
 
 def _signed_to_bytes(v: Any) -> bytes:
     """A BYTE array value (bytes, or a list of signed bytes as tidegate holds it) as bytes."""
     if isinstance(v, bytes | bytearray):
         return bytes(v)
+    if not all(-128 <= b <= 127 for b in v):
+        raise ValueError(f"a BYTE array holds values in -128..127, got {v!r:.60}")
     return bytes(b & 0xFF for b in v)
 
 
