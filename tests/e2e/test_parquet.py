@@ -17,13 +17,13 @@ from tidegate.connectors.number_seq import split_range
 
 
 def test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once(spark, tmp_path):
-    n, parallelism = 10_000, 2
+    n, parallelism = 6_000, 2
     inputs, out = tmp_path / "in", tmp_path / "out"
     inputs.mkdir()
     for i, (low, high) in enumerate(split_range(0, n - 1, parallelism)):  # one file per reader
         values = list(range(low, high + 1))
         table = pa.table({"label": [f"v{v}" for v in values], "value": values})
-        pq.write_table(table, inputs / f"{i}.parquet", row_group_size=500)
+        pq.write_table(table, inputs / f"{i}.parquet", row_group_size=300)
     # ~1,000 rows/s per reader, so restores land mid-file; the kill -9 comes in attempt 0,
     # then an exception in attempt 1 at a late value of the first file
     env = parquet_count_job(
@@ -32,7 +32,7 @@ def test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once
         tmp_path / "chk",
         parallelism=parallelism,
         seconds_per_record=0.001,
-        fail_at={1: 4_000},
+        fail_at={1: 2_400},
     )
     client = env.execute_async("parquet exactly once")
     killer = kill_slots(client, kills=1)
