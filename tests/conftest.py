@@ -118,6 +118,9 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_nexmark.py": {
         "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
     },
+    "e2e/test_parquet.py": {
+        "test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once",
+    },
     "e2e/test_redis.py": {
         "test_the_streams_source_is_exactly_once_through_an_exception_and_a_kill_9",
         "test_the_streams_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",

@@ -1,5 +1,5 @@
-"""The jobs the message-system connector tests run (Redis, NATS): a source's values through
-a keyed running count into a FileSink, and generated numbers through the running count into
+"""The jobs the connector tests run (Redis, NATS, Parquet files): a source's values through a
+keyed running count into a FileSink, and generated numbers through the running count into
 the sinks under test; failures by an exception at a planned value (jobs.FailAtValues) and by
 kill -9 of a slot (jobs.kill_slots); and the rescale of either from 2 to 3 subtasks (a run at
 2 cancelled after two checkpoints, restored at 3 from its retained checkpoint)."""
@@ -15,9 +15,20 @@ from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
 from tests.support.waiting import wait_for_checkpoints
-from tidegate.common import JobStatus, WatermarkStrategy
+from tidegate.common import JobStatus, Row, Types, WatermarkStrategy
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.connectors.file_system import (
+    BucketAssigner,
+    FileSink,
+    FileSource,
+    OutputFileConfig,
+)
+from tidegate.datastream.formats.parquet import ParquetBulkWriters, ParquetColumnarRowInputFormat
+
+#: the Parquet job's input rows and output rows
+VALUE_ROW = Types.ROW_NAMED(["value", "label"], [Types.LONG(), Types.STRING()])
+COUNTED_ROW = Types.ROW_NAMED(["key", "value", "count"], [Types.INT(), Types.LONG(), Types.LONG()])
 
 
 def source_count_job(
@@ -127,3 +138,46 @@ def rescaled_sinks_run(
         restore_path=str(checkpoints / first.jobmaster.job_id),
     ).execute_async("sinks at 3")
     second.get_job_execution_result().result(timeout=300)
+
+
+def counted_row(line: str) -> Row:
+    """A running count's `key,value,count` line as a COUNTED_ROW."""
+    key, value, count = map(int, line.split(","))
+    return Row(key=key, value=value, count=count)
+
+
+def parquet_count_job(
+    inputs: Path,
+    out: Path,
+    checkpoints: Path,
+    *,
+    parallelism: int,
+    seconds_per_record: float,
+    fail_at: dict[int, int],
+) -> StreamExecutionEnvironment:
+    """Parquet files of VALUE_ROWs (FileSource, batches of 100 rows) -> value -> slow map
+    (chained to the source: it bounds how fast the files are read) -> failures -> key_by ->
+    running count -> COUNTED_ROWs -> bulk FileSink of Parquet part files (`.parquet`) in
+    `out`; checkpoints every 200 ms."""
+    env = job_environment("spark", checkpoints, parallelism=parallelism, interval_ms=200)
+    fmt = ParquetColumnarRowInputFormat(row_type=VALUE_ROW, batch_size=100)
+    source = FileSource.for_bulk_file_format(fmt, str(inputs)).build()
+    values = (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "parquet in")
+        .uid("source")
+        .map(lambda row: row.value, output_type=Types.LONG())
+        .uid("value")
+        .map(SlowMap(seconds_per_record))
+        .uid("slow")
+        .map(FailAtValues(fail_at))
+        .uid("fail")
+    )
+    counted = values.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    sink = (
+        FileSink.for_bulk_format(str(out), ParquetBulkWriters.for_row_type(COUNTED_ROW))
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .with_output_file_config(OutputFileConfig.builder().with_part_suffix(".parquet").build())
+        .build()
+    )
+    counted.map(counted_row, output_type=COUNTED_ROW).uid("rows").sink_to(sink).uid("sink")
+    return env
