@@ -188,6 +188,19 @@ class UsesJobId(Protocol):
 
 
 @runtime_checkable
+class UsesOperatorUid(Protocol):
+    """A sink whose idempotent writes are named after its operator's uid, so several sinks of
+    one job (writing to one table, say) tell their commits apart."""
+
+    def for_uid(self, uid: str) -> Sink:
+        """Called in each sink subtask before `for_job`, `recover` and `create_writer`, with
+        the sink operator's uid: the one given with `.uid(...)`, else one generated from the
+        job's graph (the same in every attempt and run of an unchanged job). Returns the sink
+        to use in this subtask."""
+        ...
+
+
+@runtime_checkable
 class TypedSink(Protocol):
     """A sink whose output depends on the declared type of the stream it is added to."""
 

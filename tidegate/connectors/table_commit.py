@@ -1,0 +1,140 @@
+"""The exactly-once protocol the table sinks (Delta Lake, Iceberg) share; each table format
+supplies how it reads and writes the marker of step 3.
+
+1. Write: a sink subtask (writer index w) keeps its records as Arrow batches
+   (table_files.DataFileWriter).
+2. Pre-commit (checkpoint n): they are written into durable Parquet files in the table's
+   directory, not yet in the table; the committable `TableCommittable(app id, n, files)` is
+   stored in the checkpoint. The application id names the job run, the sink operator (its
+   uid) and w: `tidegate/<job id>/<uid>/<w>`.
+3. Commit (n completed, or its committable restored): read the highest checkpoint the table
+   recorded for the app id (Delta: the application transaction of the app id; Iceberg: the
+   snapshot summary properties); the committables of checkpoints above it are added in ONE
+   table commit that records the highest of their checkpoint ids for the app id
+   (`pending_commits`). The table format makes that commit conditional on what was read (a
+   concurrent commit of the same app id, by a zombie of an earlier attempt, makes it fail), and
+   the decision is taken again.
+4. Recover: files a failed attempt wrote and that no committable will commit are removed
+   (table_files.is_leftover).
+
+Table formats keep the marker with the data, in the same atomic commit: a replayed commit is
+recognised for as long as the table keeps its history (Delta: the app transaction is kept
+while the log retention lasts, `delta.logRetentionDuration`, 30 days by default; Iceberg: while
+the snapshot is not expired).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from tidegate.connectors.table_files import DataFile, DataFileName, DataFileWriter, is_leftover
+
+__all__ = ["TableCommittable", "TableSinkWriter", "app_id", "pending_commits", "remove_leftovers"]
+
+
+def app_id(job_id: str, sink_uid: str, writer: int) -> str:
+    """The application id of writer index `writer` of a sink in a job run (step 2)."""
+    return f"tidegate/{job_id}/{sink_uid}/{writer}"
+
+
+@dataclass(frozen=True, slots=True)
+class TableCommittable:
+    """The data files writer index `writer` prepared for checkpoint `checkpoint_id`."""
+
+    app_id: str
+    writer: int
+    checkpoint_id: int
+    files: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """One table commit: `files`, recording checkpoint `version` for `app_id`."""
+
+    app_id: str
+    writer: int
+    version: int
+    files: tuple[DataFile, ...]
+
+
+def pending_commits(
+    committables: list[TableCommittable], committed: Callable[[str], int | None]
+) -> list[PendingCommit]:
+    """Step 3's decision: per app id, the committables above its committed checkpoint
+    (`committed(app_id)`, None: none yet) as one commit at their highest checkpoint id."""
+    by_app: dict[str, list[TableCommittable]] = {}
+    for c in committables:
+        by_app.setdefault(c.app_id, []).append(c)
+    commits = []
+    for app, group in by_app.items():
+        done = committed(app)
+        todo = sorted(
+            (c for c in group if done is None or c.checkpoint_id > done),
+            key=lambda c: c.checkpoint_id,
+        )
+        if todo:
+            files = tuple(f for c in todo for f in c.files)
+            commits.append(PendingCommit(app, todo[-1].writer, todo[-1].checkpoint_id, files))
+    return commits
+
+
+class TableSinkWriter:
+    """Steps 1-2 for writer index `writer` (a SinkWriter)."""
+
+    def __init__(self, files: DataFileWriter, app: str, writer: int) -> None:
+        self._files = files
+        self._app = app
+        self._writer = writer
+
+    def write_batch(self, records: list[Any]) -> None:
+        self._files.write(records)
+
+    def prepare_commit(self, checkpoint_id: int) -> list[TableCommittable]:
+        files = self._files.flush(checkpoint_id)
+        if not files:
+            return []
+        return [TableCommittable(self._app, self._writer, checkpoint_id, tuple(files))]
+
+    def close(self) -> None:
+        """Records not yet written are dropped: the restore re-reads them."""
+
+
+def remove_leftovers(
+    fs: AbstractFileSystem,
+    root: str,
+    token: str,
+    subtask_index: int,
+    parallelism: int,
+    attempt: int,
+    restored: list[TableCommittable],
+    committed: Callable[[int], int | None],
+) -> list[str]:
+    """Step 4: remove the data files under `root` that `is_leftover` says are leftovers
+    (`committed(writer)`: that writer index's committed checkpoint in this job run); returns
+    their paths. Directories whose names start with '_' or '.' (the table's log) are skipped."""
+    if not fs.isdir(root):
+        return []
+    keep = {posixpath.normpath(f.path) for c in restored for f in c.files}
+    removed = []
+    known: dict[int, int | None] = {}
+    for path in fs.find(root):
+        relative = posixpath.relpath(path, root)
+        if any(part[:1] in "_." for part in relative.split("/")[:-1]):
+            continue
+        name = DataFileName.parse(posixpath.basename(path))
+        if name is None or name.token != token:
+            continue
+        if name.writer not in known:
+            known[name.writer] = committed(name.writer)
+        restored_file = posixpath.normpath(path) in keep
+        if is_leftover(
+            name, token, subtask_index, parallelism, attempt, known[name.writer], restored_file
+        ):
+            fs.rm_file(path)
+            removed.append(path)
+    return removed
