@@ -327,7 +327,7 @@ class DeltaSinkBuilder:
         return self
 
     def set_table_properties(self, properties: dict[str, str]) -> DeltaSinkBuilder:
-        """Delta table properties of a table the sink creates (`delta.logRetentionDuration`, ...)."""
+        """Table properties of a table the sink creates (`delta.logRetentionDuration`, ...)."""
         self._changes["configuration"] = tuple(sorted(properties.items()))
         return self
 

@@ -21,6 +21,9 @@ they do not exist (partitioned by identity on the partition columns).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -162,12 +165,13 @@ class IcebergSink:
             raise IcebergTableError(f"name the table as <namespace>.<table>, got {self.table!r}")
         try:
             catalog.create_namespace_if_not_exists(namespace)
-            table = catalog.create_table_if_not_exists(self.table, schema=self.schema)
-            if self.partition_by and table.spec().is_unpartitioned() and not table.snapshots():
-                with table.update_spec() as spec:
+            if not catalog.table_exists(self.table):
+                create = catalog.create_table_transaction(self.table, schema=self.schema)
+                with create.update_spec() as spec:
                     for column in self.partition_by:
                         spec.add_identity(column)
-                table = catalog.load_table(self.table)
+                create.commit_transaction()
+            table = catalog.load_table(self.table)
         except IcebergTableError:
             raise
         except Exception as e:
@@ -176,7 +180,8 @@ class IcebergSink:
                 f"{self.catalog_name!r}: {e}"
             ) from e
         try:
-            _check_pyarrow_schema_compatible(table.schema(), self.schema)
+            with contextlib.redirect_stdout(io.StringIO()):  # it also prints its diff table
+                _check_pyarrow_schema_compatible(table.schema(), self.schema)
         except ValueError as e:
             raise IcebergTableError(
                 f"the Iceberg table {self.table} does not have the rows' schema: write to "
@@ -257,7 +262,7 @@ class IcebergCommitter:
             self._catalog = self._sink.catalog()
         while True:
             table = self._sink.load_table(self._catalog)
-            commits = pending_commits(committables, lambda app: committed_checkpoint(table, app))
+            commits = pending_commits(committables, functools.partial(committed_checkpoint, table))
             if not commits:
                 return
             try:

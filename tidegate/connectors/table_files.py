@@ -194,11 +194,12 @@ class DataFileWriter:
         if not self._partition_by:
             self._buffer[()].append(self._batches.batch(records))
             return
-        columns = self._partition_by
+        names = self._batches.names
+        columns = [names.index(c) for c in self._partition_by]
         groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
         for record in records:
-            values = dict(zip(self._batches.names, row_values(record, self._batches.names)))
-            groups[tuple(values[c] for c in columns)].append(record)
+            values = row_values(record, names)
+            groups[tuple(values[i] for i in columns)].append(record)
         for key, rows in groups.items():
             self._buffer[key].append(self._batches.batch(rows))
 
@@ -215,7 +216,9 @@ class DataFileWriter:
                 table = table.drop_columns(list(self._partition_by))
             rows_per_file = max(1, table.num_rows * self._target // max(1, table.nbytes))
             for start in range(0, table.num_rows, rows_per_file):
-                files.append(self._write_file(table.slice(start, rows_per_file), partition, checkpoint_id))
+                files.append(
+                    self._write_file(table.slice(start, rows_per_file), partition, checkpoint_id)
+                )
         self._buffer.clear()
         return files
 

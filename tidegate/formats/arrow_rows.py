@@ -80,7 +80,12 @@ def arrow_type(type_info: TypeInformation) -> pa.DataType:
             return pa.map_(arrow_type(key), arrow_type(value))
         case RowTypeInfo():
             names = type_info.names
-            return pa.struct([pa.field(n, arrow_type(t)) for n, t in zip(names, type_info.field_types, strict=True)])
+            return pa.struct(
+                [
+                    pa.field(n, arrow_type(t))
+                    for n, t in zip(names, type_info.field_types, strict=True)
+                ]
+            )
         case TupleTypeInfo(field_types=types):
             return pa.struct([pa.field(f"f{i}", arrow_type(t)) for i, t in enumerate(types)])
     raise TypeError(
@@ -104,9 +109,11 @@ def _converter(type_info: TypeInformation) -> Fn | None:
         case BasicTypeInfo(basic_type=BasicType.BIG_INT):
             return lambda v: None if v is None else decimal.Decimal(v)
         case RowTypeInfo() | TupleTypeInfo():
-            names = list(type_info.names) if isinstance(type_info, RowTypeInfo) else [
-                f"f{i}" for i in range(len(type_info.field_types))
-            ]
+            names = (
+                list(type_info.names)
+                if isinstance(type_info, RowTypeInfo)
+                else [f"f{i}" for i in range(len(type_info.field_types))]
+            )
             convs = [_converter(t) for t in type_info.field_types]
 
             def struct(v: Any) -> dict[str, Any] | None:
@@ -156,9 +163,7 @@ class RowBatches:
             raise FieldError(f"a record does not fit the table's row type: {e}") from None
         columns = list(zip(*values, strict=True)) if values else [() for _ in names]
         arrays = []
-        for name, conv, field, column in zip(
-            names, self._convs, self.schema, columns, strict=True
-        ):
+        for name, conv, field, column in zip(names, self._convs, self.schema, columns, strict=True):
             data = [conv(v) for v in column] if conv is not None else column
             try:
                 arrays.append(pa.array(data, type=field.type))
