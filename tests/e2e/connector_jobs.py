@@ -1,4 +1,4 @@
-"""The jobs the message-system connector tests run (Redis, NATS): a source's values through
+"""The jobs the connector tests run (Redis, NATS, the table sinks): a source's values through
 a keyed running count into a FileSink, and generated numbers through the running count into
 the sinks under test; failures by an exception at a planned value (jobs.FailAtValues) and by
 kill -9 of a slot (jobs.kill_slots)."""
@@ -11,7 +11,8 @@ from typing import Any
 from tests.e2e.jobs import FailAtValues, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.references import NUM_KEYS
-from tidegate.common import WatermarkStrategy
+from tidegate.common import Row, WatermarkStrategy
+from tidegate.common.typeinfo import RowTypeInfo
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 
@@ -52,9 +53,11 @@ def sink_count_job(
     fail_at: dict[int, int] | None = None,
     interval_ms: int = 200,
     restore_path: str | None = None,
+    row_type: RowTypeInfo | None = None,
 ) -> StreamExecutionEnvironment:
-    """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`)
-    -> each of `sinks`; checkpoints retained on cancel."""
+    """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`;
+    with a `row_type` of three integer fields: as rows of it) -> each of `sinks`; checkpoints
+    retained on cancel."""
     env = job_environment(
         "spark",
         checkpoints,
@@ -70,6 +73,8 @@ def sink_count_job(
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     counted = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    if row_type is not None:
+        counted = counted.map(lambda line: Row(*map(int, line.split(","))), row_type).uid("rows")
     for i, sink in enumerate(sinks):
         counted.sink_to(sink).uid(f"sink-{i}")
     return env

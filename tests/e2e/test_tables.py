@@ -1,0 +1,71 @@
+"""The Delta Lake and Iceberg sinks end to end on Spark: one job writes its running counts into
+a partitioned Delta table and an Iceberg table (SQL catalog on sqlite) through an exception
+and a kill -9 of a worker; both tables then hold exactly the reference, read by delta-rs, by
+Spark's Parquet reader over the files the Delta log lists, and by pyiceberg; and no data file
+of a failed attempt is left beside them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from tests.e2e.connector_jobs import sink_count_job
+from tests.e2e.jobs import kill_slots
+from tests.support.references import check_exactly_once, same_records
+from tidegate.common import Types
+from tidegate.datastream.connectors.delta import DeltaSink
+from tidegate.datastream.connectors.iceberg import IcebergSink
+
+COUNTS = Types.ROW_NAMED(["key", "value", "count"], [Types.INT(), Types.LONG(), Types.LONG()])
+
+
+def _lines(rows) -> list[str]:
+    return [f"{r['key']},{r['value']},{r['count']}" for r in rows]
+
+
+def _parquet_files(directory: Path) -> set[str]:
+    return {str(p) for p in directory.rglob("*.parquet")}
+
+
+def test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9(
+    spark, tmp_path
+):
+    n = 20_000
+    delta_path = tmp_path / "delta"
+    delta = DeltaSink.builder().set_table_path(str(delta_path)).set_partition_columns("key").build()
+    catalog = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"file://{tmp_path}/warehouse",
+    }
+    iceberg = IcebergSink.builder().set_catalog("test", catalog).set_table("db.counts").build()
+    env = sink_count_job(
+        [delta, iceberg],
+        tmp_path / "chk",
+        n=n,
+        rate=8_000,
+        fail_at={0: 3_000, 1: 3_000},
+        row_type=COUNTS,
+    )
+    job = env.execute_async("table sinks")
+    killer = kill_slots(job, kills=1)
+    job.get_job_execution_result().result(timeout=300)
+    killer.join(5)
+    assert len(killer.killed) == 1
+    assert job.jobmaster.stats.restarts >= 2
+
+    table = DeltaTable(str(delta_path))
+    lines = _lines(table.to_pyarrow_table().to_pylist())
+    check_exactly_once(lines, n, 2)
+    files = table.file_uris()
+    read = spark.read.option("basePath", str(delta_path)).parquet(*files)
+    same_records(_lines(row.asDict() for row in read.collect()), lines)
+    assert _parquet_files(delta_path) == set(files)  # the failed attempts' files were removed
+
+    counts = iceberg.for_input_type(COUNTS).load_table()
+    check_exactly_once(_lines(counts.scan().to_arrow().to_pylist()), n, 2)
+    referenced = {
+        task.file.file_path.removeprefix("file://") for task in counts.scan().plan_files()
+    }
+    assert _parquet_files(tmp_path / "warehouse" / "db" / "counts" / "data") == referenced
