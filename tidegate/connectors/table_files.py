@@ -19,7 +19,6 @@ import datetime as dt
 import hashlib
 import posixpath
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -31,7 +30,6 @@ from fsspec import AbstractFileSystem
 from tidegate.connectors.base import writer_subtask
 from tidegate.connectors.file_sink import close_durably, open_binary
 from tidegate.formats.arrow_rows import RowBatches
-from tidegate.formats.base import row_values
 
 __all__ = [
     "DataFile",
@@ -184,43 +182,48 @@ class DataFileWriter:
         self._keep = keep_partition_columns
         self._name = name
         self._target = target_file_size
-        self._buffer: dict[tuple[Any, ...], list[pa.RecordBatch]] = defaultdict(list)
+        self._buffer: list[pa.RecordBatch] = []
         self._dirs: set[str] = set()
         self._seq = 0
 
     def write(self, records: list[Any]) -> None:
-        if not records:
-            return
-        if not self._partition_by:
-            self._buffer[()].append(self._batches.batch(records))
-            return
-        names = self._batches.names
-        columns = [names.index(c) for c in self._partition_by]
-        groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
-        for record in records:
-            values = row_values(record, names)
-            groups[tuple(values[i] for i in columns)].append(record)
-        for key, rows in groups.items():
-            self._buffer[key].append(self._batches.batch(rows))
+        if records:
+            self._buffer.append(self._batches.batch(records))
 
     def flush(self, checkpoint_id: int) -> list[DataFile]:
-        """Write every buffered record into durable Parquet files named for `checkpoint_id`;
-        returns them (empty if nothing was written since the last flush)."""
+        """Write every buffered record into durable Parquet files named for `checkpoint_id`,
+        one or more per partition; returns them (empty if nothing was written since the last
+        flush)."""
+        if not self._buffer:
+            return []
+        table = pa.Table.from_batches(self._buffer)
+        self._buffer = []
         files: list[DataFile] = []
-        for key, batches in self._buffer.items():
-            table = pa.Table.from_batches(batches)
-            partition = tuple(
-                (c, partition_text(v)) for c, v in zip(self._partition_by, key, strict=True)
-            )
+        for partition, part in self._partitions(table):
             if not self._keep and self._partition_by:
-                table = table.drop_columns(list(self._partition_by))
-            rows_per_file = max(1, table.num_rows * self._target // max(1, table.nbytes))
-            for start in range(0, table.num_rows, rows_per_file):
-                files.append(
-                    self._write_file(table.slice(start, rows_per_file), partition, checkpoint_id)
-                )
-        self._buffer.clear()
+                part = part.drop_columns(list(self._partition_by))
+            rows_per_file = max(1, part.num_rows * self._target // max(1, part.nbytes))
+            for start in range(0, part.num_rows, rows_per_file):
+                piece = part.slice(start, rows_per_file)
+                files.append(self._write_file(piece, partition, checkpoint_id))
         return files
+
+    def _partitions(
+        self, table: pa.Table
+    ) -> list[tuple[tuple[tuple[str, str | None], ...], pa.Table]]:
+        """`table` split by the values of the partition columns, each part in its rows' order
+        (a stable sort, then the runs of equal values)."""
+        columns = list(self._partition_by)
+        if not columns:
+            return [((), table)]
+        table = table.sort_by([(c, "ascending") for c in columns])
+        runs = table.group_by(columns, use_threads=False).aggregate([([], "count_all")])
+        parts, start = [], 0
+        for run in runs.to_pylist():
+            partition = tuple((c, partition_text(run[c])) for c in columns)
+            parts.append((partition, table.slice(start, run["count_all"])))
+            start += run["count_all"]
+        return parts
 
     def _write_file(
         self, table: pa.Table, partition: tuple[tuple[str, str | None], ...], checkpoint_id: int
