@@ -5,6 +5,7 @@ zombie's concurrent commit of the same checkpoint, leftovers removed, bad tables
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 from pathlib import Path
 
@@ -356,3 +357,63 @@ def test_builders_say_what_is_missing():
         IcebergSink.builder().set_catalog("c", {}).build()
     with pytest.raises(ValueError, match="every_checkpoints > 0"):
         DeltaSink.builder().set_compaction(every_checkpoints=0)
+
+
+ALL_TYPES = Types.ROW_NAMED(
+    ["b", "s", "i", "f", "ok", "dec", "big", "day", "at", "when", "raw", "tags", "m", "r"],
+    [
+        Types.BYTE(),
+        Types.SHORT(),
+        Types.INT(),
+        Types.FLOAT(),
+        Types.BOOLEAN(),
+        Types.BIG_DEC(),
+        Types.BIG_INT(),
+        Types.SQL_DATE(),
+        Types.SQL_TIMESTAMP(),
+        Types.INSTANT(),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()),
+        Types.LIST(Types.STRING()),
+        Types.MAP(Types.STRING(), Types.LONG()),
+        Types.ROW_NAMED(["x", "y"], [Types.INT(), Types.STRING()]),
+    ],
+)
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_every_column_type_is_read_back_as_written(tmp_path, kind):
+    sink = _delta(tmp_path) if kind == "delta" else _iceberg(tmp_path)
+    sink = sink.for_input_type(ALL_TYPES).with_filesystems(NO_OPTIONS).for_uid("u").for_job("j")
+    utc = dt.UTC
+    row = Row(
+        b=-8,
+        s=300,
+        i=70_000,
+        f=1.5,
+        ok=True,
+        dec=decimal.Decimal("12.5"),
+        big=10**20,
+        day=dt.date(2026, 11, 26),
+        at=dt.datetime(2026, 11, 26, 10, 0, 1, 500),
+        when=dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc),
+        raw=b"\x00\x01",
+        tags=["a", None],
+        m={"k": 1},
+        r=Row(x=1, y="z"),
+    )
+    writer = sink.create_writer(0, 1, 0)
+    writer.write_batch([row, tuple([None] * 14)])
+    sink.create_committer().commit(writer.prepare_commit(1))
+    if kind == "delta":
+        got = DeltaTable(sink.table_path).to_pyarrow_table().to_pylist()
+    else:
+        got = sink.load_table().scan().to_arrow().to_pylist()
+    full = next(r for r in got if r["b"] is not None)
+    assert full == {
+        "b": -8, "s": 300, "i": 70_000, "f": 1.5, "ok": True,
+        "dec": decimal.Decimal("12.500000000000000000"), "big": decimal.Decimal(10**20),
+        "day": dt.date(2026, 11, 26), "at": dt.datetime(2026, 11, 26, 10, 0, 1, 500),
+        "when": dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc), "raw": b"\x00\x01",
+        "tags": ["a", None], "m": [("k", 1)], "r": {"x": 1, "y": "z"},
+    }  # fmt: skip
+    assert [r for r in got if r["b"] is None] == [dict.fromkeys(full)]
