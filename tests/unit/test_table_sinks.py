@@ -20,7 +20,7 @@ from tidegate.common.types import Row
 from tidegate.connectors.base import UsesFileSystems, UsesJobId, UsesOperatorUid
 from tidegate.connectors.delta import DeltaSink, DeltaTableError
 from tidegate.connectors.iceberg import IcebergSink, IcebergTableError, committed_checkpoint
-from tidegate.connectors.table_commit import TableCommittable, pending_commits
+from tidegate.connectors.table_commit import TableCommittable, app_id, pending_commits
 from tidegate.connectors.table_files import (
     DataFile,
     DataFileName,
@@ -345,7 +345,7 @@ def test_delta_compaction_rewrites_small_files_and_keeps_every_row(tmp_path):
     table = DeltaTable(sink.table_path)
     assert len(table.file_uris()) == 1  # 4 small files compacted after checkpoint 4
     assert _read(sink) == list(range(10, 50))
-    assert table.transaction_version(sink.create_writer(0, 1, 0)._app) == 4
+    assert table.transaction_version(app_id("job-1", "sink-0", 0)) == 4
 
 
 def test_builders_say_what_is_missing():

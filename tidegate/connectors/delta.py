@@ -124,9 +124,11 @@ class DeltaSink:
         return (self.table_path,)
 
     def for_uid(self, uid: str) -> DeltaSink:
+        """The sink operator's uid, part of the application ids (called in each subtask)."""
         return replace(self, uid=uid)
 
     def for_job(self, job_id: str) -> DeltaSink:
+        """The job run's id, part of the application ids (called in each subtask)."""
         return replace(self, job_id=job_id)
 
     # the table -------------------------------------------------------------------------------
@@ -186,6 +188,8 @@ class DeltaSink:
 
     # the sink --------------------------------------------------------------------------------
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TableSinkWriter:
+        """Writer index `subtask_index`, writing data files named for this job run, sink and
+        attempt (table_files.py), committed under its application id."""
         if not self.job_id or self.row_type is None:
             raise RuntimeError("a DeltaSink runs inside a job, added with stream.sink_to(sink)")
         fs, root = self.filesystems.resolve(self.table_path)
@@ -201,6 +205,8 @@ class DeltaSink:
         return TableSinkWriter(files, self._app(subtask_index), subtask_index)
 
     def create_committer(self) -> DeltaCommitter:
+        """Commits the committables of any writer index of this sink (each under its own
+        application id); opens the table when it first commits."""
         return DeltaCommitter(self)
 
     def recover(

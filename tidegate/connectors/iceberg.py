@@ -123,9 +123,11 @@ class IcebergSink:
         return (self._data_root(),)
 
     def for_uid(self, uid: str) -> IcebergSink:
+        """The sink operator's uid, part of the application ids (called in each subtask)."""
         return replace(self, uid=uid)
 
     def for_job(self, job_id: str) -> IcebergSink:
+        """The job run's id, part of the application ids (called in each subtask)."""
         return replace(self, job_id=job_id)
 
     # the table -------------------------------------------------------------------------------
@@ -208,6 +210,8 @@ class IcebergSink:
 
     # the sink --------------------------------------------------------------------------------
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TableSinkWriter:
+        """Writer index `subtask_index`, writing data files named for this job run, sink and
+        attempt (table_files.py), committed under its application id."""
         if not self.job_id or self.row_type is None or not self.location:
             raise RuntimeError("an IcebergSink runs inside a job, added with stream.sink_to(sink)")
         fs, root = self.filesystems.resolve(self._data_root())
@@ -223,6 +227,8 @@ class IcebergSink:
         return TableSinkWriter(files, self._app(subtask_index), subtask_index)
 
     def create_committer(self) -> IcebergCommitter:
+        """Commits the committables of any writer index of this sink (each under its own
+        application id); opens the table when it first commits."""
         return IcebergCommitter(self)
 
     def recover(

@@ -84,7 +84,8 @@ def pending_commits(
 
 
 class TableSinkWriter:
-    """Steps 1-2 for writer index `writer` (a SinkWriter)."""
+    """Steps 1-2 for writer index `writer` (a SinkWriter); every method runs on the sink
+    subtask's thread."""
 
     def __init__(self, files: DataFileWriter, app: str, writer: int) -> None:
         self._files = files
@@ -92,9 +93,14 @@ class TableSinkWriter:
         self._writer = writer
 
     def write_batch(self, records: list[Any]) -> None:
+        """Step 1: keep the records (converted to Arrow: a record that does not fit the row
+        type fails here, naming the column)."""
         self._files.write(records)
 
     def prepare_commit(self, checkpoint_id: int) -> list[TableCommittable]:
+        """Step 2, in the synchronous phase of checkpoint `checkpoint_id`: the records kept
+        since the previous checkpoint are in durable data files, not yet in the table, when
+        this returns their committable (none if there were no records)."""
         files = self._files.flush(checkpoint_id)
         if not files:
             return []
