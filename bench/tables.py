@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa
 
-from bench.run import git_info, machine_info
+from bench.common import interleaved, print_ratios, report_header, write_report
 from tidegate.common import Types
 from tidegate.common.filesystems import NO_OPTIONS
 from tidegate.connectors.delta import DeltaSink
@@ -125,12 +121,6 @@ def iceberg_bare(tmp: Path, data: list[list[tuple]], partitioned: bool) -> int:
     return sum(map(len, data))
 
 
-def timed(fn: Callable[[], int]) -> float:
-    start = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - start)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", type=int, default=200_000)
@@ -150,29 +140,15 @@ def main() -> None:
         for name, (bare, sink) in cases.items():
             for partitioned in (False, True):
                 label = f"{name}{' partitioned' if partitioned else ''}"
-                samples: dict[str, list[float]] = {"bare": [], "sink": []}
                 runs = {
                     "bare": functools.partial(bare, tmp, data, partitioned),
                     "sink": functools.partial(sink, tmp, data, partitioned),
                 }
-                for kind in runs:  # warm-up: imports, first table of a catalog
-                    (bare if kind == "bare" else sink)(tmp, data[:1], partitioned)
-                for _ in range(args.repeats):  # interleaved
-                    for kind, run in runs.items():
-                        samples[kind].append(timed(run))
-                results[label] = {
-                    kind: {"median": statistics.median(v), "samples": v}
-                    for kind, v in samples.items()
-                }
-    print(f"\n{'rows/s (median)':<22}{'bare client':>14}{'sink':>14}{'ratio':>8}")
-    for label, r in results.items():
-        bare_rate, sink_rate = r["bare"]["median"], r["sink"]["median"]
-        print(f"{label:<22}{bare_rate:>14,.0f}{sink_rate:>14,.0f}{sink_rate / bare_rate:>8.2f}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        report = {"machine": machine_info(), "git": git_info(), "args": vars(args)}
-        json.dump({**report, "results": results}, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+                bare(tmp, data[:1], partitioned)  # warm-up: imports, a catalog's first table
+                sink(tmp, data[:1], partitioned)
+                results[label] = interleaved(runs, args.repeats)
+    print_ratios("rows/s (median)", results, "bare", "sink")
+    write_report(args.out, {**report_header(args), "results": results})
 
 
 if __name__ == "__main__":

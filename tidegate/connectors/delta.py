@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
@@ -32,19 +33,11 @@ from tidegate.common.typeinfo import TypeInformation
 from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
-    TableSinkWriter,
-    app_id,
+    TableSink,
     pending_commits,
-    remove_leftovers,
 )
-from tidegate.connectors.table_files import (
-    DEFAULT_TARGET_FILE_SIZE,
-    DataFileName,
-    DataFileWriter,
-    check_partition_columns,
-    sink_token,
-)
-from tidegate.formats.arrow_rows import RowBatches, arrow_schema
+from tidegate.connectors.table_files import DEFAULT_TARGET_FILE_SIZE, check_partition_columns
+from tidegate.formats.arrow_rows import arrow_schema
 
 __all__ = ["DeltaCommitter", "DeltaSink", "DeltaSinkBuilder", "DeltaTableError"]
 
@@ -81,8 +74,11 @@ class Compaction:
 
 
 @dataclass(frozen=True)
-class DeltaSink:
+class DeltaSink(TableSink):
     """A two-phase-commit sink (connectors/base.py) appending rows to a Delta table."""
+
+    keep_partition_columns = False
+    what = "a DeltaSink"
 
     table_path: str
     partition_by: tuple[str, ...] = ()
@@ -103,7 +99,7 @@ class DeltaSink:
     # binding (connectors/base.py) --------------------------------------------------------------
     def for_input_type(self, type_info: TypeInformation | None) -> DeltaSink:
         """The table's schema from the stream's declared Types.ROW_NAMED type."""
-        schema = arrow_schema(type_info, "a DeltaSink")
+        schema = arrow_schema(type_info, self.what)
         if any(pa.types.is_time(f.type) for f in schema):
             raise TypeError("Delta tables have no TIME type: declare SQL_TIME fields as STRING")
         check_partition_columns(schema, self.partition_by)
@@ -122,14 +118,6 @@ class DeltaSink:
     def shared_paths(self) -> tuple[str, ...]:
         """The table's directory: every slot writes data files into it."""
         return (self.table_path,)
-
-    def for_uid(self, uid: str) -> DeltaSink:
-        """The sink operator's uid, part of the application ids (called in each subtask)."""
-        return replace(self, uid=uid)
-
-    def for_job(self, job_id: str) -> DeltaSink:
-        """The job run's id, part of the application ids (called in each subtask)."""
-        return replace(self, job_id=job_id)
 
     # the table -------------------------------------------------------------------------------
     def open_table(self) -> Any:
@@ -183,51 +171,17 @@ class DeltaSink:
     def _options(self) -> dict[str, str] | None:
         return dict(self.storage_options) or None
 
-    def _app(self, writer: int) -> str:
-        return app_id(self.job_id, self.uid, writer)
+    def data_root(self) -> str:
+        return self.table_path
+
+    def recorded_checkpoints(self) -> Callable[[str], int | None]:
+        return self.open_table().transaction_version
 
     # the sink --------------------------------------------------------------------------------
-    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TableSinkWriter:
-        """Writer index `subtask_index`, writing data files named for this job run, sink and
-        attempt (table_files.py), committed under its application id."""
-        if not self.job_id or self.row_type is None:
-            raise RuntimeError("a DeltaSink runs inside a job, added with stream.sink_to(sink)")
-        fs, root = self.filesystems.resolve(self.table_path)
-        files = DataFileWriter(
-            fs,
-            root,
-            RowBatches(self.row_type, "a DeltaSink"),
-            self.partition_by,
-            keep_partition_columns=False,
-            name=DataFileName(sink_token(self.job_id, self.uid), subtask_index, 0, attempt, 0),
-            target_file_size=self.target_file_size,
-        )
-        return TableSinkWriter(files, self._app(subtask_index), subtask_index)
-
     def create_committer(self) -> DeltaCommitter:
         """Commits the committables of any writer index of this sink (each under its own
         application id); opens the table when it first commits."""
         return DeltaCommitter(self)
-
-    def recover(
-        self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
-    ) -> None:
-        """Remove the data files of the writer indexes this subtask takes over that earlier
-        attempts wrote and nothing will commit (table_commit.py step 4)."""
-        fs, root = self.filesystems.resolve(self.table_path)
-        table = self.open_table()
-        removed = remove_leftovers(
-            fs,
-            root,
-            sink_token(self.job_id, self.uid),
-            subtask_index,
-            parallelism,
-            attempt,
-            restored,
-            lambda writer: table.transaction_version(self._app(writer)),
-        )
-        if removed:
-            log.info("removed %d uncommitted data files of %s", len(removed), self.table_path)
 
 
 class DeltaCommitter:

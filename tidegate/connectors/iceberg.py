@@ -25,6 +25,7 @@ import contextlib
 import functools
 import io
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,19 +36,11 @@ from tidegate.common.typeinfo import TypeInformation
 from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
-    TableSinkWriter,
-    app_id,
+    TableSink,
     pending_commits,
-    remove_leftovers,
 )
-from tidegate.connectors.table_files import (
-    DEFAULT_TARGET_FILE_SIZE,
-    DataFileName,
-    DataFileWriter,
-    check_partition_columns,
-    sink_token,
-)
-from tidegate.formats.arrow_rows import RowBatches, arrow_schema
+from tidegate.connectors.table_files import DEFAULT_TARGET_FILE_SIZE, check_partition_columns
+from tidegate.formats.arrow_rows import arrow_schema
 
 __all__ = ["IcebergCommitter", "IcebergSink", "IcebergSinkBuilder", "IcebergTableError"]
 
@@ -83,8 +76,11 @@ def committed_checkpoint(table: Any, app: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class IcebergSink:
+class IcebergSink(TableSink):
     """A two-phase-commit sink (connectors/base.py) appending rows to an Iceberg table."""
+
+    keep_partition_columns = True
+    what = "an IcebergSink"
 
     catalog_name: str
     catalog_properties: tuple[tuple[str, str], ...]
@@ -106,7 +102,7 @@ class IcebergSink:
     # binding (connectors/base.py) --------------------------------------------------------------
     def for_input_type(self, type_info: TypeInformation | None) -> IcebergSink:
         """The table's schema from the stream's declared Types.ROW_NAMED type."""
-        schema = arrow_schema(type_info, "an IcebergSink")
+        schema = arrow_schema(type_info, self.what)
         check_partition_columns(schema, self.partition_by)
         return replace(self, row_type=type_info, schema=schema)
 
@@ -120,15 +116,7 @@ class IcebergSink:
 
     def shared_paths(self) -> tuple[str, ...]:
         """The table's data directory: every slot writes data files into it."""
-        return (self._data_root(),)
-
-    def for_uid(self, uid: str) -> IcebergSink:
-        """The sink operator's uid, part of the application ids (called in each subtask)."""
-        return replace(self, uid=uid)
-
-    def for_job(self, job_id: str) -> IcebergSink:
-        """The job run's id, part of the application ids (called in each subtask)."""
-        return replace(self, job_id=job_id)
+        return (self.data_root(),)
 
     # the table -------------------------------------------------------------------------------
     def catalog(self) -> Any:
@@ -202,54 +190,19 @@ class IcebergSink:
             )
         return table
 
-    def _data_root(self) -> str:
+    def data_root(self) -> str:
+        if not self.location:
+            raise RuntimeError(f"{self.what} runs inside a job, added with stream.sink_to(sink)")
         return f"{self.location}/data"
 
-    def _app(self, writer: int) -> str:
-        return app_id(self.job_id, self.uid, writer)
+    def recorded_checkpoints(self) -> Callable[[str], int | None]:
+        return functools.partial(committed_checkpoint, self.load_table())
 
     # the sink --------------------------------------------------------------------------------
-    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TableSinkWriter:
-        """Writer index `subtask_index`, writing data files named for this job run, sink and
-        attempt (table_files.py), committed under its application id."""
-        if not self.job_id or self.row_type is None or not self.location:
-            raise RuntimeError("an IcebergSink runs inside a job, added with stream.sink_to(sink)")
-        fs, root = self.filesystems.resolve(self._data_root())
-        files = DataFileWriter(
-            fs,
-            root,
-            RowBatches(self.row_type, "an IcebergSink"),
-            self.partition_by,
-            keep_partition_columns=True,
-            name=DataFileName(sink_token(self.job_id, self.uid), subtask_index, 0, attempt, 0),
-            target_file_size=self.target_file_size,
-        )
-        return TableSinkWriter(files, self._app(subtask_index), subtask_index)
-
     def create_committer(self) -> IcebergCommitter:
         """Commits the committables of any writer index of this sink (each under its own
-        application id); opens the table when it first commits."""
+        application id); opens the catalog when it first commits."""
         return IcebergCommitter(self)
-
-    def recover(
-        self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
-    ) -> None:
-        """Remove the data files of the writer indexes this subtask takes over that earlier
-        attempts wrote and nothing will commit (table_commit.py step 4)."""
-        fs, root = self.filesystems.resolve(self._data_root())
-        table = self.load_table()
-        removed = remove_leftovers(
-            fs,
-            root,
-            sink_token(self.job_id, self.uid),
-            subtask_index,
-            parallelism,
-            attempt,
-            restored,
-            lambda writer: committed_checkpoint(table, self._app(writer)),
-        )
-        if removed:
-            log.info("removed %d uncommitted data files of %s", len(removed), self.table)
 
 
 class IcebergCommitter:
@@ -288,7 +241,7 @@ class IcebergCommitter:
         table.metadata = metadata.model_copy(
             update={"properties": {**metadata.properties, "commit.retry.num-retries": "0"}}
         )
-        root = self._sink._data_root()
+        root = self._sink.data_root()
         table.add_files(
             [f"{root}/{f.relative_path}" for f in pending.files],
             snapshot_properties={APP_ID: pending.app_id, CHECKPOINT_ID: str(pending.version)},

@@ -25,16 +25,34 @@ the snapshot is not expired).
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Self
 
 from fsspec import AbstractFileSystem
 
-from tidegate.connectors.table_files import DataFile, DataFileName, DataFileWriter, is_leftover
+from tidegate.common.filesystems import FileSystems
+from tidegate.connectors.table_files import (
+    DataFile,
+    DataFileName,
+    DataFileWriter,
+    is_leftover,
+    sink_token,
+)
+from tidegate.formats.arrow_rows import RowBatches
 
-__all__ = ["TableCommittable", "TableSinkWriter", "app_id", "pending_commits", "remove_leftovers"]
+__all__ = [
+    "TableCommittable",
+    "TableSink",
+    "TableSinkWriter",
+    "app_id",
+    "pending_commits",
+    "remove_leftovers",
+]
+
+log = logging.getLogger(__name__)
 
 
 def app_id(job_id: str, sink_uid: str, writer: int) -> str:
@@ -144,3 +162,76 @@ def remove_leftovers(
             fs.rm_file(path)
             removed.append(path)
     return removed
+
+
+class TableSink:
+    """What the Delta and Iceberg sinks share of the sink contract (connectors/base.py: Sink,
+    UsesOperatorUid, UsesJobId): a base of their frozen dataclasses, which have the fields
+    annotated here and implement `data_root` and `recorded_checkpoints`."""
+
+    row_type: Any
+    partition_by: tuple[str, ...]
+    target_file_size: int
+    filesystems: FileSystems
+    uid: str
+    job_id: str
+    #: whether data files hold the partition columns (Iceberg) or only their directories (Delta)
+    keep_partition_columns: ClassVar[bool]
+    #: the sink in messages ("a DeltaSink")
+    what: ClassVar[str]
+
+    def data_root(self) -> str:
+        """The directory (path or URL) the data files are written under."""
+        raise NotImplementedError
+
+    def recorded_checkpoints(self) -> Callable[[str], int | None]:
+        """Reads the table: the highest checkpoint it recorded for an application id."""
+        raise NotImplementedError
+
+    def for_uid(self, uid: str) -> Self:
+        """The sink operator's uid, part of the application ids (called in each subtask)."""
+        return replace(self, uid=uid)  # type: ignore[type-var]
+
+    def for_job(self, job_id: str) -> Self:
+        """The job run's id, part of the application ids (called in each subtask)."""
+        return replace(self, job_id=job_id)  # type: ignore[type-var]
+
+    def app(self, writer: int) -> str:
+        return app_id(self.job_id, self.uid, writer)
+
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> TableSinkWriter:
+        """Writer index `subtask_index`, writing data files named for this job run, sink and
+        attempt (table_files.py), committed under its application id."""
+        if not self.job_id or self.row_type is None:
+            raise RuntimeError(f"{self.what} runs inside a job, added with stream.sink_to(sink)")
+        fs, root = self.filesystems.resolve(self.data_root())
+        files = DataFileWriter(
+            fs,
+            root,
+            RowBatches(self.row_type, self.what),
+            self.partition_by,
+            keep_partition_columns=self.keep_partition_columns,
+            name=DataFileName(sink_token(self.job_id, self.uid), subtask_index, 0, attempt, 0),
+            target_file_size=self.target_file_size,
+        )
+        return TableSinkWriter(files, self.app(subtask_index), subtask_index)
+
+    def recover(
+        self, subtask_index: int, parallelism: int, attempt: int, restored: list[Any]
+    ) -> None:
+        """Step 4: remove the data files of the writer indexes this subtask takes over that
+        earlier attempts of this job run wrote and nothing will commit."""
+        fs, root = self.filesystems.resolve(self.data_root())
+        recorded = self.recorded_checkpoints()
+        removed = remove_leftovers(
+            fs,
+            root,
+            sink_token(self.job_id, self.uid),
+            subtask_index,
+            parallelism,
+            attempt,
+            restored,
+            lambda writer: recorded(self.app(writer)),
+        )
+        if removed:
+            log.info("removed %d uncommitted data files under %s", len(removed), root)
