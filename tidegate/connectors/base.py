@@ -16,7 +16,8 @@ splits on their own.
 
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
-must see as one storage, which each attempt checks).
+must see as one storage, which each attempt checks). A sink that names its idempotent writes
+is told the job run's id (`UsesJobId`) and its operator's uid (`UsesOperatorUid`).
 """
 
 from __future__ import annotations
