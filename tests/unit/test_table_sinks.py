@@ -20,7 +20,13 @@ from tidegate.common.types import Row
 from tidegate.connectors.base import UsesFileSystems, UsesJobId, UsesOperatorUid
 from tidegate.connectors.delta import DeltaSink, DeltaTableError
 from tidegate.connectors.iceberg import IcebergSink, IcebergTableError, committed_checkpoint
-from tidegate.connectors.table_commit import TableCommittable, app_id, pending_commits
+from tidegate.connectors.table_commit import (
+    MAX_DECISIONS,
+    TableCommittable,
+    app_id,
+    before_deciding_again,
+    pending_commits,
+)
 from tidegate.connectors.table_files import (
     DataFile,
     DataFileName,
@@ -175,6 +181,12 @@ def test_the_committables_above_an_apps_committed_checkpoint_become_one_commit_a
         ("a", 6, ["a-5", "a-6"]),
         ("b", 2, ["b-2"]),
     ]
+
+
+def test_a_committer_losing_races_decides_again_until_a_bound_that_names_the_table():
+    before_deciding_again(1, "/t", ValueError("lost"))  # a short wait, then the next decision
+    with pytest.raises(RuntimeError, match=r"50 commits to /t in a row lost races .* lost"):
+        before_deciding_again(MAX_DECISIONS, "/t", ValueError("lost"))
 
 
 # the sinks against real tables --------------------------------------------------------------

@@ -18,6 +18,7 @@ the rows' type when the job is submitted, if it does not exist.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -34,6 +35,7 @@ from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
     TableSink,
+    before_deciding_again,
     pending_commits,
 )
 from tidegate.connectors.table_files import DEFAULT_TARGET_FILE_SIZE, check_partition_columns
@@ -196,7 +198,7 @@ class DeltaCommitter:
         if not committables:
             return
         deltalake = _deltalake()
-        while True:
+        for decision in itertools.count(1):
             table = self._fresh_table()
             commits = pending_commits(committables, table.transaction_version)
             if not commits:
@@ -206,12 +208,14 @@ class DeltaCommitter:
                     self._commit_one(table, pending)
                     table.update_incremental()
             except deltalake.exceptions.CommitFailedError as e:
+                # delta-rs retries appends that only raced other appends by itself; it gives
+                # up with "Concurrent transaction" when a winner recorded the same app id
                 if "Concurrent transaction" not in str(e):
                     raise
-                log.warning("a concurrent commit of the same writer: deciding again (%s)", e)
+                before_deciding_again(decision, self._sink.table_path, e)
                 continue
-            break
-        self._compact(table, commits)
+            self._compact(table, commits)
+            return
 
     def _fresh_table(self) -> Any:
         if self._table is None:

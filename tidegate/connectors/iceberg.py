@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
     TableSink,
+    before_deciding_again,
     pending_commits,
 )
 from tidegate.connectors.table_files import DEFAULT_TARGET_FILE_SIZE, check_partition_columns
@@ -219,7 +221,7 @@ class IcebergCommitter:
 
         if self._catalog is None:
             self._catalog = self._sink.catalog()
-        while True:
+        for decision in itertools.count(1):
             table = self._sink.load_table(self._catalog)
             commits = pending_commits(committables, functools.partial(committed_checkpoint, table))
             if not commits:
@@ -228,7 +230,7 @@ class IcebergCommitter:
                 for pending in commits:
                     self._commit_one(table, pending)
             except CommitFailedException as e:
-                log.info("a concurrent commit to %s: deciding again (%s)", self._sink.table, e)
+                before_deciding_again(decision, self._sink.table, e)
                 continue
             return
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
@@ -78,6 +80,23 @@ class PendingCommit:
     writer: int
     version: int
     files: tuple[DataFile, ...]
+
+
+#: how often a committer decides again after losing races to concurrent commits
+MAX_DECISIONS = 50
+
+
+def before_deciding_again(decision: int, table: str, error: Exception) -> None:
+    """Step 3 after decision number `decision` (from 1) lost a race to a concurrent commit
+    (`error`): waits a little, longer each time and jittered so racing subtasks spread out;
+    raises a RuntimeError naming `table` after MAX_DECISIONS."""
+    if decision >= MAX_DECISIONS:
+        raise RuntimeError(
+            f"{decision} commits to {table} in a row lost races to concurrent commits (the last: "
+            f"{error}); fewer sink subtasks or a longer checkpoint interval make fewer commits"
+        ) from error
+    log.info("a concurrent commit to %s: deciding again (%s)", table, error)
+    time.sleep(random.uniform(0, 0.01 * min(decision, 20)))
 
 
 def pending_commits(
