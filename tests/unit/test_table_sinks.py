@@ -369,6 +369,8 @@ def test_builders_say_what_is_missing():
         IcebergSink.builder().set_catalog("c", {}).build()
     with pytest.raises(ValueError, match="every_checkpoints > 0"):
         DeltaSink.builder().set_compaction(every_checkpoints=0)
+    with pytest.raises(ValueError, match="target file size must be > 0"):
+        IcebergSink.builder().set_target_file_size(0)
 
 
 ALL_TYPES = Types.ROW_NAMED(

@@ -35,6 +35,7 @@ from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
     TableSink,
+    TableSinkBuilder,
     before_deciding_again,
     pending_commits,
 )
@@ -266,22 +267,16 @@ class DeltaCommitter:
         log.info("compacted %s: %s", self._sink.table_path, metrics)
 
 
-class DeltaSinkBuilder:
+class DeltaSinkBuilder(TableSinkBuilder):
     """`DeltaSink.builder().set_table_path(path)...build()`."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._path: str | None = None
-        self._changes: dict[str, Any] = {}
 
     def set_table_path(self, path: str) -> DeltaSinkBuilder:
         """The table's directory or URL (created with the table if missing)."""
         self._path = str(path)
-        return self
-
-    def set_partition_columns(self, *columns: str) -> DeltaSinkBuilder:
-        """Partition a new table by these columns (string, integer, boolean or date); an
-        existing table must be partitioned by exactly these."""
-        self._changes["partition_by"] = tuple(columns)
         return self
 
     def set_storage_options(self, options: dict[str, str]) -> DeltaSinkBuilder:
@@ -293,13 +288,6 @@ class DeltaSinkBuilder:
     def set_table_properties(self, properties: dict[str, str]) -> DeltaSinkBuilder:
         """Table properties of a table the sink creates (`delta.logRetentionDuration`, ...)."""
         self._changes["configuration"] = tuple(sorted(properties.items()))
-        return self
-
-    def set_target_file_size(self, size: int) -> DeltaSinkBuilder:
-        """Split a partition's data of one checkpoint into files of about `size` bytes."""
-        if size <= 0:
-            raise ValueError(f"the target file size must be > 0 bytes, got {size}")
-        self._changes["target_file_size"] = size
         return self
 
     def set_compaction(

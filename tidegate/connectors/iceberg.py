@@ -38,6 +38,7 @@ from tidegate.connectors.table_commit import (
     PendingCommit,
     TableCommittable,
     TableSink,
+    TableSinkBuilder,
     before_deciding_again,
     pending_commits,
 )
@@ -251,13 +252,13 @@ class IcebergCommitter:
         )
 
 
-class IcebergSinkBuilder:
+class IcebergSinkBuilder(TableSinkBuilder):
     """`IcebergSink.builder().set_catalog(name, properties).set_table("ns.table")...build()`."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._catalog: tuple[str, tuple[tuple[str, str], ...]] | None = None
         self._table: str | None = None
-        self._changes: dict[str, Any] = {}
 
     def set_catalog(self, name: str, properties: dict[str, str]) -> IcebergSinkBuilder:
         """The catalog as pyiceberg's `load_catalog(name, **properties)` opens it (e.g. a SQL
@@ -268,19 +269,6 @@ class IcebergSinkBuilder:
     def set_table(self, identifier: str) -> IcebergSinkBuilder:
         """`<namespace>.<table>`; created (with its namespace) if missing."""
         self._table = identifier
-        return self
-
-    def set_partition_columns(self, *columns: str) -> IcebergSinkBuilder:
-        """Partition a new table by identity on these columns (string, integer, boolean or
-        date); an existing table must be partitioned so."""
-        self._changes["partition_by"] = tuple(columns)
-        return self
-
-    def set_target_file_size(self, size: int) -> IcebergSinkBuilder:
-        """Split a partition's data of one checkpoint into files of about `size` bytes."""
-        if size <= 0:
-            raise ValueError(f"the target file size must be > 0 bytes, got {size}")
-        self._changes["target_file_size"] = size
         return self
 
     def build(self) -> IcebergSink:

@@ -48,6 +48,7 @@ from tidegate.formats.arrow_rows import RowBatches
 __all__ = [
     "TableCommittable",
     "TableSink",
+    "TableSinkBuilder",
     "TableSinkWriter",
     "app_id",
     "pending_commits",
@@ -254,3 +255,24 @@ class TableSink:
         )
         if removed:
             log.info("removed %d uncommitted data files under %s", len(removed), root)
+
+
+class TableSinkBuilder:
+    """The builder methods the Delta and Iceberg sink builders share; `build` passes
+    `self._changes` to the sink."""
+
+    def __init__(self) -> None:
+        self._changes: dict[str, Any] = {}
+
+    def set_partition_columns(self, *columns: str) -> Self:
+        """Partition a new table by these columns (string, integer, boolean or date; Iceberg:
+        by identity); an existing table must be partitioned by exactly these."""
+        self._changes["partition_by"] = tuple(columns)
+        return self
+
+    def set_target_file_size(self, size: int) -> Self:
+        """Split a partition's data of one checkpoint into files of about `size` bytes."""
+        if size <= 0:
+            raise ValueError(f"the target file size must be > 0 bytes, got {size}")
+        self._changes["target_file_size"] = size
+        return self
