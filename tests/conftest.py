@@ -169,6 +169,10 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_state_ttl.py": {
         "test_expired_state_is_never_returned_and_ttl_state_survives_a_restore",
     },
+    "e2e/test_tables.py": {
+        "test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_table_sinks_restored_at_3_subtasks_from_2_commit_every_checkpoint_once",
+    },
     "e2e/test_task_local_recovery.py": {
         "test_a_restore_prefers_intact_local_copies_and_stays_exactly_once",
     },

@@ -1,5 +1,6 @@
-"""The jobs the connector tests run (Redis, NATS, Parquet files): a source's values through a
-keyed running count into a FileSink, and generated numbers through the running count into
+"""The jobs the connector tests run (Redis, NATS, Parquet files, the table sinks): a source's
+values through a keyed running count into a FileSink, and generated numbers through the running
+count into
 the sinks under test; failures by an exception at a planned value (jobs.FailAtValues) and by
 kill -9 of a slot (jobs.kill_slots); and the rescale of either from 2 to 3 subtasks (a run at
 2 cancelled after two checkpoints, restored at 3 from its retained checkpoint)."""
@@ -16,6 +17,7 @@ from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
 from tests.support.waiting import wait_for_checkpoints
 from tidegate.common import JobStatus, Row, Types, WatermarkStrategy
+from tidegate.common.typeinfo import RowTypeInfo
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import (
@@ -67,9 +69,11 @@ def sink_count_job(
     fail_at: dict[int, int] | None = None,
     interval_ms: int = 200,
     restore_path: str | None = None,
+    row_type: RowTypeInfo | None = None,
 ) -> StreamExecutionEnvironment:
-    """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`)
-    -> each of `sinks`; checkpoints retained on cancel."""
+    """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`;
+    with a `row_type` of three integer fields: as rows of it) -> each of `sinks`; checkpoints
+    retained on cancel."""
     env = job_environment(
         "spark",
         checkpoints,
@@ -85,6 +89,8 @@ def sink_count_job(
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     counted = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    if row_type is not None:
+        counted = counted.map(lambda line: Row(*map(int, line.split(","))), row_type).uid("rows")
     for i, sink in enumerate(sinks):
         counted.sink_to(sink).uid(f"sink-{i}")
     return env
@@ -119,14 +125,21 @@ def rescaled_source_run(
 
 
 def rescaled_sinks_run(
-    sinks: Callable[[], list[Any]], checkpoints: Path, *, n: int, written: Callable[[], int]
+    sinks: Callable[[], list[Any]],
+    checkpoints: Path,
+    *,
+    n: int,
+    written: Callable[[], int],
+    row_type: RowTypeInfo | None = None,
 ) -> None:
     """`sink_count_job` into `sinks()` at 2 subtasks until two checkpoints completed,
     cancelled (`written()`, the records the sinks show, must lie between 0 and `n`), then
     restored at 3 subtasks from its retained checkpoint and run to its end: the batches of the
     checkpoint restored from are committed again by the subtasks that take over their writer
-    indexes, which must make that a no-op."""
-    first = sink_count_job(sinks(), checkpoints, n=n, rate=3_000).execute_async("sinks at 2")
+    indexes, which must make that a no-op. `row_type`: as for `sink_count_job`."""
+    first = sink_count_job(sinks(), checkpoints, n=n, rate=3_000, row_type=row_type).execute_async(
+        "sinks at 2"
+    )
     wait_for_checkpoints(first, 2)
     first.cancel().result()
     assert 0 < written() < n, "the first run must stop midway"
@@ -136,6 +149,7 @@ def rescaled_sinks_run(
         n=n,
         parallelism=3,
         restore_path=str(checkpoints / first.jobmaster.job_id),
+        row_type=row_type,
     ).execute_async("sinks at 3")
     second.get_job_execution_result().result(timeout=300)
 

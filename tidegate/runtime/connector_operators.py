@@ -9,6 +9,7 @@ from tidegate.connectors.base import (
     CheckpointListeningReader,
     SplitAssigningSource,
     UsesJobId,
+    UsesOperatorUid,
     writer_subtask,
 )
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
@@ -151,6 +152,8 @@ class SinkOperator(StreamOperator):
         self._state = self.operator_state.get_union_list_state(
             ListStateDescriptor(self.COMMITTABLES)
         )
+        if isinstance(self.sink, UsesOperatorUid):
+            self.sink = self.sink.for_uid(self.uid)
         if isinstance(self.sink, UsesJobId):
             self.sink = self.sink.for_job(runtime.job_id)
         index, parallelism = runtime.subtask_index, runtime.parallelism
