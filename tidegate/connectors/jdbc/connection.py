@@ -14,9 +14,7 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise ImportError(
-            "the JDBC sinks need psycopg: pip install 'tidegate[postgres]'"
-        ) from None
+        raise ImportError("the JDBC sinks need psycopg: pip install 'tidegate[postgres]'") from None
     return psycopg
 
 

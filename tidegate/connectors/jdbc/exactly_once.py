@@ -133,9 +133,7 @@ class TransactionalWriter:
         insert_marker(self._conn, gid)
         prepare(self._conn, str(gid))
         self._in_transaction = False
-        return [
-            PreparedTransactionCommittable(self._job_id, self._writer, checkpoint_id, str(gid))
-        ]
+        return [PreparedTransactionCommittable(self._job_id, self._writer, checkpoint_id, str(gid))]
 
     def _execute(self) -> None:
         import psycopg

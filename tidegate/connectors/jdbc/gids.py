@@ -47,9 +47,7 @@ class Gid:
 
 
 def format_gid(gid: Gid) -> str:
-    text = (
-        f"{GID_PREFIX}:{gid.job_id}:{gid.writer}:{gid.attempt}:{gid.checkpoint_id}:{gid.nonce}"
-    )
+    text = f"{GID_PREFIX}:{gid.job_id}:{gid.writer}:{gid.attempt}:{gid.checkpoint_id}:{gid.nonce}"
     if len(text.encode()) > MAX_GID_BYTES or not gid.job_id or ":" in gid.nonce:
         raise ValueError(
             f"cannot name a prepared transaction {text!r}: PostgreSQL takes gids of at most "

@@ -149,7 +149,9 @@ class JdbcConnectionOptions:
             self._user = user_name
             return self
 
-        def with_password(self, password: str) -> JdbcConnectionOptions.JdbcConnectionOptionsBuilder:
+        def with_password(
+            self, password: str
+        ) -> JdbcConnectionOptions.JdbcConnectionOptionsBuilder:
             self._password = password
             return self
 

@@ -77,9 +77,7 @@ def _tokens(sql: str) -> Iterable[tuple[bool, str]]:
             if tag is not None:
                 close = sql.find(tag.group(0), tag.end())
                 if close < 0:
-                    raise ValueError(
-                        f"unterminated {tag.group(0)} quote in the statement: {sql!r}"
-                    )
+                    raise ValueError(f"unterminated {tag.group(0)} quote in the statement: {sql!r}")
                 end = close + len(tag.group(0))
         if end is None:
             i += 1

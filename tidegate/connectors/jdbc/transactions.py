@@ -97,12 +97,18 @@ def rollback_prepared(conn: Any, gid: str) -> bool:
 
 
 def create_marker_table(conn: Any) -> None:
-    """Create the marker table if missing (autocommit connection; an advisory lock keeps
-    concurrent subtasks from racing on CREATE)."""
+    """Create the marker table if missing (autocommit connection). An existing table is not
+    touched: even `CREATE INDEX IF NOT EXISTS` would wait for the table lock that every
+    prepared transaction holds (it inserted its marker). An advisory lock keeps concurrent
+    subtasks from racing on the creation."""
+    if _exists(conn):
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (MARKER_TABLE,))
+        if _exists(conn):
+            return
         conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} ("
+            f"CREATE TABLE {MARKER_TABLE} ("
             " gid text PRIMARY KEY,"
             " job_id text NOT NULL,"
             " writer integer NOT NULL,"
@@ -110,9 +116,12 @@ def create_marker_table(conn: Any) -> None:
             " prepared_at timestamptz NOT NULL DEFAULT now())"
         )
         conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {MARKER_TABLE}_by_writer "
-            f"ON {MARKER_TABLE} (job_id, writer, prepared_at)"
+            f"CREATE INDEX {MARKER_TABLE}_by_writer ON {MARKER_TABLE} (job_id, writer, prepared_at)"
         )
+
+
+def _exists(conn: Any) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", (MARKER_TABLE,)).fetchone()[0] is not None
 
 
 def insert_marker(conn: Any, gid: Gid) -> None:
@@ -124,7 +133,8 @@ def insert_marker(conn: Any, gid: Gid) -> None:
 
 
 def marker_exists(conn: Any, gid: str) -> bool:
-    return conn.execute(f"SELECT 1 FROM {MARKER_TABLE} WHERE gid = %s", (gid,)).fetchone() is not None
+    row = conn.execute(f"SELECT 1 FROM {MARKER_TABLE} WHERE gid = %s", (gid,)).fetchone()
+    return row is not None
 
 
 def delete_old_markers(conn: Any, job_id: str | None = None, writer: int | None = None) -> None:
