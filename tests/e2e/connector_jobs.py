@@ -5,13 +5,14 @@ kill -9 of a slot (jobs.kill_slots)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.jobs import FailAtValues, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.references import NUM_KEYS
-from tidegate.common import WatermarkStrategy
+from tidegate.common import Row, Types, WatermarkStrategy
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 
@@ -42,6 +43,16 @@ def source_count_job(
     return env
 
 
+#: a running-count line as a record (`as_row`), for sinks of typed records (JDBC)
+COUNTED_ROW = Types.ROW_NAMED(["k", "v", "c"], [Types.INT(), Types.LONG(), Types.INT()])
+
+
+def as_row(line: str) -> Row:
+    """`key,value,count` -> Row(k, v, c)."""
+    k, v, c = map(int, line.split(","))
+    return Row(k=k, v=v, c=c)
+
+
 def sink_count_job(
     sinks: list[Any],
     checkpoints: Path,
@@ -52,9 +63,11 @@ def sink_count_job(
     fail_at: dict[int, int] | None = None,
     interval_ms: int = 200,
     restore_path: str | None = None,
+    as_record: tuple[Callable[[str], Any], Any] | None = None,
 ) -> StreamExecutionEnvironment:
     """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`)
-    -> each of `sinks`; checkpoints retained on cancel."""
+    -> [`as_record`: (function, its output type) turning each line into a record] -> each of
+    `sinks`; checkpoints retained on cancel."""
     env = job_environment(
         "spark",
         checkpoints,
@@ -70,6 +83,9 @@ def sink_count_job(
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     counted = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    if as_record is not None:
+        function, output_type = as_record
+        counted = counted.map(function, output_type=output_type).uid("as-record")
     for i, sink in enumerate(sinks):
         counted.sink_to(sink).uid(f"sink-{i}")
     return env

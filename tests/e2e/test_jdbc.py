@@ -1,0 +1,74 @@
+"""The JDBC sinks end to end on Spark against the private PostgreSQL server: one job writes
+its keyed running count through an exception and a kill -9 into an exactly-once sink (every
+record once: the table equals the reference record for record, no prepared transaction left)
+and an at-least-once upsert sink (each key's row ends with its final count)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+from tests.e2e.connector_jobs import COUNTED_ROW, as_row, sink_count_job
+from tests.e2e.jobs import kill_slots
+from tests.support.references import check_exactly_once, records_per_key
+from tidegate.datastream.connectors.jdbc import (
+    JdbcConnectionOptions,
+    JdbcExecutionOptions,
+    JdbcSink,
+)
+
+
+def test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9(
+    spark, tmp_path, postgres_server
+):
+    suffix = uuid.uuid4().hex[:8]
+    events, totals = f"events_{suffix}", f"totals_{suffix}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"CREATE TABLE {events} (k int NOT NULL, v bigint NOT NULL, c int NOT NULL)")
+        db.execute(f"CREATE TABLE {totals} (k int PRIMARY KEY, v bigint, total int NOT NULL)")
+    connection = (
+        JdbcConnectionOptions.JdbcConnectionOptionsBuilder()
+        .with_url(postgres_server.jdbc_url)
+        .with_driver_name("org.postgresql.Driver")
+        .with_user_name("postgres")
+        .build()
+    )
+    execution = JdbcExecutionOptions.builder().with_batch_size(500).with_batch_interval_ms(100)
+    sinks = [
+        JdbcSink.exactly_once_sink(
+            f"INSERT INTO {events} (k, v, c) VALUES (?, ?, ?)", COUNTED_ROW, connection
+        ),
+        JdbcSink.sink(
+            f"INSERT INTO {totals} (k, v, total) VALUES (?, ?, ?) "
+            "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, total = EXCLUDED.total",
+            COUNTED_ROW,
+            connection,
+            execution.build(),
+        ),
+    ]
+    n = 20_000
+    env = sink_count_job(
+        sinks,
+        tmp_path / "chk",
+        n=n,
+        rate=8_000,
+        fail_at={0: 3_000, 1: 3_000},
+        as_record=(as_row, COUNTED_ROW),
+    )
+    job = env.execute_async("jdbc sinks")
+    killer = kill_slots(job, kills=1)
+    job.get_job_execution_result().result(timeout=300)
+    killer.join(5)
+    assert len(killer.killed) == 1
+    assert job.jobmaster.stats.restarts >= 2
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        rows = db.execute(f"SELECT k, v, c FROM {events}").fetchall()
+        check_exactly_once([f"{k},{v},{c}" for k, v, c in rows], n, 2)
+        final = dict(db.execute(f"SELECT k, total FROM {totals}").fetchall())
+        assert final == dict(records_per_key(n))
+        left = db.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
+            (f"tidegate:{job.jobmaster.job_id}:%",),
+        ).fetchall()
+        assert left == []
