@@ -107,6 +107,9 @@ SLOW: dict[str, set[str]] = {
         "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
         "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
     },
+    "e2e/test_jdbc.py": {
+        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
+    },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
         "test_the_jetstream_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.jobs import FailAtValues, RunningCount, SlowMap
+from tests.e2e.jobs import FailAtValues, InjectedFailure, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.references import NUM_KEYS
 from tidegate.common import Row, Types, WatermarkStrategy
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
+from tidegate.datastream.functions import CheckpointListener, MapFunction
 
 
 def source_count_job(
@@ -51,6 +52,24 @@ def as_row(line: str) -> Row:
     """`key,value,count` -> Row(k, v, c)."""
     k, v, c = map(int, line.split(","))
     return Row(k=k, v=v, c=c)
+
+
+class AsRowFailingAfterCheckpoint(MapFunction, CheckpointListener):
+    """`as_row`; in the first attempt it fails when its second checkpoint completed, before
+    the sink chained after it is notified: the sink's pre-committed transactions of that
+    completed checkpoint are left to the restore to commit."""
+
+    def open(self, runtime_context) -> None:
+        self.first_attempt = runtime_context.get_attempt_number() == 0
+        self.completed = 0
+
+    def map(self, value: str) -> Row:
+        return as_row(value)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.completed += 1
+        if self.first_attempt and self.completed == 2:
+            raise InjectedFailure(f"injected failure after checkpoint {checkpoint_id}")
 
 
 def sink_count_job(

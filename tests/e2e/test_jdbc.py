@@ -1,7 +1,9 @@
 """The JDBC sinks end to end on Spark against the private PostgreSQL server: one job writes
-its keyed running count through an exception and a kill -9 into an exactly-once sink (every
-record once: the table equals the reference record for record, no prepared transaction left)
-and an at-least-once upsert sink (each key's row ends with its final count)."""
+its keyed running count into an exactly-once sink (every record once: the table equals the
+reference record for record, no prepared transaction left) and an at-least-once upsert sink
+(each key's row ends with its final count) through three failures: an exception after a
+checkpoint completed and before the sinks were notified (the restore commits that
+checkpoint's prepared transactions), an exception in a map, and a kill -9 of a worker."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import uuid
 
 import psycopg
 
-from tests.e2e.connector_jobs import COUNTED_ROW, as_row, sink_count_job
+from tests.e2e.connector_jobs import COUNTED_ROW, AsRowFailingAfterCheckpoint, sink_count_job
 from tests.e2e.jobs import kill_slots
 from tests.support.references import check_exactly_once, records_per_key
 from tidegate.datastream.connectors.jdbc import (
@@ -53,15 +55,15 @@ def test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_a
         tmp_path / "chk",
         n=n,
         rate=8_000,
-        fail_at={0: 3_000, 1: 3_000},
-        as_record=(as_row, COUNTED_ROW),
+        fail_at={1: 6_000},
+        as_record=(AsRowFailingAfterCheckpoint(), COUNTED_ROW),
     )
     job = env.execute_async("jdbc sinks")
     killer = kill_slots(job, kills=1)
     job.get_job_execution_result().result(timeout=300)
     killer.join(5)
     assert len(killer.killed) == 1
-    assert job.jobmaster.stats.restarts >= 2
+    assert job.jobmaster.stats.restarts >= 3
     with psycopg.connect(postgres_server.url, autocommit=True) as db:
         rows = db.execute(f"SELECT k, v, c FROM {events}").fetchall()
         check_exactly_once([f"{k},{v},{c}" for k, v, c in rows], n, 2)

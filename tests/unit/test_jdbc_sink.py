@@ -6,6 +6,7 @@ transactions."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -26,7 +27,7 @@ from tidegate.connectors.jdbc.gids import (
 )
 from tidegate.connectors.jdbc.options import libpq_conninfo
 from tidegate.connectors.jdbc.statements import JdbcStatement, to_psycopg
-from tidegate.connectors.jdbc.transactions import MARKER_TABLE
+from tidegate.connectors.jdbc.transactions import MARKER_TABLE, create_marker_table
 from tidegate.datastream.connectors.jdbc import (
     JdbcConnectionOptions,
     JdbcExactlyOnceOptions,
@@ -381,13 +382,41 @@ def test_a_row_locked_by_the_previous_checkpoints_transaction_fails_clearly(
         db.execute(f"ROLLBACK PREPARED '{c.gid}'")
 
 
-def test_a_server_without_prepared_transactions_is_refused_naming_the_setting():
+@pytest.fixture(scope="module")
+def no_2pc_server():
+    """A second private server, with max_prepared_transactions = 0."""
     from tests.support.postgres import start_postgres
 
     server = start_postgres(max_prepared_transactions="0")
-    try:
-        sink = JdbcSink.exactly_once_sink("INSERT INTO t VALUES (?, ?)", PAIR, _options(server.url))
-        with pytest.raises(RuntimeError, match="max_prepared_transactions = 0"):
-            sink.for_job("j").recover(0, 1, 0, [])
-    finally:
-        server.stop()
+    yield server
+    server.stop()
+
+
+def test_a_server_without_prepared_transactions_is_refused_naming_the_setting(no_2pc_server):
+    sink = JdbcSink.exactly_once_sink(
+        "INSERT INTO t VALUES (?, ?)", PAIR, _options(no_2pc_server.url)
+    )
+    with pytest.raises(RuntimeError, match="max_prepared_transactions = 0"):
+        sink.for_job("j").recover(0, 1, 0, [])
+
+
+def test_subtasks_creating_the_marker_table_at_once_all_succeed(no_2pc_server):
+    """Recovering subtasks of a first run all find the table missing and create it."""
+    conns = [psycopg.connect(no_2pc_server.url, autocommit=True) for _ in range(6)]
+    errors: list[BaseException] = []
+
+    def create(conn) -> None:
+        try:
+            create_marker_table(conn)
+        except BaseException as e:  # collected for the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert conns[0].execute(f"SELECT count(*) FROM {MARKER_TABLE}").fetchone() == (0,)
+    for c in conns:
+        c.close()

@@ -99,25 +99,30 @@ def rollback_prepared(conn: Any, gid: str) -> bool:
 def create_marker_table(conn: Any) -> None:
     """Create the marker table if missing (autocommit connection). An existing table is not
     touched: even `CREATE INDEX IF NOT EXISTS` would wait for the table lock that every
-    prepared transaction holds (it inserted its marker). An advisory lock keeps concurrent
-    subtasks from racing on the creation."""
+    prepared transaction holds (it inserted its marker). A session advisory lock keeps
+    concurrent subtasks from racing on the creation; the check after it runs in a new
+    transaction, which sees a table another subtask has just created."""
     if _exists(conn):
         return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (MARKER_TABLE,))
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (MARKER_TABLE,))
+    try:
         if _exists(conn):
             return
-        conn.execute(
-            f"CREATE TABLE {MARKER_TABLE} ("
-            " gid text PRIMARY KEY,"
-            " job_id text NOT NULL,"
-            " writer integer NOT NULL,"
-            " checkpoint_id bigint NOT NULL,"
-            " prepared_at timestamptz NOT NULL DEFAULT now())"
-        )
-        conn.execute(
-            f"CREATE INDEX {MARKER_TABLE}_by_writer ON {MARKER_TABLE} (job_id, writer, prepared_at)"
-        )
+        with conn.transaction():
+            conn.execute(
+                f"CREATE TABLE {MARKER_TABLE} ("
+                " gid text PRIMARY KEY,"
+                " job_id text NOT NULL,"
+                " writer integer NOT NULL,"
+                " checkpoint_id bigint NOT NULL,"
+                " prepared_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(
+                f"CREATE INDEX {MARKER_TABLE}_by_writer "
+                f"ON {MARKER_TABLE} (job_id, writer, prepared_at)"
+            )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (MARKER_TABLE,))
 
 
 def _exists(conn: Any) -> bool:
