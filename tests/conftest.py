@@ -95,6 +95,9 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_jdbc.py": {
+        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
+    },
     "e2e/test_kafka_clients.py": {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
     },
@@ -106,9 +109,6 @@ SLOW: dict[str, set[str]] = {
         "test_a_bounded_source_through_exceptions_counts_the_topic_exactly_once",
         "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
         "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
-    },
-    "e2e/test_jdbc.py": {
-        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
     },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
