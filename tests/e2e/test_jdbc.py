@@ -7,13 +7,24 @@ checkpoint's prepared transactions), an exception in a map, and a kill -9 of a w
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 import psycopg
+import pytest
+from click.testing import CliRunner
 
 from tests.e2e.connector_jobs import COUNTED_ROW, AsRowFailingAfterCheckpoint, sink_count_job
 from tests.e2e.jobs import kill_slots
-from tests.support.references import check_exactly_once, records_per_key
+from tests.support.references import (
+    check_consistent_prefix,
+    check_exactly_once,
+    records_per_key,
+)
+from tidegate.cli import cli
+from tidegate.common import RestartStrategies
+from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream.connectors.jdbc import (
     JdbcConnectionOptions,
     JdbcExecutionOptions,
@@ -74,3 +85,69 @@ def test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_a
             (f"tidegate:{job.jobmaster.job_id}:%",),
         ).fetchall()
         assert left == []
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
+    spark, tmp_path, postgres_server
+):
+    """A job without restarts fails after its second checkpoint completed and before its sink
+    committed it; a writer of the same job prepared a checkpoint that never completed. The
+    CLI commits the first (its checkpoint covers it) and aborts the second, refusing the
+    opposite."""
+    events = f"events_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"CREATE TABLE {events} (k int NOT NULL, v bigint NOT NULL, c int NOT NULL)")
+    connection = (
+        JdbcConnectionOptions.JdbcConnectionOptionsBuilder()
+        .with_url(postgres_server.jdbc_url)
+        .with_user_name("postgres")
+        .build()
+    )
+    sink = JdbcSink.exactly_once_sink(
+        f"INSERT INTO {events} (k, v, c) VALUES (?, ?, ?)", COUNTED_ROW, connection
+    )
+    env = sink_count_job(
+        [sink],
+        tmp_path / "chk",
+        n=50_000,
+        rate=5_000,
+        as_record=(AsRowFailingAfterCheckpoint(), COUNTED_ROW),
+    )
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    job = env.execute_async("jdbc job that fails")
+    with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
+        job.get_job_execution_result().result(timeout=120)
+    job_id = job.jobmaster.job_id
+    stray = sink.for_job(job_id).create_writer(0, 2, 0)
+    stray.write_batch([(0, 10**9, 1)])
+    [uncovered] = stray.prepare_commit(10**6)
+    stray.close()
+
+    job_dir = str(tmp_path / "chk" / job_id)
+    url = ("--postgres", postgres_server.url)
+    listed = _cli("transactions", "list", job_dir, *url, "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    covered = [r["gid"] for r in rows if r["covered_by_checkpoint"] is not None]
+    others = [r["gid"] for r in rows if r["covered_by_checkpoint"] is None]
+    assert covered and uncovered.gid in others
+    assert {r["checkpoint_id"] for r in rows if r["gid"] in covered} == {2}
+    table = _cli("transactions", "list", job_dir, *url)
+    assert uncovered.gid in table.output and "chk-2" in table.output
+
+    refused = _cli("transactions", "commit", job_dir, uncovered.gid, *url)
+    assert refused.exit_code == 2 and "refusing to commit" in refused.output
+    refused = _cli("transactions", "abort", job_dir, covered[0], *url)
+    assert refused.exit_code == 2 and "refusing to abort" in refused.output
+    assert _cli("transactions", "commit", job_dir, *covered, *url).exit_code == 0
+    assert _cli("transactions", "abort", job_dir, *others, *url).exit_code == 0
+    assert "no prepared transactions" in _cli("transactions", "list", job_dir, *url).output
+
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        lines = [f"{k},{v},{c}" for k, v, c in db.execute(f"SELECT k, v, c FROM {events}")]
+    assert lines and (0, 10**9) not in [tuple(map(int, line.split(",")[:2])) for line in lines]
+    check_consistent_prefix(lines)
