@@ -207,9 +207,12 @@ class PreparedCommitter:
             )
 
     def _with_retries(self, action: Any) -> Any:
+        """`action(connection)`, on a new connection after a transient error, up to
+        `max_commit_attempts` times in all."""
         import psycopg
 
-        for retry in range(self._attempts):
+        retry = 0
+        while True:
             try:
                 if self._conn is None:
                     self._conn = connect(self._options, autocommit=True)
@@ -218,14 +221,14 @@ class PreparedCommitter:
                 if self._conn is not None:
                     self._conn.close()
                     self._conn = None
-                if not is_transient(e) or retry == self._attempts - 1:
+                retry += 1
+                if not is_transient(e) or retry == self._attempts:
                     raise RuntimeError(
                         f"the exactly-once JdbcSink could not commit on "
-                        f"{self._options.describe()} (attempt {retry + 1} of "
+                        f"{self._options.describe()} (attempt {retry} of "
                         f"{self._attempts}): {e}"
                     ) from e
-                time.sleep(retry_pause_s(retry))
-        raise AssertionError("unreachable")
+                time.sleep(retry_pause_s(retry - 1))
 
     def close(self) -> None:
         if self._conn is not None:
