@@ -130,8 +130,6 @@ class JdbcSink:
 
 
 def _connection(options: Any) -> JdbcConnectionOptions:
-    if isinstance(options, str):  # a URL: tidegate's shortcut
-        return JdbcConnectionOptions.JdbcConnectionOptionsBuilder().with_url(options).build()
     if not isinstance(options, JdbcConnectionOptions):
         raise TypeError(
             "a JdbcSink needs JdbcConnectionOptions: JdbcConnectionOptions."
