@@ -442,3 +442,18 @@ def test_the_transactions_tool_lists_the_jobs_prepared_transactions_with_their_c
         ("run-1", 5, 7),
         ("run-1", 6, None),
     ]
+
+
+def test_add_sink_takes_a_jdbc_sink_as_pyflink_programs_add_it():
+    from tidegate.datastream import StreamExecutionEnvironment
+    from tidegate.datastream.data_stream import DataStreamSink
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    ds = env.from_collection([("a", 1)], type_info=PAIR)
+    options = _options("jdbc:postgresql://127.0.0.1:5432/db")
+    added = ds.add_sink(JdbcSink.sink("INSERT INTO t VALUES (?, ?)", PAIR, options))
+    assert isinstance(added, DataStreamSink)
+    with pytest.raises(TypeError, match="add_sink expects a tidegate Sink"):
+        ds.add_sink(print)
+    with pytest.raises(TypeError, match="needs JdbcConnectionOptions"):
+        JdbcSink.sink("INSERT INTO t VALUES (?, ?)", PAIR, "postgresql://h/db")
