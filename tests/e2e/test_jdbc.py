@@ -22,6 +22,7 @@ from tests.support.references import (
     check_exactly_once,
     records_per_key,
 )
+from tests.support.waiting import wait_until
 from tidegate.cli import cli
 from tidegate.common import RestartStrategies
 from tidegate.common.job_client import JobExecutionException
@@ -66,10 +67,11 @@ def test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_a
         tmp_path / "chk",
         n=n,
         rate=8_000,
-        fail_at={1: 6_000},
+        fail_at={1: 6_000, 2: 6_000},  # the kill may come first in attempt 1
         as_record=(AsRowFailingAfterCheckpoint(), COUNTED_ROW),
     )
     job = env.execute_async("jdbc sinks")
+    wait_until(lambda: job.jobmaster.stats.restarts >= 1, "the failure after checkpoint 2", job=job)
     killer = kill_slots(job, kills=1)
     job.get_job_execution_result().result(timeout=300)
     killer.join(5)
