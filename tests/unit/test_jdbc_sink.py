@@ -400,6 +400,24 @@ def test_a_server_without_prepared_transactions_is_refused_naming_the_setting(no
         sink.for_job("j").recover(0, 1, 0, [])
 
 
+def test_a_transaction_that_cannot_be_prepared_fails_the_checkpoint_naming_the_setting(
+    no_2pc_server,
+):
+    with psycopg.connect(no_2pc_server.url, autocommit=True) as db:
+        create_marker_table(db)
+        db.execute("CREATE TABLE IF NOT EXISTS t (k text, v bigint)")
+    sink = JdbcSink.exactly_once_sink(
+        "INSERT INTO t VALUES (?, ?)", PAIR, _options(no_2pc_server.url)
+    ).for_job("j")
+    writer = sink.create_writer(0, 1, 0)  # as if recover had not checked the server
+    try:
+        writer.write_batch([("a", 1)])
+        with pytest.raises(RuntimeError, match=r"could not prepare.*max_prepared_transactions"):
+            writer.prepare_commit(1)
+    finally:
+        writer.close()
+
+
 def test_subtasks_creating_the_marker_table_at_once_all_succeed(no_2pc_server):
     """Recovering subtasks of a first run all find the table missing and create it."""
     conns = [psycopg.connect(no_2pc_server.url, autocommit=True) for _ in range(6)]

@@ -20,7 +20,12 @@ import threading
 import time
 from typing import Any
 
-from tidegate.connectors.jdbc.connection import connect, is_transient, statement_error
+from tidegate.connectors.jdbc.connection import (
+    connect,
+    error_text,
+    is_transient,
+    statement_error,
+)
 from tidegate.connectors.jdbc.options import JdbcConnectionOptions, JdbcExecutionOptions
 from tidegate.connectors.jdbc.statements import JdbcStatement
 
@@ -87,7 +92,9 @@ class BatchingWriter:
     def _raise_timer_error(self) -> None:
         if self._timer_error is not None:
             error, self._timer_error = self._timer_error, None
-            raise RuntimeError(f"a timed flush of the JDBC sink failed: {error}") from error
+            raise RuntimeError(
+                f"a timed flush of the JDBC sink failed: {error_text(error)}"
+            ) from error
 
     def _flush_on_time(self) -> None:
         interval_s = self._execution.batch_interval_ms / 1000
@@ -129,7 +136,7 @@ class BatchingWriter:
                     raise RuntimeError(
                         f"the JDBC sink could not write a batch of {len(rows)} record(s) to "
                         f"{self._options.describe()} in {retries + 1} attempt(s) "
-                        f"(JdbcExecutionOptions max_retries = {retries}): {e}"
+                        f"(JdbcExecutionOptions max_retries = {retries}): {error_text(e)}"
                     ) from e
                 time.sleep(retry_pause_s(retry))
 

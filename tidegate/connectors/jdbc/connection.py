@@ -7,7 +7,13 @@ from typing import Any
 
 from tidegate.connectors.jdbc.options import JdbcConnectionOptions
 
-__all__ = ["connect", "is_transient", "require_prepared_transactions", "statement_error"]
+__all__ = [
+    "connect",
+    "error_text",
+    "is_transient",
+    "require_prepared_transactions",
+    "statement_error",
+]
 
 
 def _psycopg() -> Any:
@@ -16,6 +22,11 @@ def _psycopg() -> Any:
     except ImportError:
         raise ImportError("the JDBC sinks need psycopg: pip install 'tidegate[postgres]'") from None
     return psycopg
+
+
+def error_text(error: BaseException) -> str:
+    """A database error's message on one line, without a final period (to go inside ours)."""
+    return " ".join(str(error).split()).rstrip(".")
 
 
 def connect(options: JdbcConnectionOptions, *, autocommit: bool = False) -> Any:
@@ -27,7 +38,7 @@ def connect(options: JdbcConnectionOptions, *, autocommit: bool = False) -> Any:
         return psycopg.connect(options.conninfo(), autocommit=autocommit)
     except psycopg.OperationalError as e:
         raise ConnectionError(
-            f"cannot connect to PostgreSQL at {options.describe()}: {str(e).strip()}. Check "
+            f"cannot connect to PostgreSQL at {options.describe()}: {error_text(e)}. Check "
             "that the server runs and accepts connections from this host, and the URL's host, "
             "port and database, the user name and the password"
         ) from e
@@ -44,7 +55,9 @@ def is_transient(error: BaseException) -> bool:
 
 def statement_error(error: BaseException, sql: str) -> RuntimeError:
     """The error a sink raises for a statement PostgreSQL refused."""
-    return RuntimeError(f"PostgreSQL refused the JDBC sink's statement {sql!r}: {error}")
+    return RuntimeError(
+        f"PostgreSQL refused the JDBC sink's statement {sql!r}: {error_text(error)}"
+    )
 
 
 def require_prepared_transactions(conn: Any, options: JdbcConnectionOptions) -> None:

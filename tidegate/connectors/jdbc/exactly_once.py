@@ -33,6 +33,7 @@ from typing import Any
 from tidegate.connectors.jdbc.at_least_once import retry_pause_s
 from tidegate.connectors.jdbc.connection import (
     connect,
+    error_text,
     is_transient,
     require_prepared_transactions,
     statement_error,
@@ -129,9 +130,20 @@ class TransactionalWriter:
         self._execute()
         if not self._in_transaction:
             return [PreparedTransactionCommittable(self._job_id, self._writer, checkpoint_id, None)]
+        import psycopg
+
         gid = Gid(self._job_id, self._writer, self._attempt, checkpoint_id, self._nonce)
-        insert_marker(self._conn, gid)
-        prepare(self._conn, str(gid))
+        try:
+            insert_marker(self._conn, gid)
+            prepare(self._conn, str(gid))
+        except psycopg.Error as e:
+            raise RuntimeError(
+                f"the exactly-once JdbcSink could not prepare its transaction {gid} on "
+                f"{self._options.describe()}: {error_text(e)}. If the server's "
+                "max_prepared_transactions "
+                "is reached, raise it or resolve the transactions dead jobs left (`tidegate "
+                "transactions list`)"
+            ) from e
         self._in_transaction = False
         return [PreparedTransactionCommittable(self._job_id, self._writer, checkpoint_id, str(gid))]
 
@@ -146,19 +158,20 @@ class TransactionalWriter:
         except psycopg.errors.LockNotAvailable as e:
             raise RuntimeError(
                 f"a statement of the exactly-once JdbcSink waited more than "
-                f"{self._lock_timeout_ms} ms for a row lock ({e}). Most likely the row was "
-                "written by this sink's transaction of an earlier checkpoint, which holds its "
-                "locks until that checkpoint completes and it is committed, by this same task "
-                "(e.g. one key upserted in consecutive checkpoints). Write values that are "
-                "overwritten with JdbcSink.sink and an upsert statement (idempotent, so its "
-                "results are exactly once), or, if another program holds the lock, raise "
+                f"{self._lock_timeout_ms} ms for a row lock ({error_text(e)}). Most likely "
+                "the row was written by this sink's transaction of an earlier checkpoint, "
+                "which holds its locks until that checkpoint completes and it is committed, "
+                "by this same task (e.g. one key upserted in consecutive checkpoints). Write "
+                "values that are overwritten with JdbcSink.sink and an upsert statement "
+                "(idempotent, so its results are exactly once), or, if another program holds "
+                "the lock, raise "
                 "JdbcExactlyOnceOptions.builder().with_lock_timeout_ms(...)"
             ) from e
         except psycopg.Error as e:
             if is_transient(e):
                 raise RuntimeError(
                     f"the exactly-once JdbcSink lost its transaction on "
-                    f"{self._options.describe()}: {e}. The job restarts from its last "
+                    f"{self._options.describe()}: {error_text(e)}. The job restarts from its last "
                     "checkpoint and writes these records again"
                 ) from e
             raise statement_error(e, self._statement.sql) from e
@@ -226,7 +239,7 @@ class PreparedCommitter:
                     raise RuntimeError(
                         f"the exactly-once JdbcSink could not commit on "
                         f"{self._options.describe()} (attempt {retry} of "
-                        f"{self._attempts}): {e}"
+                        f"{self._attempts}): {error_text(e)}"
                     ) from e
                 time.sleep(retry_pause_s(retry - 1))
 
