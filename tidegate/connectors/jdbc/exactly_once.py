@@ -25,6 +25,7 @@ are overwritten belong in the at-least-once sink with an upsert (at_least_once.p
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ from tidegate.connectors.jdbc.transactions import (
 
 __all__ = ["PreparedCommitter", "PreparedTransactionCommittable", "TransactionalWriter", "recover"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedTransactionCommittable:
@@ -76,9 +79,9 @@ def recover(
     subtask_index: int,
     parallelism: int,
     restored: list[PreparedTransactionCommittable],
-) -> list[str]:
+) -> None:
     """Step 4 (before the committer commits `restored`): check the server, create the
-    marker table, roll back the leftovers this subtask takes over. Returns their gids."""
+    marker table, roll back the leftovers this subtask takes over."""
     conn = connect(connection, autocommit=True)
     try:
         require_prepared_transactions(conn, connection)
@@ -89,9 +92,16 @@ def recover(
         rolled_back = to_roll_back(prepared, jobs, subtask_index, parallelism, keep)
         for gid in rolled_back:
             rollback_prepared(conn, gid)
+        if rolled_back:
+            log.info(
+                "JdbcSink subtask %d rolled back %d prepared transaction(s) no checkpoint "
+                "covers: %s",
+                subtask_index,
+                len(rolled_back),
+                ", ".join(rolled_back),
+            )
         if subtask_index == 0:
             delete_old_markers(conn)
-        return rolled_back
     finally:
         conn.close()
 
