@@ -95,6 +95,11 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_jdbc.py": {
+        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left",
+        "test_a_restore_at_parallelism_1_commits_both_writers_transactions_of_the_checkpoint",
+    },
     "e2e/test_kafka_clients.py": {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
     },

@@ -11,14 +11,11 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from tests.e2e.connector_jobs import rescaled_sinks_run, sink_count_job
+from tests.e2e.connector_jobs import COUNTED_ROW, counted_row, rescaled_sinks_run, sink_count_job
 from tests.e2e.jobs import kill_slots
 from tests.support.references import check_consistent_prefix, check_exactly_once, same_records
-from tidegate.common import Types
 from tidegate.datastream.connectors.delta import DeltaSink
 from tidegate.datastream.connectors.iceberg import IcebergSink
-
-COUNTS = Types.ROW_NAMED(["key", "value", "count"], [Types.INT(), Types.LONG(), Types.LONG()])
 
 
 def _lines(rows) -> list[str]:
@@ -45,7 +42,7 @@ def _delta_lines(delta: DeltaSink) -> list[str]:
 
 
 def _iceberg_lines(iceberg: IcebergSink) -> list[str]:
-    table = iceberg.for_input_type(COUNTS).load_table()
+    table = iceberg.for_input_type(COUNTED_ROW).load_table()
     return _lines(table.scan().to_arrow().to_pylist())
 
 
@@ -62,7 +59,7 @@ def test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_excep
         rate=8_000,
         fail_at={0: 3_000, 1: 3_000},
         interval_ms=500,  # a commit per sink subtask and checkpoint: fewer, larger files
-        row_type=COUNTS,
+        as_record=(counted_row, COUNTED_ROW),
     )
     job = env.execute_async("table sinks")
     killer = kill_slots(job, kills=1)
@@ -80,7 +77,7 @@ def test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_excep
     assert _parquet_files(delta_path) == set(files)  # the failed attempts' files were removed
 
     check_exactly_once(_iceberg_lines(iceberg), n, 2)
-    counts = iceberg.for_input_type(COUNTS).load_table()
+    counts = iceberg.for_input_type(COUNTED_ROW).load_table()
     referenced = {
         task.file.file_path.removeprefix("file://") for task in counts.scan().plan_files()
     }
@@ -101,7 +98,11 @@ def test_the_table_sinks_restored_at_3_subtasks_from_2_commit_every_checkpoint_o
         return len(_delta_lines(delta))
 
     rescaled_sinks_run(
-        lambda: [delta, iceberg], tmp_path / "chk", n=n, written=written, row_type=COUNTS
+        lambda: [delta, iceberg],
+        tmp_path / "chk",
+        n=n,
+        written=written,
+        as_record=(counted_row, COUNTED_ROW),
     )
     check_exactly_once(_delta_lines(delta), n, 2)  # the source's splits stay those planned at 2
     check_exactly_once(_iceberg_lines(iceberg), n, 2)
