@@ -46,7 +46,6 @@ from tests.support.references import check_exactly_once  # noqa: E402
 
 KINDS = ("slot-kill", "executor-kill", "partition", "driver-restart")
 EXECUTOR = b"CoarseGrainedExecutorBackend"
-WORKER = b"pyspark.daemon"  # Python workers: the daemon and the processes it forks
 N = 60_000  # 12 s of input at 5,000/s
 JOB_TIMEOUT_S = 300
 _LOG = re.compile(r"^(\d+\.\d+) \w+ [\w.]+: (.*)$")
@@ -75,10 +74,6 @@ def wait_for_checkpoint(work: Path, driver: subprocess.Popen) -> None:
             raise RuntimeError(f"no checkpoint completed:\n{driver.communicate()[1][-3000:]}")
         time.sleep(0.05)
     time.sleep(1.0)  # past the start: a steady job
-
-
-def slot_hosts(cluster: NamespaceCluster) -> list[int]:
-    return [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, WORKER)]
 
 
 def finish(driver: subprocess.Popen) -> str:
@@ -121,7 +116,7 @@ def run_once(cluster: NamespaceCluster, kind: str, work: Path) -> dict[str, Any]
         extra = ("pipeline.job-id=recovery-bench",)
     driver = start_driver(cluster, work, *extra)
     wait_for_checkpoint(work, driver)
-    host = slot_hosts(cluster)[0]
+    host = cluster.slot_hosts()[0]
     restarted = kind == "driver-restart"
     fault_at = time.time()
     if kind == "slot-kill":

@@ -95,6 +95,11 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_jdbc.py": {
+        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left",
+        "test_a_restore_at_parallelism_1_commits_both_writers_transactions_of_the_checkpoint",
+    },
     "e2e/test_kafka_clients.py": {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
     },
@@ -109,12 +114,17 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
-        "test_the_jetstream_source_rescales_from_2_to_3_subtasks_from_a_checkpoint",
+        "test_an_unbounded_read_of_a_growing_stream_is_exactly_once_and_acknowledged",
+        "test_the_bounded_source_rescales_from_2_to_3_subtasks_and_ends_at_the_planned_messages",
         "test_the_sink_holds_exactly_the_reference_through_an_exception_and_a_kill_9",
         "test_nothing_is_published_before_a_checkpoint_completes",
+        "test_the_sink_restored_at_3_subtasks_from_2_publishes_every_batch_once",
     },
     "e2e/test_nexmark.py": {
         "test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill",
+    },
+    "e2e/test_parquet.py": {
+        "test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once",
     },
     "e2e/test_postgres_cdc.py": {
         "test_the_cdc_source_mirrors_a_changing_table_exactly_once_through_failures_and_a_rescale",
@@ -140,7 +150,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_reference",
     },
     "e2e/test_s3.py": {
-        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_from_it_exactly_once",
+        "test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_rescaled_exactly_once",
     },
     "e2e/test_savepoints.py": {
         "test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_once_unmodified",
@@ -166,6 +176,10 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_state_ttl.py": {
         "test_expired_state_is_never_returned_and_ttl_state_survives_a_restore",
+    },
+    "e2e/test_tables.py": {
+        "test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_table_sinks_restored_at_3_subtasks_from_2_commit_every_checkpoint_once",
     },
     "e2e/test_task_local_recovery.py": {
         "test_a_restore_prefers_intact_local_copies_and_stays_exactly_once",
@@ -254,12 +268,18 @@ def redis_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory):
-    """A private nats-server with JetStream (tests/support/servers.py), like redis_server."""
+    """A private nats-server with JetStream (tests/support/servers.py), like redis_server.
+    At the end, no NATS client of this process may still be open (its loop thread is named
+    "nats"): one left open logs reconnect errors once the server stops."""
+    import threading
+
     from tests.support.servers import start_nats
 
     server = start_nats(tmp_path_factory.mktemp("nats"))
     yield server
+    open_clients = sum(t.name == "nats" for t in threading.enumerate())
     server.stop()
+    assert open_clients == 0, f"{open_clients} NATS client(s) left open by the tests"
 
 
 @pytest.fixture(scope="session")

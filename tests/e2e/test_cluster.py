@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster_job import launch
-from tests.support.cluster import NamespaceCluster, spark_home
+from tests.support.cluster import PYSPARK_DAEMON, NamespaceCluster, spark_home
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.s3 import start_s3_server
@@ -64,7 +64,7 @@ def _finish(job: subprocess.Popen) -> tuple[int, str]:
 
 
 EXECUTOR = b"CoarseGrainedExecutorBackend"  # an executor JVM's command line
-SLOT = b"pyspark.daemon"  # a Python worker's (slots run in their children)
+SLOT = PYSPARK_DAEMON
 
 
 def _completed_checkpoints(checkpoints: Path) -> int:
@@ -166,7 +166,7 @@ def test_checkpoints_and_output_on_s3_reach_every_host_through_the_configuration
     while not fs.glob(f"{chk}/*/chk-*/_metadata") and time.monotonic() < deadline:
         assert job.poll() is None, job.communicate()[1][-3000:]
         time.sleep(0.2)
-    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    busy = cluster.slot_hosts()
     assert busy, "no host runs a connected slot"
     os.kill(cluster.pids(busy[0], EXECUTOR)[0], signal.SIGKILL)
     code, stderr = _finish(job)
@@ -339,7 +339,7 @@ def test_restarted_slots_return_to_the_hosts_of_their_task_local_state(cluster, 
         assert job.poll() is None, job.communicate()[1][-3000:]
         time.sleep(0.1)
     time.sleep(1.0)
-    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    busy = cluster.slot_hosts()
     assert len(busy) == 2, busy
     os.kill(cluster.forked_python_workers(busy[0])[0], signal.SIGKILL)
     code, stderr = _finish(job)
@@ -369,7 +369,7 @@ def test_a_cut_off_slot_ends_on_its_own_and_the_job_resumes_when_the_partition_h
     while _completed_checkpoints(tmp_path / "chk") < 1 and time.monotonic() < deadline:
         assert job.poll() is None, job.communicate()[1][-3000:]
         time.sleep(0.1)
-    busy = [i for i in range(1, cluster.workers + 1) if cluster.remote_connections(i, SLOT)]
+    busy = cluster.slot_hosts()
     assert busy, "no host runs a connected slot"
     host = busy[0]
     cluster.partition(host)

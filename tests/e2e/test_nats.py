@@ -1,7 +1,8 @@
 """NATS JetStream connectors end to end on Spark against a private nats-server: the source is
-exactly-once through an exception and a kill -9 and when rescaled from a checkpoint (output
-compared with what the stream holds, message for message); the sink shows nothing before a
-checkpoint completes and the stream holds exactly the reference after failures."""
+exactly-once through an exception and a kill -9, unbounded with its durable consumers
+acknowledged, and bounded when rescaled from a checkpoint (output compared with what the
+stream holds, message for message); the sink shows nothing before a checkpoint completes, and
+the stream holds exactly the reference after failures and after a rescale."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import uuid
 
 import pytest
 
-from tests.e2e.connector_jobs import sink_count_job, source_count_job
+from tests.e2e.connector_jobs import (
+    rescaled_sinks_run,
+    rescaled_source_run,
+    sink_count_job,
+    source_count_job,
+)
 from tests.e2e.jobs import kill_slots
 from tests.support.output import committed_lines
 from tests.support.references import (
@@ -18,8 +24,8 @@ from tests.support.references import (
     check_exactly_once,
 )
 from tests.support.waiting import wait_for_checkpoints, wait_until
-from tidegate.common import JobStatus
 from tidegate.connectors.nats.connection import NatsClient, NatsConnection
+from tidegate.connectors.nats.progress import durable_name
 from tidegate.datastream.connectors.nats import NatsJetStreamSink, NatsJetStreamSource
 
 
@@ -73,7 +79,7 @@ def _splits(nats, stream: str) -> list[list[int]]:
     return [[int(p) for p in payloads] for payloads in _held(nats, stream).values()]
 
 
-def _source(nats_server, stream: str, subjects: int, *, bounded: bool = True):
+def _source(nats_server, stream: str, subjects: int, *, bounded: bool = True, durable=None):
     builder = (
         NatsJetStreamSource.builder()
         .set_servers(nats_server.url)
@@ -83,6 +89,8 @@ def _source(nats_server, stream: str, subjects: int, *, bounded: bool = True):
     )
     if bounded:
         builder.set_bounded()
+    if durable:
+        builder.set_durable_consumer(durable)
     return builder.build()
 
 
@@ -109,12 +117,16 @@ def test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9(
     check_counted_exactly_once(committed_lines(tmp_path / "out"), _splits(nats, stream))
 
 
-def test_an_unbounded_read_of_a_growing_stream_is_exactly_once(spark, tmp_path, nats_server, nats):
+def test_an_unbounded_read_of_a_growing_stream_is_exactly_once_and_acknowledged(
+    spark, tmp_path, nats_server, nats
+):
+    """With durable consumers, whose ack floors reach each subject's last message once the
+    checkpoints covering everything completed."""
     n = 6_000
     stream = _stream(nats)
     _publish(nats, stream, range(n // 2), 2)
     env = source_count_job(
-        _source(nats_server, stream, 2, bounded=False),
+        _source(nats_server, stream, 2, bounded=False, durable="tidegate-test"),
         tmp_path / "out",
         tmp_path / "chk",
         parallelism=2,
@@ -124,36 +136,36 @@ def test_an_unbounded_read_of_a_growing_stream_is_exactly_once(spark, tmp_path, 
     wait_for_checkpoints(job, 1)
     _publish(nats, stream, range(n // 2, n), 2)
     wait_until(lambda: len(committed_lines(tmp_path / "out")) >= n, "all committed", job=job)
+    subjects = [f"{stream}.p{j}" for j in range(2)]
+    last = {s: nats.run(nats.js.get_last_msg(stream, s)).seq for s in subjects}
+    names = {s: durable_name("tidegate-test", s) for s in subjects}
+
+    def acknowledged() -> bool:
+        floors = {s: nats.run(nats.js.consumer_info(stream, c)).ack_floor for s, c in names.items()}
+        return all(floors[s].stream_seq == last[s] for s in last)
+
+    wait_until(acknowledged, "the durable consumers acknowledged up to the last messages", job=job)
     job.cancel().result()
     assert job.jobmaster.stats.restarts == 1
     check_counted_exactly_once(committed_lines(tmp_path / "out"), _splits(nats, stream))
 
 
-def test_the_jetstream_source_rescales_from_2_to_3_subtasks_from_a_checkpoint(
+def test_the_bounded_source_rescales_from_2_to_3_subtasks_and_ends_at_the_planned_messages(
     spark, tmp_path, nats_server, nats
 ):
+    """Messages published while the first run reads lie beyond the bounded splits' ends: the
+    restored run at 3 subtasks ends without them, every planned message counted once."""
     n = 12_000
     stream = _stream(nats)
     _publish(nats, stream, range(n), 4)
-    source = _source(nats_server, stream, 4)
-    first = source_count_job(
-        source, tmp_path / "out", tmp_path / "chk", parallelism=2, seconds_per_record=0.0005
-    ).execute_async("at 2")
-    wait_for_checkpoints(first, 2)
-    first.cancel().result()
-    assert first.get_job_status().result() is JobStatus.CANCELED
-    assert 0 < len(committed_lines(tmp_path / "out")) < n
-    second = source_count_job(
-        source,
-        tmp_path / "out",
-        tmp_path / "chk",
-        parallelism=3,
-        seconds_per_record=0.00005,  # the same operators as the first run
-        restore_path=str(tmp_path / "chk" / first.jobmaster.job_id),
-    ).execute_async("at 3")
-    second.get_job_execution_result().result(timeout=300)
-    assert second.jobmaster.stats.restored_from is not None
-    check_counted_exactly_once(committed_lines(tmp_path / "out"), _splits(nats, stream))
+    held = _splits(nats, stream)
+    lines = rescaled_source_run(
+        _source(nats_server, stream, 4),
+        tmp_path,
+        n=n,
+        while_first_runs=lambda: _publish(nats, stream, range(n, n + 40), 4),
+    )
+    check_counted_exactly_once(lines, held)
 
 
 def _sink(nats_server, stream: str):
@@ -212,3 +224,19 @@ def test_nothing_is_published_before_a_checkpoint_completes(spark, tmp_path, nat
     )
     job.cancel().result()
     check_consistent_prefix(_lines(nats, stream))
+
+
+def test_the_sink_restored_at_3_subtasks_from_2_publishes_every_batch_once(
+    spark, tmp_path, nats_server, nats
+):
+    """The restored batches are published again by the subtasks that take over their writer
+    indexes: their message ids make JetStream drop them as duplicates."""
+    n = 12_000
+    stream = _stream(nats)
+    rescaled_sinks_run(
+        lambda: [_sink(nats_server, stream)],
+        tmp_path / "chk",
+        n=n,
+        written=lambda: nats.run(nats.js.stream_info(stream)).state.messages,
+    )
+    check_exactly_once(_lines(nats, stream), n, 2)  # the source's splits stay those planned at 2

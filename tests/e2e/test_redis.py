@@ -10,7 +10,12 @@ import uuid
 import pytest
 import redis
 
-from tests.e2e.connector_jobs import sink_count_job, source_count_job
+from tests.e2e.connector_jobs import (
+    rescaled_sinks_run,
+    rescaled_source_run,
+    sink_count_job,
+    source_count_job,
+)
 from tests.e2e.jobs import kill_slots
 from tests.support.output import committed_lines
 from tests.support.references import (
@@ -20,7 +25,6 @@ from tests.support.references import (
     records_per_key,
 )
 from tests.support.waiting import wait_for_checkpoints, wait_until
-from tidegate.common import JobStatus
 from tidegate.datastream.connectors.redis import (
     RedisKeyValueSink,
     RedisStreamSink,
@@ -115,27 +119,19 @@ def test_an_unbounded_consumer_group_read_of_a_growing_stream_is_exactly_once_an
 def test_the_streams_source_rescales_from_2_to_3_subtasks_from_a_checkpoint(
     spark, tmp_path, redis_server, client
 ):
+    """Entries added while the first run reads are beyond the bounded splits' ends."""
     n = 12_000
     names = _fill(client, n, 4)
-    source = _source(redis_server, names)
-    first = source_count_job(
-        source, tmp_path / "out", tmp_path / "chk", parallelism=2, seconds_per_record=0.0005
-    ).execute_async("at 2")
-    wait_for_checkpoints(first, 2)
-    first.cancel().result()
-    assert first.get_job_status().result() is JobStatus.CANCELED
-    assert 0 < len(committed_lines(tmp_path / "out")) < n
-    second = source_count_job(
-        source,
-        tmp_path / "out",
-        tmp_path / "chk",
-        parallelism=3,
-        seconds_per_record=0.00005,  # the same operators as the first run
-        restore_path=str(tmp_path / "chk" / first.jobmaster.job_id),
-    ).execute_async("at 3")
-    second.get_job_execution_result().result(timeout=300)
-    assert second.jobmaster.stats.restored_from is not None
-    check_counted_exactly_once(committed_lines(tmp_path / "out"), _held(client, names))
+    held = _held(client, names)
+
+    def add_entries() -> None:
+        for name in names:
+            client.xadd(name, {"v": n})
+
+    lines = rescaled_source_run(
+        _source(redis_server, names), tmp_path, n=n, while_first_runs=add_entries
+    )
+    check_counted_exactly_once(lines, held)
 
 
 def test_a_bounded_read_ends_at_the_entries_present_when_it_started(
@@ -219,24 +215,14 @@ def test_nothing_reaches_redis_before_a_checkpoint_completes(spark, tmp_path, re
 def test_the_sinks_restored_at_3_subtasks_from_2_commit_every_batch_once(
     spark, tmp_path, redis_server, client
 ):
-    """The batches of the checkpoint restored from are committed again by the subtasks that
-    take over their writer indexes: their markers make that a no-op."""
     n = 12_000
     out, counts = f"out-{uuid.uuid4().hex[:8]}", f"counts-{uuid.uuid4().hex[:8]}"
-    first = sink_count_job(
-        _sinks(redis_server, out, counts), tmp_path / "chk", n=n, rate=3_000
-    ).execute_async("sinks at 2")
-    wait_for_checkpoints(first, 2)
-    first.cancel().result()
-    assert 0 < client.xlen(out) < n
-    second = sink_count_job(
-        _sinks(redis_server, out, counts),
+    rescaled_sinks_run(
+        lambda: _sinks(redis_server, out, counts),
         tmp_path / "chk",
         n=n,
-        parallelism=3,
-        restore_path=str(tmp_path / "chk" / first.jobmaster.job_id),
-    ).execute_async("sinks at 3")
-    second.get_job_execution_result().result(timeout=300)
+        written=lambda: client.xlen(out),
+    )
     lines = [fields[b"line"].decode() for _, fields in client.xrange(out)]
     check_exactly_once(lines, n, 2)  # the source's splits stay those planned at 2
     final = {int(k): int(v) for k, v in client.hgetall(counts).items()}

@@ -32,6 +32,9 @@ from pathlib import Path
 
 from tidegate.deploy.java import use_java
 
+#: in the command line of pyspark's Python worker daemon (slots run in the processes it forks)
+PYSPARK_DAEMON = b"pyspark.daemon"
+
 START_TIMEOUT_S = 90.0
 
 
@@ -134,7 +137,7 @@ class NamespaceCluster:
 
     def forked_python_workers(self, i: int) -> list[int]:
         """The Python workers pyspark's daemon forked on host `i`: a slot runs in one."""
-        pids = self.pids(i, b"pyspark.daemon")
+        pids = self.pids(i, PYSPARK_DAEMON)
         return [p for p in pids if _parent(p) in pids]
 
     def remote_connections(self, i: int, marker: bytes) -> list[str]:
@@ -155,6 +158,11 @@ class NamespaceCluster:
             if owners & pids and not peer.startswith(("127.", "[::1]", "[::ffff:127.")):
                 remote.append(peer)
         return remote
+
+    def slot_hosts(self) -> list[int]:
+        """The hosts whose Python workers (slots run in them) hold connections to other hosts:
+        the hosts running a connected slot."""
+        return [i for i in range(1, self.workers + 1) if self.remote_connections(i, PYSPARK_DAEMON)]
 
     def partition(self, i: int, cut: bool = True) -> None:
         """Cut host `i` off the network (its link down), or heal it (`cut=False`)."""

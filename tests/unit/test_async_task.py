@@ -11,6 +11,7 @@ import threading
 import time
 from functools import partial
 
+from tests.support.tasks import task_environment
 from tests.unit.test_async_operator import Gated
 from tests.unit.test_stream_task import WAIT_S, Driver, InlineExecutor
 from tidegate.checkpoint.storage import CheckpointStorage
@@ -23,7 +24,6 @@ from tidegate.runtime.partitioners import ForwardPartitioner
 from tidegate.runtime.plan import OperatorSpec, VertexSpec
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.task import StreamTask
-from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.snapshot_format import read_index, read_operator_state
 
 #: the task's idle wait on its gate: results must not wait for it to end
@@ -35,17 +35,11 @@ class AsyncTask:
         self.gate, self.out = InputGate(1_000), InputGate(1_000)
         self.driver = Driver()
         self.storage = CheckpointStorage(str(tmp_path / "chk"), "job")
-        env = TaskEnvironment(
-            attempt=0,
-            job_id="job",
-            max_parallelism=128,
-            exactly_once=True,
-            batch_size=100,
-            buffer_timeout_s=IDLE_WAIT_S,
-            is_restored=False,
+        env = task_environment(
+            self.storage,
             control=self.driver,
-            storage=self.storage,
             executor=InlineExecutor(),
+            buffer_timeout_s=IDLE_WAIT_S,
         )
         self.function = Gated()
         make = partial(AsyncWaitOperator, self.function, timeout_ms=0, capacity=10, ordered=False)

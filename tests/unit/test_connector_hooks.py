@@ -1,15 +1,25 @@
 """The optional connector contracts the operators honour: a CheckpointListeningReader is told
 the splits of each completed checkpoint (not of subsumed ones), a UsesJobId sink is bound to
-the running job before its writer exists, and a committer's close is called."""
+the running job and a UsesOperatorUid sink to its operator's uid before its writer exists,
+and a committer's close is called, also when the writer's close fails or the task fails before
+opening its operators."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
+import pytest
+
+from tests.support.tasks import task_environment
+from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.connectors.base import Boundedness
 from tidegate.runtime.connector_operators import SinkOperator, SourceOperator
+from tidegate.runtime.gate import InputGate
 from tidegate.runtime.operators import OperatorRuntime
+from tidegate.runtime.plan import OperatorSpec, VertexSpec
+from tidegate.runtime.task import StreamTask
 
 
 class Collector:
@@ -88,9 +98,13 @@ class Committer:
 class JobNamedSink:
     committer: Committer
     job_id: str = ""
+    uid: str = ""
 
     def for_job(self, job_id: str) -> JobNamedSink:
         return replace(self, job_id=job_id)
+
+    def for_uid(self, uid: str) -> JobNamedSink:
+        return replace(self, uid=uid)
 
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> Any:
         assert self.job_id == "job-7", "the writer of a sink bound to its job"
@@ -101,7 +115,7 @@ class JobNamedSink:
     def close(self) -> None: ...
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        return [(self.job_id, checkpoint_id)]
+        return [(self.job_id, self.uid, checkpoint_id)]
 
     def create_committer(self) -> Committer:
         return self.committer
@@ -109,12 +123,76 @@ class JobNamedSink:
     def recover(self, *args: Any) -> None: ...
 
 
-def test_a_sink_using_the_job_id_is_bound_to_the_running_job_and_its_committer_closed():
+def test_a_sink_using_the_job_id_and_uid_is_bound_to_the_running_job_and_its_operator():
     committer = Committer()
     op = SinkOperator(JobNamedSink(committer), uid="sink")
     op.initialize_state(_runtime("job-7"), None)
     op.snapshot_state(3, 0)
     op.notify_checkpoint_complete(3)
     op.close()
-    assert committer.committed == [("job-7", 3)]
+    assert committer.committed == [("job-7", "sink", 3)]
     assert committer.closed
+
+
+class Closing:
+    """A reader, writer or committer that records its close (and may fail it)."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.fails = fails
+        self.closed = False
+
+    def commit(self, committables: list[Any]) -> None: ...
+
+    def close(self) -> None:
+        self.closed = True
+        if self.fails:
+            raise OSError("close failed")
+
+
+@dataclass(frozen=True)
+class ClosingSink:
+    writer: Closing
+    committer: Closing
+    recover_fails: bool = False
+
+    def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> Closing:
+        return self.writer
+
+    def create_committer(self) -> Closing:
+        return self.committer
+
+    def recover(self, *args: Any) -> None:
+        if self.recover_fails:
+            raise ConnectionError("the sink's server is unreachable")
+
+
+def test_a_sink_operator_closes_its_committer_although_its_writers_close_raises():
+    writer, committer = Closing(fails=True), Closing()
+    op = SinkOperator(ClosingSink(writer, committer), uid="sink")
+    op.initialize_state(_runtime(), None)
+    with pytest.raises(OSError, match="close failed"):
+        op.close()
+    assert writer.closed and committer.closed
+
+
+def test_a_task_whose_operator_fails_to_start_releases_the_operators_started_before_it(tmp_path):
+    """The source's reader (a connection) and the sink's committer are closed although the
+    task never opened its operators: the sink's recover raised in the task's constructor."""
+    reader, writer, committer = Closing(), Closing(), Closing()
+    source = ListeningSource()
+    source.reader = reader
+    specs = (
+        OperatorSpec(1, "src", "source", partial(SourceOperator, source), (2,), ()),
+        OperatorSpec(
+            2, "sink", "sink", partial(SinkOperator, ClosingSink(writer, committer, True)), (), ()
+        ),
+    )
+    env = task_environment(CheckpointStorage(str(tmp_path / "chk"), "job"))
+    vertex = VertexSpec(1, "chain", 1, specs, (), is_source=True)
+    with pytest.raises(ConnectionError, match="unreachable"):
+        StreamTask(
+            env=env, vertex=vertex, subtask=0, gate=InputGate(10), writers={},
+            num_channels=0, restored=None,
+        )  # fmt: skip
+    assert reader.closed and committer.closed
+    assert not writer.closed  # never created

@@ -1,15 +1,16 @@
 """The Redis connectors: their pure decisions, then each against a real redis-server (the
-session's `redis_server`): the reader's positions, bounded end and consumer group, the sink
-writers' batches and the committer's idempotence."""
+session's `redis_server`): the reader's positions, bounded end and consumer group, entries
+trimmed before they were read, the sink writers' batches and the committer's idempotence."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
 import redis
 
-from tidegate.connectors.base import CheckpointListeningReader, UsesJobId
+from tidegate.connectors.base import CheckpointListeningReader, DataLossError, UsesJobId
 from tidegate.connectors.redis.commit import (
     CommitDecision,
     RedisBatch,
@@ -21,6 +22,7 @@ from tidegate.connectors.redis.connection import RedisConnection
 from tidegate.connectors.redis.ids import id_after, parse_id, split_finished
 from tidegate.connectors.redis.sink import RedisKeyValueSink, RedisStreamSink
 from tidegate.connectors.redis.source import RedisStreamSource
+from tidegate.connectors.redis.trimming import StreamInfo, missing_entries
 
 
 def test_entry_ids_compare_by_milliseconds_then_sequence():
@@ -222,3 +224,84 @@ def test_two_sinks_batches_of_one_checkpoint_are_committed_and_skipped_separatel
     for batch in batches + batches:
         _commit_with(redis_server, batch)
     assert (client.xlen(a), client.xlen(b)) == (1, 1)
+
+
+def test_entries_are_missing_when_the_first_entry_passed_the_position_and_the_count_is_short():
+    info = StreamInfo("8-0", "10-0", "10-0", entries_added=10, length=3)
+    assert missing_entries("4-0", 4, None, info) == 3  # 5-0, 6-0, 7-0
+    assert missing_entries("7-0", 7, None, info) == 0  # read up to what was trimmed
+    assert missing_entries("4-0", None, None, info) == 0  # not counted: unknown
+    assert missing_entries("4-0", 4, "4-0", info) == 0  # a bounded split at its end
+    assert missing_entries("9-0", 9, None, info) == 0  # the first entry is before it
+    empty = StreamInfo(None, None, "10-0", entries_added=10, length=0)
+    assert missing_entries("4-0", 4, None, empty) == 6
+
+
+def test_entries_trimmed_past_a_checkpointed_position_fail_the_reader_naming_them(
+    redis_server, client, caplog
+):
+    s = _name()
+    for i in range(1, 11):
+        client.xadd(s, {"v": str(i)}, id=f"{i}-0")
+    source = _source(redis_server, s)
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    assert len(reader.poll_batch(4)) == 4
+    [checkpointed] = reader.snapshot_splits()
+    reader.close()
+    assert (checkpointed.last_id, checkpointed.offset) == ("4-0", 4)
+    client.xtrim(s, maxlen=3, approximate=False)  # keeps 8-0..10-0: 5-0..7-0 were not read
+    with pytest.raises(DataLossError) as failure:
+        source.create_reader([checkpointed], 0, 1)
+    message = str(failure.value)
+    assert f"3 entries of Redis stream {s!r} added after" in message
+    assert "checkpointed position 4-0 were trimmed" in message
+    assert "the first entry still present is 8-0" in message
+    assert "set_fail_on_data_loss(False)" in message
+    accepting = (
+        RedisStreamSource.builder()
+        .set_url(redis_server.url)
+        .set_streams(s)
+        .set_fail_on_data_loss(False)
+        .set_deserializer(lambda stream, entry_id, fields: fields["v"])
+        .build()
+    )
+    with caplog.at_level(logging.WARNING, logger="tidegate.connectors.redis.source"):
+        reader = accepting.create_reader([checkpointed], 0, 1)
+    got, _ = _poll_all(reader)
+    [after] = reader.snapshot_splits()
+    reader.close()
+    assert "continuing with it" in caplog.text
+    assert got == ["8", "9", "10"] and after.offset == 10
+    # a reader that has read nothing starts with the first entry present: no loss
+    fresh = source.create_reader(source.create_splits(1), 0, 1)
+    got, _ = _poll_all(fresh)
+    fresh.close()
+    assert [v for _, v in got] == ["8", "9", "10"]
+
+
+def test_a_reader_that_caught_up_counts_its_position_from_the_server(
+    redis_server, client, monkeypatch
+):
+    """Its position comes from given starting ids, so it counts only once it caught up; a
+    deletion (XDEL) after the position with the oldest entries still present is no loss."""
+    from tidegate.connectors.redis import source as redis_source
+
+    monkeypatch.setattr(redis_source, "OFFSET_COUNT_S", 0.0)
+    s = _name()
+    for i in range(1, 6):
+        client.xadd(s, {"v": str(i)}, id=f"{i}-0")
+    builder = RedisStreamSource.builder().set_url(redis_server.url).set_streams(s)
+    source = builder.set_starting_ids({s: "2-0"}).build()
+    reader = source.create_reader(source.create_splits(1), 0, 1)
+    assert reader.snapshot_splits()[0].offset is None
+    _poll_all(reader)
+    [split] = reader.snapshot_splits()
+    assert (split.last_id, split.offset) == ("5-0", 5)
+    for i in range(6, 9):
+        client.xadd(s, {"v": str(i)}, id=f"{i}-0")
+    client.xdel(s, "7-0")
+    reader.close()
+    source.create_reader([split], 0, 1).close()  # 1-0 is still there: nothing trimmed
+    client.xtrim(s, maxlen=1, approximate=False)  # 6-0 is gone (7-0 was deleted)
+    with pytest.raises(DataLossError, match=r"2 entries .* first entry still present is 8-0"):
+        source.create_reader([split], 0, 1)

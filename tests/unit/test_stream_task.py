@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tasks import task_environment
 from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.runtime.events import (
@@ -36,7 +37,6 @@ from tidegate.runtime.operators import KeyedReduceOperator
 from tidegate.runtime.partitioners import ForwardPartitioner
 from tidegate.runtime.plan import OperatorSpec, VertexSpec
 from tidegate.runtime.task import StreamTask
-from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.snapshot_format import read_key_groups
 
 MAX_PARALLELISM = 128
@@ -83,18 +83,7 @@ class Harness:
         self.gate, self.out = InputGate(1_000), InputGate(1_000)
         self.driver = Driver()
         self.storage = CheckpointStorage(str(checkpoint_base or tmp_path / "chk"), "job")
-        env = TaskEnvironment(
-            attempt=0,
-            job_id="job",
-            max_parallelism=MAX_PARALLELISM,
-            exactly_once=True,
-            batch_size=100,
-            buffer_timeout_s=0.001,
-            is_restored=False,
-            control=self.driver,
-            storage=self.storage,
-            executor=InlineExecutor(),
-        )
+        env = task_environment(self.storage, control=self.driver, executor=InlineExecutor())
         op = OperatorSpec(
             op_id=1,
             uid="sum",

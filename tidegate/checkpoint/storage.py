@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import posixpath
 import re
@@ -37,6 +38,8 @@ from tidegate.checkpoint.metadata import (
 )
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.checksums import ChecksummingWriter
+
+log = logging.getLogger(__name__)
 
 _CHK_DIR = re.compile(r"chk-(\d+)")
 #: stores where one put is atomic (readers see all of the object or none of it)
@@ -78,7 +81,45 @@ class CheckpointStorage:
         from then on. Raises FencedWriterError if this storage's own generation was superseded
         meanwhile: another driver owns the job directory, and this one must not take it back."""
         self.generation = self.fence.advance(expected=self.generation)
+        self.abort_stale_uploads()
         return self.generation
+
+    def abort_stale_uploads(self) -> int:
+        """Abort the unfinished multipart uploads under the job directory (object stores
+        only), and return how many. A writer killed while uploading a large state file leaves
+        its parts stored (and billed) but invisible; once a new generation started, every
+        upload under the job directory belongs to an older one, which may no longer write.
+        Best effort: a store that cannot list uploads is logged, not fatal."""
+        list_uploads = getattr(self.fs, "list_multipart_uploads", None)
+        if list_uploads is None:
+            return 0
+        bucket, _, prefix = self._fs_path(self.job_dir).partition("/")
+        aborted = 0
+        try:
+            for upload in list_uploads(bucket):
+                if upload["Key"].startswith(f"{prefix}/"):
+                    self.fs.call_s3(
+                        "abort_multipart_upload",
+                        Bucket=bucket,
+                        Key=upload["Key"],
+                        UploadId=upload["UploadId"],
+                    )
+                    aborted += 1
+        except Exception as exc:
+            log.warning(
+                "could not abort unfinished uploads under %s (%s: %s): their parts stay "
+                "stored; an AbortIncompleteMultipartUpload lifecycle rule removes them",
+                self.job_dir,
+                type(exc).__name__,
+                exc,
+            )
+        if aborted:
+            log.info(
+                "aborted %d unfinished upload(s) of earlier attempts under %s",
+                aborted,
+                self.job_dir,
+            )
+        return aborted
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         return _join(self.job_dir, f"chk-{checkpoint_id}")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import codecs
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from tidegate.common.type_format import printer_java
-from tidegate.common.typeinfo import PickledBytesTypeInfo, TypeInformation
+from tidegate.common.typeinfo import PickledBytesTypeInfo, RowTypeInfo, TypeInformation
 
 __all__ = [
+    "BulkWriter",
+    "BulkWriterFactory",
     "ByteArraySchema",
     "DeserializationSchema",
     "Encoder",
+    "RowDataBulkWriterFactory",
     "SerializationSchema",
     "SimpleStringSchema",
 ]
@@ -88,6 +91,45 @@ class _TypedStringEncoder(Encoder):
     def encode_batch(self, elements: list[Any]) -> bytes:
         text = self.text
         return "".join([f"{text(e)}\n" for e in elements]).encode(self.charset)
+
+
+class BulkWriter:
+    """Writes records into one part file of a bulk-format FileSink (Flink's BulkWriter): the
+    sink creates it over the part file's stream, hands it every batch of records for that file
+    (`add_elements`), and calls `finish` when it rolls the file (at each checkpoint); the sink
+    then flushes, syncs and closes the stream itself. When the sink closes without rolling (a
+    failure, a cancellation) it calls `abort` instead; recovery deletes that in-progress file."""
+
+    def add_elements(self, elements: list[Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement add_elements()")
+
+    def finish(self) -> None:
+        """Write everything buffered and the file's trailer (a Parquet footer) to the stream;
+        no more elements follow. Must not close the stream."""
+        raise NotImplementedError(f"{type(self).__name__} must implement finish()")
+
+    def abort(self) -> None:
+        """Drop what is buffered and write nothing more (the sink closes the stream next)."""
+
+
+class BulkWriterFactory:
+    """Creates the BulkWriter of each part file (PyFlink's `BulkWriterFactory`); travels to the
+    workers pickled, so keep it a plain description."""
+
+    def create(self, stream: IO[bytes]) -> BulkWriter:
+        raise NotImplementedError(f"{type(self).__name__} must implement create()")
+
+
+class RowDataBulkWriterFactory(BulkWriterFactory):
+    """A BulkWriterFactory for Rows of one declared row type (PyFlink's, which converts the
+    stream's records to that type before the sink; here the writer reads each record's fields
+    by the type's names: a Row, tuple, list or dict)."""
+
+    def __init__(self, row_type: RowTypeInfo) -> None:
+        self.row_type = row_type
+
+    def get_row_type(self) -> RowTypeInfo:
+        return self.row_type
 
 
 class SerializationSchema:

@@ -16,7 +16,8 @@ splits on their own.
 
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
-must see as one storage, which each attempt checks).
+must see as one storage, which each attempt checks). A sink that names its idempotent writes
+is told the job run's id (`UsesJobId`) and its operator's uid (`UsesOperatorUid`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,13 @@ class SplitAssigningSource(Protocol):
         ...
 
 
+class DataLossError(RuntimeError):
+    """A source found that records after its checkpointed position were removed from the
+    external system (a stream trimmed or aged out by its limits) before it read them. The
+    message names the stream, the position and the first record still present; sources
+    offer `set_fail_on_data_loss(False)` to continue from there instead (after a warning)."""
+
+
 class SinkWriter(Protocol):
     """Writes records of one sink subtask. All methods run on the subtask's loop thread."""
 
@@ -184,6 +192,19 @@ class UsesJobId(Protocol):
         job's id (the same in every attempt of one run; a new random id for each new run,
         also one restored from a checkpoint or savepoint, unless `pipeline.job-id` fixes it).
         Returns the sink to use in this subtask."""
+        ...
+
+
+@runtime_checkable
+class UsesOperatorUid(Protocol):
+    """A sink whose idempotent writes are named after its operator's uid, so several sinks of
+    one job (writing to one table, say) tell their commits apart."""
+
+    def for_uid(self, uid: str) -> Sink:
+        """Called in each sink subtask before `for_job`, `recover` and `create_writer`, with
+        the sink operator's uid: the one given with `.uid(...)`, else one generated from the
+        job's graph (the same in every attempt and run of an unchanged job). Returns the sink
+        to use in this subtask."""
         ...
 
 

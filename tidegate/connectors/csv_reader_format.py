@@ -15,11 +15,12 @@ output instead, read text lines and parse them with `DeserializeOrDeadLetter`
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from tidegate.common.typeinfo import RowTypeInfo
-from tidegate.connectors.file_source import StreamFormat, TextLineFormat
+from tidegate.connectors.file_source import LineRecordFormat
 from tidegate.formats.base import FormatError
 from tidegate.formats.csv_file_schema import CsvSchema
 from tidegate.formats.csv_row import csv_reader
@@ -28,11 +29,10 @@ __all__ = ["CsvReaderFormat"]
 
 
 @dataclass(frozen=True)
-class CsvReaderFormat(StreamFormat):
+class CsvReaderFormat(LineRecordFormat):
     """Reads UTF-8 CSV lines into Rows of `schema`; see the module."""
 
     schema: CsvSchema
-    _lines: TextLineFormat = field(default=TextLineFormat("UTF-8"), repr=False, compare=False)
 
     @staticmethod
     def for_schema(schema: CsvSchema) -> CsvReaderFormat:
@@ -45,27 +45,18 @@ class CsvReaderFormat(StreamFormat):
     def get_produced_type(self) -> RowTypeInfo:
         return self.schema.row_type()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return CsvReaderFormat, (self.schema,)
-
-    def read_batch(
-        self, stream: IO[bytes], max_records: int, where: str = "?", first_line: int = 0
-    ) -> tuple[list[Any], int, int, bool]:
-        lines, consumed, eof = self._lines.read_lines(stream, max_records, where, first_line)
+    def line_parser(self) -> Callable[[str, int], Any]:
         schema = self.schema
         read = _reader(schema)
-        rows = []
-        for number, line in enumerate(lines, start=first_line + 1):
-            if number == 1 and (schema.use_header or schema.skip_first_data_row):
-                _check_header(schema, line, where)
-                continue
-            try:
-                row = read(line)
-            except FormatError as e:
-                raise ValueError(f"{where}: line {number}: {e}") from None
-            if row is not None:
-                rows.append(row)
-        return rows, consumed, len(lines), eof
+        first_is_header = schema.use_header or schema.skip_first_data_row
+
+        def parse(line: str, number: int) -> Any:
+            if number == 1 and first_is_header:
+                _check_header(schema, line)
+                return None
+            return read(line)
+
+        return parse
 
 
 @functools.lru_cache(maxsize=64)
@@ -75,7 +66,7 @@ def _reader(schema: CsvSchema) -> Any:
     return csv_reader(schema.row_type(), schema.options, False)
 
 
-def _check_header(schema: CsvSchema, line: str, where: str) -> None:
+def _check_header(schema: CsvSchema, line: str) -> None:
     if not (schema.use_header and schema.strict_headers):
         return
     names = [n for n, _ in schema.columns]
@@ -84,4 +75,4 @@ def _check_header(schema: CsvSchema, line: str, where: str) -> None:
     if quote:
         header = [h.strip(quote) for h in header]
     if header != names:
-        raise ValueError(f"{where}: line 1: the header {header} is not the schema's {names}")
+        raise FormatError("CSV", f"the header {header} is not the schema's {names}", line)

@@ -1,4 +1,6 @@
-"""Exactly-once row-format file sink by two-phase commit (Flink's FileSink), on any fsspec fs.
+"""Exactly-once file sink by two-phase commit (Flink's FileSink), on any fsspec fs, in a row
+format (records encoded one by one by an Encoder) or a bulk format (a BulkWriter per part file,
+such as Parquet's, which buffers records and writes a footer when the file is finished).
 
 The protocol per sink subtask (steps marked in the code); finished output is exactly the files
 whose names do not start with '.', so a plain glob reads it:
@@ -6,6 +8,7 @@ whose names do not start with '.', so a plain glob reads it:
 1. Write: records go, per bucket, into one open hidden in-progress part file
    `<base>/<bucket>/.<prefix>-<subtask>-<attempt>-<counter><suffix>.inprogress`.
 2. Roll: the rolling policy may close a part file between checkpoints; it becomes pending.
+   Bulk formats roll on checkpoints only (Flink's rule): their writer finishes the file then.
 3. Pre-commit (`prepare_commit`): every open part file is flushed, fsync'd and closed; the
    committables `(in-progress path, final path)` of all pending files are returned.
 4. Commit (once the checkpoint completed): rename each in-progress file to its final name
@@ -37,7 +40,7 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
-from tidegate.common.serialization import Encoder
+from tidegate.common.serialization import BulkWriter, BulkWriterFactory, Encoder
 from tidegate.common.typeinfo import TypeInformation
 from tidegate.connectors.base import writer_subtask
 
@@ -126,8 +129,12 @@ class RollingPolicy:
 
     @staticmethod
     def on_checkpoint_rolling_policy() -> RollingPolicy:
-        """Roll only on checkpoints."""
+        """Roll only on checkpoints (the only policy of bulk formats)."""
         return RollingPolicy()
+
+    @property
+    def rolls_on_checkpoint_only(self) -> bool:
+        return self == RollingPolicy.on_checkpoint_rolling_policy()
 
     @property
     def has_time_limits(self) -> bool:
@@ -198,13 +205,13 @@ class DateTimeBucketAssigner(BucketAssigner):
         return None
 
 
-def _open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
+def open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
     if isinstance(fs, LocalFileSystem):
         return open(path, mode)  # fewer layers than fsspec's LocalFileOpener
     return fs.open(path, mode)
 
 
-def _close_durably(stream: IO[bytes]) -> None:
+def close_durably(stream: IO[bytes]) -> None:
     stream.flush()
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # no OS file behind it
         os.fsync(stream.fileno())
@@ -223,26 +230,55 @@ def _fsync_dir(fs: AbstractFileSystem, directory: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class FileSink:
-    """Writes `encoder`-encoded records into part files under `base_path`, exactly once,
-    opening it with the job's `filesystems` options (set when the job is submitted)."""
+    """Writes records into part files under `base_path`, exactly once, opening it with the
+    job's `filesystems` options (set when the job is submitted): encoded by `encoder` (row
+    format), or by a writer of `bulk_writer_factory` per part file (bulk format; `encoder` is
+    then None and the rolling policy must be on-checkpoint)."""
 
     base_path: str
-    encoder: Encoder
+    encoder: Encoder | None
     output_file_config: OutputFileConfig = OutputFileConfig()
     bucket_assigner: BucketAssigner = field(default_factory=DateTimeBucketAssigner)
     rolling_policy: RollingPolicy = field(default_factory=RollingPolicy.default_rolling_policy)
     filesystems: FileSystems = NO_OPTIONS
+    bulk_writer_factory: BulkWriterFactory | None = None
+
+    def __post_init__(self) -> None:
+        if (self.encoder is None) == (self.bulk_writer_factory is None):
+            raise ValueError("a FileSink takes an Encoder (row format) or a BulkWriterFactory")
+        if (
+            self.bulk_writer_factory is not None
+            and not self.rolling_policy.rolls_on_checkpoint_only
+        ):
+            raise ValueError(
+                "bulk formats roll their part files on checkpoints only: use "
+                f"RollingPolicy.on_checkpoint_rolling_policy(), got {self.rolling_policy}"
+            )
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
         return RowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> BulkFormatBuilder:
+        """A sink writing part files with `writer_factory`'s writers (such as
+        `ParquetBulkWriters.for_row_type(row_type)`), rolled at every checkpoint."""
+        if not isinstance(writer_factory, BulkWriterFactory):
+            raise TypeError(
+                "FileSink.for_bulk_format takes a BulkWriterFactory (e.g. "
+                f"ParquetBulkWriters.for_row_type(row_type)), got {writer_factory!r}"
+            )
+        return BulkFormatBuilder(base_path, writer_factory)
 
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> FileSinkWriter:
         return FileSinkWriter(self, subtask_index, attempt)
 
     def for_input_type(self, type_info: TypeInformation | None) -> FileSink:
         """This sink for a stream of the declared `type_info`: its encoder's choice
-        (`Encoder.for_type`: the simple string encoder writes Flink's `toString` of the type)."""
+        (`Encoder.for_type`: the simple string encoder writes Flink's `toString` of the type);
+        a bulk format's writers read each record by their own row type, whatever the stream's."""
+        if self.encoder is None:
+            return self
         return replace(self, encoder=self.encoder.for_type(type_info))
 
     def create_committer(self) -> FileSinkCommitter:
@@ -293,31 +329,59 @@ class FileSink:
                 fs.rm_file(path)
 
 
-class RowFormatBuilder:
-    """PyFlink's `FileSink.RowFormatBuilder`."""
+class BaseBuilder:
+    """PyFlink's `FileSink.BaseBuilder`: what both formats' builders set."""
 
-    def __init__(self, base_path: str, encoder: Encoder) -> None:
-        self._sink = FileSink(str(base_path), encoder)
+    def __init__(self, sink: FileSink) -> None:
+        self._sink = sink
 
-    def _with(self, **changes: Any) -> RowFormatBuilder:
+    def _with(self, **changes: Any) -> Any:
         self._sink = replace(self._sink, **changes)
         return self
 
-    def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> RowFormatBuilder:
+    def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> Any:
         return self._with(bucket_assigner=bucket_assigner)
 
-    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
-        return self._with(rolling_policy=rolling_policy)
-
-    def with_output_file_config(self, output_file_config: OutputFileConfig) -> RowFormatBuilder:
+    def with_output_file_config(self, output_file_config: OutputFileConfig) -> Any:
         return self._with(output_file_config=output_file_config)
 
-    def with_bucket_check_interval(self, interval: int) -> RowFormatBuilder:
+    def with_bucket_check_interval(self, interval: int) -> Any:
         """Accepted for PyFlink compatibility: time-based rolling is checked on every batch."""
         return self
 
     def build(self) -> FileSink:
         return self._sink
+
+
+class RowFormatBuilder(BaseBuilder):
+    """PyFlink's `FileSink.RowFormatBuilder`."""
+
+    def __init__(self, base_path: str, encoder: Encoder) -> None:
+        super().__init__(FileSink(str(base_path), encoder))
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
+        return self._with(rolling_policy=rolling_policy)
+
+
+class BulkFormatBuilder(BaseBuilder):
+    """PyFlink's `FileSink.BulkFormatBuilder`: part files roll at every checkpoint."""
+
+    def __init__(self, base_path: str, writer_factory: BulkWriterFactory) -> None:
+        policy = RollingPolicy.on_checkpoint_rolling_policy()
+        super().__init__(
+            FileSink(
+                str(base_path), None, rolling_policy=policy, bulk_writer_factory=writer_factory
+            )
+        )
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> BulkFormatBuilder:
+        """Only `RollingPolicy.on_checkpoint_rolling_policy()` (as in PyFlink)."""
+        if not rolling_policy.rolls_on_checkpoint_only:
+            raise ValueError(
+                "rolling_policy must be RollingPolicy.on_checkpoint_rolling_policy() for a bulk "
+                f"format, got {rolling_policy}"
+            )
+        return self
 
 
 @dataclass(slots=True)
@@ -327,6 +391,7 @@ class _PartFile:
     created_ms: int
     last_write_ms: int
     size: int = 0
+    bulk_writer: BulkWriter | None = None  # a bulk format's writer of this file
 
 
 class FileSinkWriter:
@@ -359,6 +424,9 @@ class FileSinkWriter:
                     self._roll(bucket)
         if not records:
             return
+        if self._sink.bulk_writer_factory is not None:
+            self._write_bulk(records, now_ms)
+            return
         bucket = self._sink.bucket_assigner.batch_bucket_id(now_ms)
         if bucket is not None:  # Step 1, fast: one bucket for the batch, encoded in one go
             part = self._open.get(bucket)
@@ -387,6 +455,21 @@ class FileSinkWriter:
             part.size += len(data)
             part.last_write_ms = now_ms
 
+    def _write_bulk(self, records: list[Any], now_ms: int) -> None:
+        """Step 1 for a bulk format: each bucket's records go to its file's writer in one call."""
+        bucket = self._sink.bucket_assigner.batch_bucket_id(now_ms)
+        if bucket is not None:
+            groups = {bucket: records}
+        else:
+            assign = self._sink.bucket_assigner.get_bucket_id
+            groups = {}
+            for record in records:
+                groups.setdefault(assign(record, now_ms), []).append(record)
+        for bucket, group in groups.items():
+            part = self._open.get(bucket) or self._open_part(bucket, now_ms)
+            part.bulk_writer.add_elements(group)  # type: ignore[union-attr]
+            part.last_write_ms = now_ms
+
     def prepare_commit(self, checkpoint_id: int) -> list[FileSinkCommittable]:
         """Step 3: close every open part file durably; hand over all pending committables."""
         for bucket in list(self._open):
@@ -397,6 +480,8 @@ class FileSinkWriter:
     def close(self) -> None:
         """Close open part files without committing them (a restore decides their fate)."""
         for part in self._open.values():
+            if part.bulk_writer is not None:
+                part.bulk_writer.abort()
             part.stream.close()
         self._open.clear()
 
@@ -419,14 +504,18 @@ class FileSinkWriter:
             in_progress = posixpath.join(directory, f".{name}.inprogress")
             if not (self._fs.exists(final) or self._fs.exists(in_progress)):
                 break
-        stream = _open_binary(self._fs, in_progress, "wb")
+        stream = open_binary(self._fs, in_progress, "wb")
         committable = FileSinkCommittable(in_progress, final)
         part = self._open[bucket] = _PartFile(committable, stream, now_ms, now_ms)
+        if self._sink.bulk_writer_factory is not None:
+            part.bulk_writer = self._sink.bulk_writer_factory.create(stream)
         return part
 
     def _roll(self, bucket: str) -> None:
         part = self._open.pop(bucket)
-        _close_durably(part.stream)
+        if part.bulk_writer is not None:
+            part.bulk_writer.finish()
+        close_durably(part.stream)
         self._pending.append(part.committable)
 
 

@@ -9,6 +9,7 @@ from tidegate.connectors.base import (
     CheckpointListeningReader,
     SplitAssigningSource,
     UsesJobId,
+    UsesOperatorUid,
     writer_subtask,
 )
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
@@ -113,9 +114,12 @@ class SourceOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         raise RuntimeError("a source operator has no input")
 
-    def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
+    def discard(self) -> None:
+        try:
+            if self.reader is not None:
+                self.reader.close()
+        finally:
+            super().discard()
 
 
 class SinkOperator(StreamOperator):
@@ -148,6 +152,8 @@ class SinkOperator(StreamOperator):
         self._state = self.operator_state.get_union_list_state(
             ListStateDescriptor(self.COMMITTABLES)
         )
+        if isinstance(self.sink, UsesOperatorUid):
+            self.sink = self.sink.for_uid(self.uid)
         if isinstance(self.sink, UsesJobId):
             self.sink = self.sink.for_job(runtime.job_id)
         index, parallelism = runtime.subtask_index, runtime.parallelism
@@ -179,8 +185,15 @@ class SinkOperator(StreamOperator):
             self.committer.commit(ready)
             self.pending = [(cid, c) for cid, c in self.pending if cid > checkpoint_id]
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if hasattr(self.committer, "close"):  # a committer holding a connection
-            self.committer.close()
+    def discard(self) -> None:
+        """Close the writer and the committer (one failing to close does not keep the other
+        open), also after a failed `initialize_state` (a restored commit that raised)."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            try:
+                if hasattr(self.committer, "close"):  # a committer holding a connection
+                    self.committer.close()
+            finally:
+                super().discard()

@@ -189,8 +189,14 @@ class StreamOperator:
             if hasattr(self.function, "close"):
                 self.function.close()
         finally:
-            if hasattr(self.keyed_backend, "dispose"):  # rocksdb: close it, delete its files
-                self.keyed_backend.dispose()
+            self.discard()
+
+    def discard(self) -> None:
+        """Release what `initialize_state` acquired (connections, files). Called by `close`,
+        and alone for an operator whose task failed before opening it (its function was never
+        opened, so it is not closed)."""
+        if hasattr(self.keyed_backend, "dispose"):  # rocksdb: close it, delete its files
+            self.keyed_backend.dispose()
 
     # checkpoints ----------------------------------------------------------------------------
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:

@@ -154,8 +154,18 @@ class StreamTask:
             job_parameters=env.job_parameters,
             filesystems=env.storage.filesystems,
         )
-        for op in self.ops:
-            op.initialize_state(runtime, restored.get(op.uid))
+        initialized: list[Any] = []
+        try:
+            for op in self.ops:
+                initialized.append(op)  # (a failing initialize_state may hold something)
+                op.initialize_state(runtime, restored.get(op.uid))
+        except BaseException:
+            for op in reversed(initialized):  # no connection or file stays open
+                try:
+                    op.discard()
+                except Exception:
+                    log.exception("could not release operator %s after a failed start", op.name)
+            raise
         local, remote = self.restored_files
         if env.local_state is not None and local + remote:
             log.info(

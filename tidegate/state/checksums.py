@@ -126,6 +126,23 @@ class ChecksummingWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None:
-            self._drop_mirror()  # an incomplete file must not survive as a local copy
-        self.close()
+        if exc_type is None:
+            self.close()
+            return
+        self._drop_mirror()  # an incomplete file must not survive as a local copy
+        # Closing would publish the incomplete file; on object stores (s3fs) `discard` aborts
+        # the multipart upload instead, so neither the object nor its uploaded parts remain.
+        # Elsewhere the partial file stays an orphan that no handle references.
+        discard = getattr(self._raw, "discard", None)
+        if callable(discard) and not self._raw.closed:
+            try:
+                discard()
+            except Exception:  # not discardable (a local file): close it, the orphan stays
+                self._raw.close()
+            else:
+                # a discarded file cannot be closed (that would upload), and must not be by
+                # its finalizer either
+                with contextlib.suppress(AttributeError):
+                    self._raw.closed = True  # type: ignore[misc]
+        else:
+            self._raw.close()

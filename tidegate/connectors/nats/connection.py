@@ -57,7 +57,11 @@ class NatsClient:
         default: the request timeout plus a second)."""
         if timeout is None:
             timeout = self.connection.request_timeout_s + 1
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout)
+        finally:
+            future.cancel()  # a timed-out coroutine must not go on (no-op once done)
 
     def close(self) -> None:
         """Close the connection (at most a few seconds), then stop the loop thread."""

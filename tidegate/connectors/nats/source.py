@@ -11,21 +11,29 @@ a restore, also at another parallelism, resumes after the last message emitted.
     )
     env.from_source(source, WatermarkStrategy.no_watermarks(), "orders")
 
-JetStream acknowledgements play no part: the consumers use AckPolicy NONE, are created anew
-from the checkpointed sequence whenever a reader starts, and are removed by the server after
-`INACTIVE_THRESHOLD_S` without a reader (e.g. after a failure).
+JetStream acknowledgements play no part in the position: the consumers that read use AckPolicy
+NONE, are created anew from the checkpointed sequence whenever a reader starts, and are removed
+by the server after `INACTIVE_THRESHOLD_S` without a reader (e.g. after a failure). An optional
+durable consumer per split (`set_durable_consumer`, `progress.py`) is acknowledged up to each
+completed checkpoint's sequence, for monitoring only.
+
+When a reader starts, it checks that the stream still holds the messages after each split's
+position: messages removed by the stream's limits before they were read fail the reader with
+a DataLossError (or, with `set_fail_on_data_loss(False)`, are skipped after a warning).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tidegate.connectors.base import Boundedness
+from tidegate.connectors.base import Boundedness, DataLossError
 from tidegate.connectors.nats.connection import NatsClient, NatsConnection
+from tidegate.connectors.nats.progress import ProgressConsumer, check_durable_base, durable_name
 
 __all__ = [
     "NatsJetStreamReader",
@@ -33,7 +41,10 @@ __all__ = [
     "NatsJetStreamSourceBuilder",
     "NatsSplit",
     "decoded_payload",
+    "removed_range",
 ]
+
+log = logging.getLogger(__name__)
 
 #: how long one poll waits for messages (SourceReader.poll_batch must return within ~50 ms)
 FETCH_TIMEOUT_S = 0.04
@@ -68,6 +79,16 @@ class NatsSplit:
         return self.end_seq is not None and self.last_seq >= self.end_seq
 
 
+def removed_range(split: NatsSplit, first_seq: int) -> tuple[int, int] | None:
+    """The sequences after `split`'s position (up to its end) that a stream whose first
+    message is `first_seq` no longer holds (None: nothing is missing). A split that has read
+    nothing from the first message on (position 0) starts with the first message present."""
+    if split.last_seq == 0:
+        return None
+    last = first_seq - 1 if split.end_seq is None else min(first_seq - 1, split.end_seq)
+    return (split.last_seq + 1, last) if last > split.last_seq else None
+
+
 @dataclass(frozen=True)
 class NatsJetStreamSource:
     stream: str
@@ -77,6 +98,8 @@ class NatsJetStreamSource:
     start_latest: bool = False
     bounded: bool = False
     deserializer: Callable[[str, int, bytes], Any] = decoded_payload
+    durable_consumer: str | None = None
+    fail_on_data_loss: bool = True
 
     @property
     def boundedness(self) -> Boundedness:  # type: ignore[override]
@@ -151,12 +174,35 @@ class NatsJetStreamSourceBuilder:
         self._options["deserializer"] = deserializer
         return self
 
+    def set_durable_consumer(self, name: str) -> NatsJetStreamSourceBuilder:
+        """Keep a durable consumer per split (`name`, or `name_<subject>` with `.*>` replaced
+        by `_+#`), acknowledged up to each completed checkpoint: for monitoring only (its ack
+        floor and pending count show the job's progress), never for the position."""
+        check_durable_base(name)
+        self._options["durable_consumer"] = name
+        return self
+
+    def set_fail_on_data_loss(self, fail: bool) -> NatsJetStreamSourceBuilder:
+        """Whether a reader fails (True, the default) when messages after its checkpointed
+        position were removed by the stream's limits before it read them, or logs a warning
+        and continues with the first message still present (False)."""
+        self._options["fail_on_data_loss"] = fail
+        return self
+
     def build(self) -> NatsJetStreamSource:
         if not self._options.get("stream"):
             raise ValueError("a NatsJetStreamSource needs a stream: call set_stream(name)")
         subjects = self._options.get("subjects", ())
         if len(set(subjects)) != len(subjects):
             raise ValueError(f"subjects are named twice: {subjects}")
+        durable = self._options.get("durable_consumer")
+        if durable is not None:
+            names = [durable_name(durable, s) for s in subjects or (None,)]
+            if len(set(names)) != len(names):
+                raise ValueError(
+                    f"subjects {subjects} give durable consumers of one name {names}: "
+                    f"name subjects that differ in more than '.', '*', '>' vs '_', '+', '#'"
+                )
         return NatsJetStreamSource(connection=self._connection, **self._options)
 
 
@@ -171,13 +217,70 @@ class NatsJetStreamReader:
         self._received: dict[str, int] = {}
         #: when each split last made sure its consumer exists (monotonic seconds)
         self._checked: dict[str, float] = {}
-        self._client = (
-            NatsClient(source.connection) if any(not s.finished for s in splits) else None
+        #: the durable consumers acknowledged on checkpoint completion (set_durable_consumer)
+        self._progress: dict[str, ProgressConsumer] = {}
+        reading = [s for s in splits if not s.finished]
+        self._client = NatsClient(source.connection) if reading else None
+        if self._client is None:
+            return
+        try:  # a failure here must not leave the client open
+            streams = {s.stream for s in reading}
+            first_seqs = {name: self._first_seq(name) for name in streams}
+            for split in reading:
+                split = self._skip_removed(split, first_seqs[split.stream])
+                self._splits[split.split_id] = split
+                self._start_consumer(split)
+                if source.durable_consumer is not None:
+                    self._start_progress(split, source.durable_consumer)
+        except BaseException:
+            try:
+                self.close()
+            except Exception:  # the start's failure is the one to report
+                log.exception("could not close the NATS client of a reader that failed to start")
+            raise
+
+    def _first_seq(self, stream: str) -> int:
+        from nats.js.errors import NotFoundError
+
+        try:
+            return self._client.run(self._client.js.stream_info(stream)).state.first_seq
+        except NotFoundError:
+            raise LookupError(
+                f"NATS JetStream has no stream {stream!r} on {self._source.connection.servers}: "
+                f"create it (e.g. `nats stream add`) or name an existing one in set_stream"
+            ) from None
+
+    def _skip_removed(self, split: NatsSplit, first_seq: int) -> NatsSplit:
+        """`split`, checked against the stream's first sequence when the reader starts:
+        messages after its position that the stream no longer holds raise a DataLossError, or
+        (fail_on_data_loss False) are logged and skipped."""
+        removed = removed_range(split, first_seq)
+        if removed is None:
+            return split
+        where = f"stream {split.stream}" + (f" (subject {split.subject})" if split.subject else "")
+        what = (
+            f"messages {removed[0]}..{removed[1]} of {where} were removed (the stream's limits "
+            f"max_age, max_msgs or max_bytes, or a purge) before this source read them: its "
+            f"checkpointed position is sequence {split.last_seq}, the first message still "
+            f"present is sequence {first_seq}"
         )
-        if self._client is not None:
-            for split in splits:
-                if not split.finished:
-                    self._start_consumer(split)
+        if split.subject is not None:
+            what += " (some of the removed messages may have been of other subjects)"
+        if self._source.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. Give the stream limits that keep what the job has not read yet; to "
+                f"accept the loss and continue with sequence {first_seq}, build the source with "
+                f"set_fail_on_data_loss(False)"
+            )
+        log.warning("%s; continuing with sequence %d (fail_on_data_loss is off)", what, first_seq)
+        return replace(split, last_seq=removed[1])
+
+    def _start_progress(self, split: NatsSplit, base: str) -> None:
+        name = durable_name(base, split.subject)
+        start = ProgressConsumer.start(
+            self._client.js, split.stream, name, split.subject, split.last_seq
+        )
+        self._progress[split.split_id] = self._client.run(start)
 
     async def _subscribe(self, split: NatsSplit) -> Any:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -251,17 +354,27 @@ class NatsJetStreamReader:
         return dict(zip(ids, results, strict=True))
 
     def _drained(self, split: NatsSplit) -> bool:
-        """Whether a split that fetched nothing is finished: bounded, its consumer has
-        nothing pending and delivered nothing this reader has not received (the consumer's
-        delivered *stream* sequence runs ahead over messages of other subjects, so its count
-        of delivered messages is compared). An unbounded one is never finished, but checks
-        every CONSUMER_CHECK_S that its consumer still exists."""
+        """Whether a split that fetched nothing is finished: bounded, and its consumer caught
+        up (`_caught_up`). An unbounded one is never finished, but checks every
+        CONSUMER_CHECK_S that its consumer still exists, and when it caught up moves the
+        split's position to the consumer's delivered stream sequence: that runs ahead over
+        messages of other subjects, so a quiet subject's position follows the stream (and the
+        check for removed messages at the next start does not mistake those for its own)."""
         if split.end_seq is None:
             if time.monotonic() - self._checked[split.split_id] >= CONSUMER_CHECK_S:
-                self._consumer_info(split)
+                info = self._consumer_info(split)
+                if info is not None and self._caught_up(split, info):
+                    scanned = max(split.last_seq, info.delivered.stream_seq)
+                    self._splits[split.split_id] = replace(split, last_seq=scanned)
             return False
         info = self._consumer_info(split)
-        return info is not None and (
+        return info is not None and self._caught_up(split, info)
+
+    def _caught_up(self, split: NatsSplit, info: Any) -> bool:
+        """The consumer has nothing pending and delivered nothing this reader has not received
+        (its count of delivered messages is compared: its delivered stream sequence runs
+        ahead over messages of other subjects)."""
+        return (
             info.num_pending == 0 and info.delivered.consumer_seq <= self._received[split.split_id]
         )
 
@@ -275,6 +388,26 @@ class NatsJetStreamReader:
     def snapshot_splits(self) -> list[NatsSplit]:
         return list(self._splits.values())
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, splits: list[Any]) -> None:
+        """With a durable consumer, acknowledge each split's durable consumer up to the
+        checkpoint's sequence (monitoring only: a failure is logged, the job goes on)."""
+        for split in splits:
+            progress = self._progress.get(split.split_id)
+            if progress is None:
+                continue
+            try:
+                self._client.run(progress.ack_through(split.last_seq))
+            except Exception as e:
+                log.warning(
+                    "could not acknowledge the durable consumer of %s up to sequence %d "
+                    "(checkpoint %d): %r",
+                    split.split_id,
+                    split.last_seq,
+                    checkpoint_id,
+                    e,
+                )
+
     def close(self) -> None:
         if self._client is not None:
-            self._client.close()
+            client, self._client = self._client, None
+            client.close()

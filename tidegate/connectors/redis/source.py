@@ -15,18 +15,26 @@ Build it like a PyFlink source:
 Options: where new splits start (`set_starting_ids`, earliest by default), `set_bounded()`
 (stop at each stream's last entry when the split is first planned), `set_consumer_group`
 (XACK entries once the checkpoint that covers them completed: for XINFO/XPENDING monitoring
-and trimming, never for the position), `set_charset` and `set_deserializer`.
+and trimming, never for the position), `set_fail_on_data_loss`, `set_charset` and
+`set_deserializer`.
+
+When a reader starts, it checks that no entry after each split's position was trimmed away
+before it was read (`trimming.py`): a DataLossError names the stream, the position and the
+first entry still present, unless `set_fail_on_data_loss(False)` (then a warning).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tidegate.connectors.base import Boundedness
+from tidegate.connectors.base import Boundedness, DataLossError
 from tidegate.connectors.redis.connection import RedisConnection
 from tidegate.connectors.redis.ids import BEGINNING, id_after, split_finished
+from tidegate.connectors.redis.trimming import missing_entries, stream_info
 
 __all__ = [
     "RedisStreamReader",
@@ -40,6 +48,10 @@ __all__ = [
 MAX_BLOCK_MS = 50
 #: the entries one XPENDING page acknowledges
 ACK_PAGE = 1000
+#: how often a reader that caught up with a stream counts its position anew (trimming.py)
+OFFSET_COUNT_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def fields_only(stream: str, entry_id: str, fields: dict[Any, Any]) -> Any:
@@ -49,11 +61,15 @@ def fields_only(stream: str, entry_id: str, fields: dict[Any, Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class RedisStreamSplit:
-    """One stream, read after entry `last_id`; bounded splits end with entry `end_id`."""
+    """One stream, read after entry `last_id`; bounded splits end with entry `end_id`. A split
+    that has read nothing (`last_id` 0-0) starts with the stream's first entry still present."""
 
     stream: str
     last_id: str = BEGINNING
     end_id: str | None = None
+    #: entries the stream had added up to and including `last_id` (trimming.py; None: not
+    #: counted yet)
+    offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +93,7 @@ class RedisStreamSource:
     charset: str | None = "utf-8"
     deserializer: Callable[[str, str, dict[Any, Any]], Any] = fields_only
     block_ms: int = 20
+    fail_on_data_loss: bool = True
 
     @property
     def boundedness(self) -> Boundedness:  # type: ignore[override]
@@ -99,26 +116,22 @@ class RedisStreamSource:
                 client.close()
 
     def _plan(self, stream: str, client: Any) -> RedisStreamSplit:
-        last = _last_entry_id(client, stream) if client is not None else None
+        info = stream_info(client, stream) if client is not None else None
+        offset: int | None = None  # counted from the server when the reader starts
         if stream in self.starting_ids:
             start = self.starting_ids[stream]
-        elif self.start_latest:
-            start = last or BEGINNING
+        elif self.start_latest and info is not None:
+            start, offset = info.last_generated_id, info.entries_added
         else:
             start = BEGINNING
+        last = info.last_id if info is not None else None
         end = (last or BEGINNING) if self.bounded else None
-        return RedisStreamSplit(stream, start, end)
+        return RedisStreamSplit(stream, start, end, offset)
 
     def create_reader(
         self, splits: list[RedisStreamSplit], subtask_index: int, parallelism: int
     ) -> RedisStreamReader:
         return RedisStreamReader(self, splits)
-
-
-def _last_entry_id(client: Any, stream: str) -> str | None:
-    """The id of `stream`'s last entry (None: empty or missing)."""
-    entries = client.xrevrange(stream, count=1)
-    return entries[0][0].decode() if entries else None
 
 
 class RedisStreamSourceBuilder:
@@ -184,6 +197,13 @@ class RedisStreamSourceBuilder:
         self._options["block_ms"] = block_ms
         return self
 
+    def set_fail_on_data_loss(self, fail: bool) -> RedisStreamSourceBuilder:
+        """Whether a reader fails (True, the default) when entries after its checkpointed
+        position were trimmed before it read them, or logs a warning and continues with the
+        first entry still present (False)."""
+        self._options["fail_on_data_loss"] = fail
+        return self
+
     def build(self) -> RedisStreamSource:
         streams = self._options.get("streams")
         if not streams:
@@ -206,9 +226,45 @@ class RedisStreamReader:
         self._finished = {s.stream: s for s in splits if split_finished(s.last_id, s.end_id)}
         for stream in self._finished:
             del self._splits[stream]
-        if source.consumer_group is not None:
-            for split in self._splits.values():
-                self._rewind_group(split)
+        #: when each stream's offset was last set from the server (monotonic seconds)
+        self._counted: dict[str, float] = dict.fromkeys(self._splits, time.monotonic())
+        try:  # a failure here must not leave the connection open
+            for stream, split in list(self._splits.items()):
+                self._splits[stream] = self._check_trimmed(split)
+                if source.consumer_group is not None:
+                    self._rewind_group(self._splits[stream])
+        except BaseException:
+            self._client.close()
+            raise
+
+    def _check_trimmed(self, split: RedisStreamSplit) -> RedisStreamSplit:
+        """`split`, checked when the reader starts: entries after its position that the
+        stream no longer holds (trimming.py) raise a DataLossError or, with
+        fail_on_data_loss False, are logged and skipped. A split that has read nothing
+        starts with the first entry present: its offset counts the removed ones."""
+        info = stream_info(self._client, split.stream)
+        if info is None:  # no stream (yet)
+            return split
+        if split.last_id == BEGINNING:
+            return replace(split, offset=info.entries_added - info.length)
+        missing = missing_entries(split.last_id, split.offset, split.end_id, info)
+        if not missing:
+            return split
+        first = info.first_id or "none (the stream is empty)"
+        what = (
+            f"{missing} entries of Redis stream {split.stream!r} added after this source's "
+            f"checkpointed position {split.last_id} were trimmed (XTRIM, XADD MAXLEN/MINID) or "
+            f"deleted before it read them; the first entry still present is {first}"
+        )
+        if self._source.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. Trim the stream less (e.g. by the ids a consumer group acknowledged, "
+                f"see set_consumer_group) so it keeps what the job has not read; to accept the "
+                f"loss and continue with the first entry present, build the source with "
+                f"set_fail_on_data_loss(False)"
+            )
+        log.warning("%s; continuing with it (fail_on_data_loss is off)", what)
+        return replace(split, offset=info.entries_added - info.length)
 
     def _rewind_group(self, split: RedisStreamSplit) -> None:
         """The group delivers from the split's position on: created there if missing, else
@@ -231,21 +287,40 @@ class RedisStreamReader:
         for raw_stream, entries in _stream_items(reply):
             stream = raw_stream.decode() if isinstance(raw_stream, bytes) else raw_stream
             split = self._splits[stream]
-            last = split.last_id
+            last, read = split.last_id, 0
             for raw_id, fields in entries:
                 entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
                 if id_after(entry_id, split.end_id):
                     break
                 last = entry_id
+                read += 1
                 if fields is None:  # deleted (XDEL) after delivery to the group
                     continue
                 records.append(self._source.deserializer(stream, entry_id, self._decode(fields)))
-            self._splits[stream] = split = replace(split, last_id=last)
+            offset = None if split.offset is None else split.offset + read
+            self._splits[stream] = split = replace(split, last_id=last, offset=offset)
             if split_finished(split.last_id, split.end_id):
                 self._finished[stream] = self._splits.pop(stream)
         if not records:
             self._finish_drained_bounded_splits()
+        self._count_caught_up(count, reply)
         return records
+
+    def _count_caught_up(self, count: int, reply: Any) -> None:
+        """Every OFFSET_COUNT_S, set the offset of each stream this poll caught up with (it
+        returned fewer than `count` entries of it) from XINFO STREAM, if its last generated
+        id is still the split's position (trimming.py)."""
+        now = time.monotonic()
+        returned = {
+            (s.decode() if isinstance(s, bytes) else s): len(e) for s, e in _stream_items(reply)
+        }
+        for stream, split in self._splits.items():
+            if returned.get(stream, 0) >= count or now - self._counted[stream] < OFFSET_COUNT_S:
+                continue
+            self._counted[stream] = now
+            info = stream_info(self._client, stream)
+            if info is not None and info.last_generated_id == split.last_id:
+                self._splits[stream] = replace(split, offset=info.entries_added)
 
     def _finish_drained_bounded_splits(self) -> None:
         """Bounded splits whose stream holds nothing more up to their end are finished (the
