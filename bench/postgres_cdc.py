@@ -20,30 +20,20 @@ from __future__ import annotations
 import argparse
 import os
 import select
-import statistics
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import write_report
-from bench.run import git_info, machine_info
+from bench.common import interleaved, print_ratios, report_header, write_report
 from tests.support.cdc import source_builder
 from tests.support.postgres import start_postgres
 from tidegate.connectors.postgres_cdc.handoff import Chunk, TableSnapshot, XidSnapshot
 from tidegate.connectors.postgres_cdc.split import PostgresCdcSplit, StreamPosition, parse_lsn
 
 BATCH = 512
-
-
-def timed(fn: Callable[[], int]) -> float:
-    """Records per second of `fn()` (which returns how many records it handled)."""
-    start = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - start)
 
 
 def bare_stream(url: str, slot: str, publication: str, start_lsn: int, n: int) -> int:
@@ -146,23 +136,14 @@ def main() -> None:
                 lambda: connector_snapshot(source),
             ),
         }
-        results = {}
-        for name, (bare, connector) in cases.items():
-            samples: dict[str, list[float]] = {"bare": [], "connector": []}
-            for _ in range(args.repeats):  # interleaved
-                samples["bare"].append(timed(bare))
-                samples["connector"].append(timed(connector))
-            results[name] = {
-                kind: {"median": statistics.median(v), "samples": v} for kind, v in samples.items()
-            }
+        results = {
+            name: interleaved({"bare": bare, "connector": connector}, args.repeats)
+            for name, (bare, connector) in cases.items()
+        }
     finally:
         server.stop()
-    print(f"\n{'per second (median)':<22}{'bare client':>14}{'connector':>14}{'ratio':>8}")
-    for name, r in results.items():
-        bare_rate, conn_rate = r["bare"]["median"], r["connector"]["median"]
-        print(f"{name:<22}{bare_rate:>14,.0f}{conn_rate:>14,.0f}{conn_rate / bare_rate:>8.2f}")
-    report = {"machine": machine_info(), "git": git_info(), "args": vars(args)}
-    write_report(args.out, {**report, "results": results})
+    print_ratios("per second (median)", results, "bare", "connector")
+    write_report(args.out, {**report_header(args), "results": results})
 
 
 if __name__ == "__main__":
