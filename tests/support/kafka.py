@@ -150,26 +150,36 @@ def _wait_until_up(broker: KafkaBroker) -> None:
         time.sleep(0.2)
 
 
-def produce(broker: KafkaBroker, topic: str, values: list[str], partition: int = 0) -> None:
+def produce(
+    broker: KafkaBroker,
+    topic: str,
+    values: list[str],
+    partition: int = 0,
+    timestamps: list[int] | None = None,
+) -> None:
     """Write `values` (UTF-8) to one partition, in one batch where the client can; the i-th
-    gets the timestamp 1_000_000 + i."""
-    fill(broker, topic, [(partition, value) for value in values])
+    gets the timestamp 1_000_000 + i, or `timestamps[i]`."""
+    fill(broker, topic, [(partition, value) for value in values], timestamps)
 
 
-def fill(broker: KafkaBroker, topic: str, records: list[tuple[int, str]]) -> None:
+def fill(
+    broker: KafkaBroker,
+    topic: str,
+    records: list[tuple[int, str]],
+    timestamps: list[int] | None = None,
+) -> None:
     """Write (partition, value) records in order; the i-th of a partition gets the timestamp
-    1_000_000 + i."""
+    1_000_000 + i, or the record's entry of `timestamps` (parallel to `records`)."""
     from confluent_kafka import Producer
 
     producer = Producer(broker.config(**{"linger.ms": 5}))
     counts: dict[int, int] = {}
-    for partition, value in records:
+    for j, (partition, value) in enumerate(records):
         i = counts[partition] = counts.get(partition, -1) + 1
+        timestamp = 1_000_000 + i if timestamps is None else timestamps[j]
         while True:
             try:
-                producer.produce(
-                    topic, value.encode(), partition=partition, timestamp=1_000_000 + i
-                )
+                producer.produce(topic, value.encode(), partition=partition, timestamp=timestamp)
                 break
             except BufferError:
                 producer.poll(0.05)

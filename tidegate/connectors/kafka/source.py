@@ -12,7 +12,10 @@ When each method is called, and what it guarantees:
   on the broker once, before the subtask's loop starts.
 - `poll_batch` (loop thread): one `consume` of at most `POLL_TIMEOUT_S`; records of finished
   bounded splits are dropped; each split's offset advances past the records returned. Records
-  carry their Kafka timestamps.
+  carry their Kafka timestamps and say which partition they came from (`SplitRecords`).
+- `report_splits` (before the first poll, with a WatermarkStrategy: SplitReportingReader in
+  connectors/base.py): from then on the reader reports each partition it reads and each that
+  finishes, so watermarks are generated per partition, as in Flink's KafkaSource.
 - `snapshot_splits` (checkpoint): the splits with the offset after the last record returned,
   so a restore (any parallelism) resumes exactly there. Finished splits stay in the list: they
   tell discovery that their partitions are known.
@@ -32,7 +35,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from tidegate.connectors.base import Boundedness, TimestampedRecords
+from tidegate.connectors.base import Boundedness, SplitListener, SplitRecords
 from tidegate.connectors.kafka.offsets import KafkaOffsetsInitializer, KafkaTopicPartition
 from tidegate.connectors.kafka.records import ConsumerRecord, KafkaRecordDeserializationSchema
 from tidegate.connectors.kafka.splits import (
@@ -207,6 +210,7 @@ class KafkaSourceReader:
         self._discovery_error: BaseException | None = None
         self._stop = threading.Event()
         self._closed = False
+        self._listener: SplitListener | None = None
         self._add([self._resolve(s) for s in splits])
         self._discovery: threading.Thread | None = None
         interval = source.discovery_interval_s
@@ -243,9 +247,21 @@ class KafkaSourceReader:
                 self._stops[s.key] = s.stopping_offset
             if s.skip_before_timestamp is not None:
                 self._skips[s.key] = s.skip_before_timestamp
-        active = [TopicPartition(s.topic, s.partition, s.offset) for s in splits if not s.finished]
+        active = [s for s in splits if not s.finished]
         if active:
-            self._consumer.incremental_assign(active)
+            self._consumer.incremental_assign(
+                [TopicPartition(s.topic, s.partition, s.offset) for s in active]
+            )
+            if self._listener is not None:
+                for s in active:
+                    self._listener.add_split(s.key)
+
+    def report_splits(self, listener: SplitListener) -> None:
+        """Report the partitions being read to `listener`, now and as they are added or
+        finish (SplitReportingReader: per-partition watermarks)."""
+        self._listener = listener
+        for key in self._reading:
+            listener.add_split(key)
 
     def _discover(self, interval_s: float) -> None:
         """Background thread: every `interval_s`, list the partitions with a consumer of its
@@ -293,6 +309,8 @@ class KafkaSourceReader:
         messages = self._consumer.consume(max_records, POLL_TIMEOUT_S)
         values: list[Any] = []
         timestamps: list[int] = []
+        runs: list[tuple[tuple[str, int], int]] = []  # (partition, end): SplitRecords
+        run_key = None
         value_only = self._value_only
         deserialize = self._source.deserializer.deserialize
         reading, stops, skips = self._reading, self._stops, self._skips
@@ -317,6 +335,10 @@ class KafkaSourceReader:
                     reading[key] = offset + 1
                     continue
                 del skips[key]
+            if key != run_key:
+                if values:
+                    runs.append((run_key, len(values)))
+                run_key = key
             if value_only is not None:
                 values.append(value_only(m.value()))
             else:
@@ -325,8 +347,10 @@ class KafkaSourceReader:
             reading[key] = offset + 1
             if stop is not None and offset + 1 >= stop:
                 finished.add(key)
+        if values:
+            runs.append((run_key, len(values)))
         self._finish(finished)
-        return TimestampedRecords(values, timestamps)
+        return SplitRecords(values, timestamps, runs)
 
     def _raise_error(self, m: Any) -> None:
         from confluent_kafka import KafkaError
@@ -353,6 +377,8 @@ class KafkaSourceReader:
         if finished:
             for key in finished:
                 self._done[key] = reading.pop(key)
+                if self._listener is not None:
+                    self._listener.finish_split(key)
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in finished])
 
     def snapshot_splits(self) -> list[KafkaPartitionSplit]:
