@@ -21,6 +21,7 @@ from tidegate.datastream.connectors.kafka import (
     KafkaTopicPartition,
     KafkaTopicSelector,
 )
+from tidegate.runtime.records import TimestampedBatch
 
 
 def source(kafka, topic, **kw):
@@ -372,3 +373,30 @@ def test_closing_a_writer_aborts_its_open_transaction(kafka):
     assert "later" in seen
     if not kafka.is_tansu:  # Tansu shows aborted records too
         assert seen == ["later"]
+
+
+def test_records_are_written_with_their_stream_records_timestamps(kafka):
+    """As Flink's KafkaRecordSerializationSchema: the Kafka timestamp is the stream record's,
+    if it has one (none, or a negative one: the producer's time), also when a restore
+    re-produces a pre-committed transaction from its committable."""
+    topic = kafka.create_topic()
+    before = int(time.time() * 1000)
+    plain = sink(kafka, topic, DeliveryGuarantee.AT_LEAST_ONCE)
+    writer = plain.create_writer(0, 1, 0)
+    writer.write_batch(TimestampedBatch(["a", "b"], [1_700_000_000_000, -5]))
+    writer.write_batch(["c"])  # a batch without timestamps
+    writer.prepare_commit(1)
+    writer.close()
+    s = sink(kafka, topic)
+    s.recover(0, 1, 0, [])
+    transactional = s.create_writer(0, 1, 0)
+    transactional.write_batch(TimestampedBatch(["x"], [1_600_000_000_000]))
+    committables = transactional.prepare_commit(1)
+    sink_module._PRECOMMITTED.clear()  # the process died: the restore re-produces x
+    transactional.close()
+    s.recover(0, 1, 1, committables)
+    s.create_committer().commit(committables)
+    after = int(time.time() * 1000)
+    stamps = {r.value: r.timestamp for r in read_topic(kafka, topic)}
+    assert (stamps["a"], stamps["x"]) == (1_700_000_000_000, 1_600_000_000_000)
+    assert before <= stamps["b"] <= after and before <= stamps["c"] <= after

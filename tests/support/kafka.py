@@ -194,6 +194,7 @@ class ReadRecord:
     value: str
     headers: tuple[tuple[str, bytes], ...] = ()
     key: bytes | None = None
+    timestamp: int | None = None
 
 
 def read_topic(
@@ -221,8 +222,16 @@ def read_topic(
             for m in consumer.consume(1000, 0.1):
                 if m.error() is None:
                     headers = tuple(m.headers() or ())
+                    ts_type, ts = m.timestamp()
                     records.append(
-                        ReadRecord(m.partition(), m.offset(), m.value().decode(), headers, m.key())
+                        ReadRecord(
+                            m.partition(),
+                            m.offset(),
+                            m.value().decode(),
+                            headers,
+                            m.key(),
+                            ts if ts_type else None,
+                        )
                     )
                     last = time.monotonic()
     finally:

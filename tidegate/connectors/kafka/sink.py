@@ -5,6 +5,9 @@ AT_LEAST_ONCE: `prepare_commit` flushes the producer and fails the checkpoint (a
 a record was not acknowledged, so a completed checkpoint covers only written records; a restart
 writes the records after the checkpoint again (duplicates possible).
 
+Every guarantee writes each record with its stream record's timestamp as the Kafka timestamp
+(as Flink's KafkaRecordSerializationSchema; records without one get the producer's time).
+
 EXACTLY_ONCE, per sink subtask (writer index k, transactional ids `<prefix>-<k>-<slot>`,
 transactions.py):
 
@@ -188,9 +191,7 @@ class PlainWriter:
 
     def write_batch(self, records: list[Any]) -> None:
         _check_delivery(self._errors)
-        _produce_all(
-            self._producer, map(self._sink.serializer.serialize, records), self._on_delivery
-        )
+        _produce_all(self._producer, _serialized(self._sink.serializer, records), self._on_delivery)
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
         if self._sink.guarantee is DeliveryGuarantee.AT_LEAST_ONCE:
@@ -202,6 +203,15 @@ class PlainWriter:
         self._producer.flush(FLUSH_TIMEOUT_S)
 
 
+def _serialized(serializer: KafkaRecordSerializationSchema, records: list[Any]) -> Any:
+    """The ProducerRecords of a batch, each with its stream record's timestamp if the batch
+    has timestamps (a runtime TimestampedBatch: a list with a parallel `timestamps`)."""
+    timestamps = None if type(records) is list else getattr(records, "timestamps", None)
+    if timestamps is None:
+        return map(serializer.serialize, records)
+    return map(serializer.serialize, records, timestamps)
+
+
 def _produce_all(producer: Any, records: Any, on_delivery: Any) -> list[ProducerRecord]:
     """Produce every record (waiting for room when the local queue is full)."""
     written = []
@@ -211,6 +221,8 @@ def _produce_all(producer: Any, records: Any, on_delivery: Any) -> list[Producer
             kwargs["headers"] = list(r.headers)
         if r.partition is not None:
             kwargs["partition"] = r.partition
+        if r.timestamp is not None:
+            kwargs["timestamp"] = r.timestamp
         while True:
             try:
                 producer.produce(r.topic, r.value, **kwargs)
@@ -297,7 +309,7 @@ class TransactionalWriter:
         else:
             producer = self._producers[self._slot]
             self._check_age()
-        serialized = map(self._sink.serializer.serialize, records)
+        serialized = _serialized(self._sink.serializer, records)
         self._records.extend(_produce_all(producer, serialized, self._on_delivery))
 
     def prepare_commit(self, checkpoint_id: int) -> list[KafkaCommittable]:
