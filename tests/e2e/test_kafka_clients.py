@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.kafka import produce, read_topic
 from tidegate.common.serialization import SimpleStringSchema
+from tidegate.connectors.base import Boundedness
 from tidegate.connectors.kafka import sink as sink_module
 from tidegate.connectors.kafka.offsets import end_offset
 from tidegate.datastream.connectors.kafka import (
@@ -34,6 +35,8 @@ def source(kafka, topic, **kw):
     )
     if "stopping" in kw:
         builder.set_bounded(kw.pop("stopping"))
+    if "unbounded_stopping" in kw:
+        builder.set_unbounded(kw.pop("unbounded_stopping"))
     for key, value in kw.pop("properties", {}).items():
         builder.set_property(key, value)
     if "group" in kw:
@@ -85,6 +88,20 @@ def test_a_bounded_reader_reads_to_the_latest_offset_with_kafka_timestamps(kafka
     assert sorted(timestamps) == sorted(
         [1_000_000 + i for i in range(25)] + [1_000_000 + i for i in range(5)]
     )
+
+
+def test_an_unbounded_source_with_stopping_offsets_ends_there_and_stays_unbounded(kafka):
+    topic = kafka.create_topic(2)
+    produce(kafka, topic, ["a0", "a1"], partition=0)
+    src = source(kafka, topic, unbounded_stopping=KafkaOffsetsInitializer.latest())
+    assert src.boundedness is Boundedness.CONTINUOUS_UNBOUNDED
+    assert src.discovery_interval_s is None  # its partitions end: no new ones are looked for
+    reader = first_reader(src)
+    produce(kafka, topic, ["after-the-start"], partition=1)  # beyond the bound
+    try:
+        assert sorted(drain(reader)[0]) == ["a0", "a1"]  # then None: the source ends
+    finally:
+        reader.close()
 
 
 def test_a_reader_restored_from_its_snapshot_resumes_after_the_last_record_returned(kafka):

@@ -7,9 +7,9 @@ When each method is called, and what it guarantees:
   (first run, or every subtask's restored splits) and keeps those `split_owner` gives this
   subtask. tidegate assigns partitions itself; the consumer uses `assign()`, never a group
   rebalance.
-- The reader, when created, resolves the starting (and, bounded, stopping) offsets of its
-  splits without a position against the broker, then assigns them to its consumer. It blocks
-  on the broker once, before the subtask's loop starts.
+- The reader, when created, resolves the starting (and, with `set_bounded` or `set_unbounded`,
+  stopping) offsets of its splits without a position against the broker, then assigns them to
+  its consumer. It blocks on the broker once, before the subtask's loop starts.
 - `poll_batch` (loop thread): one `consume` of at most `POLL_TIMEOUT_S`; records of finished
   bounded splits are dropped; each split's offset advances past the records returned. Records
   carry their Kafka timestamps and say which partition they came from (`SplitRecords`).
@@ -75,6 +75,7 @@ class KafkaSource:
         deserializer: KafkaRecordDeserializationSchema,
         starting: KafkaOffsetsInitializer,
         stopping: KafkaOffsetsInitializer | None,
+        boundedness: Boundedness,
     ) -> None:
         self.properties = properties
         self.topics = topics
@@ -83,9 +84,9 @@ class KafkaSource:
         self.deserializer = deserializer
         self.starting = starting
         self.stopping = stopping
-        self.boundedness = (
-            Boundedness.CONTINUOUS_UNBOUNDED if stopping is None else Boundedness.BOUNDED
-        )
+        #: BOUNDED with `set_bounded`; CONTINUOUS_UNBOUNDED otherwise, also with
+        #: `set_unbounded`, whose stopping offsets end the partitions (and the source) too
+        self.boundedness = boundedness
 
     @staticmethod
     def builder() -> KafkaSourceBuilder:
@@ -433,6 +434,7 @@ class KafkaSourceBuilder:
         self._deserializer: KafkaRecordDeserializationSchema | None = None
         self._starting = KafkaOffsetsInitializer.earliest()
         self._stopping: KafkaOffsetsInitializer | None = None
+        self._boundedness = Boundedness.CONTINUOUS_UNBOUNDED
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> KafkaSourceBuilder:
         return self.set_property("bootstrap.servers", bootstrap_servers)
@@ -465,10 +467,12 @@ class KafkaSourceBuilder:
     def set_unbounded(
         self, stopping_offsets_initializer: KafkaOffsetsInitializer
     ) -> KafkaSourceBuilder:
-        raise NotImplementedError(
-            "set_unbounded (stop at offsets but stay a streaming source) is not supported: "
-            "use set_bounded, or no stopping offsets"
-        )
+        """Stop each partition at these offsets, as `set_bounded`, but stay a
+        CONTINUOUS_UNBOUNDED source (the job runs in STREAMING mode, also with the runtime
+        mode AUTOMATIC); the source ends when every partition reached its stopping offset."""
+        self._stopping = stopping_offsets_initializer
+        self._boundedness = Boundedness.CONTINUOUS_UNBOUNDED
+        return self
 
     def set_bounded(
         self, stopping_offsets_initializer: KafkaOffsetsInitializer
@@ -476,6 +480,7 @@ class KafkaSourceBuilder:
         """Stop each partition at these offsets (resolved when the reader starts, e.g. the
         latest offsets then), so the job ends."""
         self._stopping = stopping_offsets_initializer
+        self._boundedness = Boundedness.BOUNDED
         return self
 
     def set_value_only_deserializer(self, deserialization_schema: Any) -> KafkaSourceBuilder:
@@ -515,4 +520,5 @@ class KafkaSourceBuilder:
             self._deserializer,
             self._starting,
             self._stopping,
+            self._boundedness,
         )
