@@ -202,8 +202,8 @@ def test_new_partitions_are_discovered_and_read_from_their_start(kafka):
             r.close()
 
 
-def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None):
-    return (
+def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None, pool_size=None):
+    builder = (
         KafkaSink.builder()
         .set_bootstrap_servers(kafka.bootstrap_servers)
         .set_delivery_guarantee(guarantee)
@@ -214,8 +214,10 @@ def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None):
             .set_value_serialization_schema(SimpleStringSchema())
             .build()
         )
-        .build()
     )
+    if pool_size is not None:
+        builder.set_property("transaction.pool.size", str(pool_size))
+    return builder.build()
 
 
 def values(records):
@@ -259,6 +261,39 @@ def test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_
         assert values(committed) == ["x", "y"]
     else:  # Tansu shows aborted records too: the fenced transaction's x, y and the re-produced
         assert values(committed) == ["x", "x", "y", "y"]
+
+
+def test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old_run_used(kafka):
+    """Writer 1 of 2 (pool of 4) pre-commits on slots 0-2 and leaves a transaction open on
+    slot 3, then dies. The restore runs 1 writer with a pool of 1: it still aborts the open
+    transaction on slot 3 (the committables say the old pool size), else it would hold back
+    every later record from read_committed consumers, and re-produces the pre-committed ones."""
+    topic = kafka.create_topic()
+    old = sink(kafka, topic, pool_size=4)
+    for k in (0, 1):
+        old.recover(k, 2, 0, [])
+    writers = [old.create_writer(k, 2, 0) for k in (0, 1)]
+    restored = []
+    for checkpoint in (1, 2, 3):  # none completes
+        writers[1].write_batch([f"pre-committed-{checkpoint}"])
+        restored += writers[0].prepare_commit(checkpoint) + writers[1].prepare_commit(checkpoint)
+    writers[1].write_batch(["open"])  # on slot 3
+    sink_module._PRECOMMITTED.clear()  # the process dies (its producers linger unused)
+    new = sink(kafka, topic, pool_size=1)
+    new.recover(0, 1, 1, restored)
+    committer = new.create_committer()
+    committer.commit(restored)
+    writer = new.create_writer(0, 1, 1)
+    writer.write_batch(["later"])
+    committer.commit(writer.prepare_commit(4))
+    writer.close()
+    seen = values(read_topic(kafka, topic))
+    expected = ["later", "pre-committed-1", "pre-committed-2", "pre-committed-3"]
+    if not kafka.is_tansu:
+        assert seen == expected
+    else:  # Tansu shows aborted records too: "open" and the fenced pre-committed copies
+        assert sorted(set(seen)) == sorted([*expected, "open"])
+        assert seen.count("later") == 1 and seen.count("open") == 1
 
 
 def test_at_least_once_flushes_at_the_checkpoint(kafka):

@@ -22,9 +22,12 @@ transactions.py):
    commit it. The records and the marker become visible atomically, and the marker only grows.
 4. Recover (a restore: `Sink.recover`, then `commit` of the restored committables): fence
    every id of the writer indexes this subtask takes over (`init_transactions` aborts a
-   transaction left open by a dead process), then for each restored committable ask its
-   marker group: if its offset is n or more, n was committed: nothing to do (idempotent); else
-   re-produce its records in a new transaction on the same id, with the marker, and commit.
+   transaction left open by a dead process), every slot up to the largest pool size of this
+   run and the restored one (the committables record it: a restore with a smaller
+   `transaction.pool.size` or fewer writers still fences every id the old run used), then for
+   each restored committable ask its marker group: if its offset is n or more, n was
+   committed: nothing to do (idempotent); else re-produce its records in a new transaction on
+   the same id, with the marker, and commit.
 
 Why the records are kept in the committable. Flink commits a
 transaction after a restore by resuming it with its producer id and epoch; confluent-kafka
@@ -82,7 +85,10 @@ _PRECOMMITTED: dict[str, Any] = {}
 
 @dataclass(frozen=True, slots=True)
 class KafkaCommittable:
-    """A pre-committed transaction (`records` empty and `txn_id` None: nothing was written)."""
+    """A pre-committed transaction (`records` empty and `txn_id` None: nothing was written).
+    Every writer makes one at every checkpoint, so a restore knows each writer index of the
+    restored run and its `pool_size` (the ids `<prefix>-<writer_index>-<slot < pool_size>` it
+    may have left transactions open on)."""
 
     writer_index: int
     checkpoint_id: int
@@ -90,6 +96,7 @@ class KafkaCommittable:
     marker_group: str | None
     marker_topic: str | None
     records: tuple[ProducerRecord, ...]
+    pool_size: int
 
 
 class KafkaSink:
@@ -159,7 +166,8 @@ class KafkaSink:
 
         indexes = taken_over_indexes(subtask_index, parallelism, (c.writer_index for c in restored))
         assert all(writer_subtask(k, parallelism) == subtask_index for k in indexes)
-        for txn_id in ids_to_fence(self.prefix, indexes, self.pool_size):
+        pool_size = max([self.pool_size, *(c.pool_size for c in restored)])
+        for txn_id in ids_to_fence(self.prefix, indexes, pool_size):
             _PRECOMMITTED.pop(txn_id, None)  # of an earlier attempt in this (reused) process
             producer = Producer(self.producer_config(**{"transactional.id": txn_id}))
             producer.init_transactions(30)
@@ -313,8 +321,9 @@ class TransactionalWriter:
         self._records.extend(_produce_all(producer, serialized, self._on_delivery))
 
     def prepare_commit(self, checkpoint_id: int) -> list[KafkaCommittable]:
+        pool_size = self._sink.pool_size
         if self._slot is None:
-            return [KafkaCommittable(self._index, checkpoint_id, None, None, None, ())]
+            return [KafkaCommittable(self._index, checkpoint_id, None, None, None, (), pool_size)]
         producer = self._producers[self._slot]
         self._check_age()
         _flush(producer)
@@ -325,7 +334,13 @@ class TransactionalWriter:
         self._slot, self._records = None, []
         return [
             KafkaCommittable(
-                self._index, checkpoint_id, txn_id, self._marker, records[0].topic, records
+                self._index,
+                checkpoint_id,
+                txn_id,
+                self._marker,
+                records[0].topic,
+                records,
+                pool_size,
             )
         ]
 
