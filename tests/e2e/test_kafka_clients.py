@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.kafka import produce, read_topic
 from tidegate.common.serialization import SimpleStringSchema
-from tidegate.connectors.base import Boundedness
+from tidegate.connectors.base import Boundedness, SplitReportingReader
 from tidegate.connectors.kafka import sink as sink_module
 from tidegate.connectors.kafka.offsets import end_offset
 from tidegate.datastream.connectors.kafka import (
@@ -102,6 +102,43 @@ def test_an_unbounded_source_with_stopping_offsets_ends_there_and_stays_unbounde
         assert sorted(drain(reader)[0]) == ["a0", "a1"]  # then None: the source ends
     finally:
         reader.close()
+
+
+class Splits:
+    """A SplitListener keeping what the reader reported, in order."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def add_split(self, split_id) -> None:
+        self.events.append(("add", split_id))
+
+    def finish_split(self, split_id) -> None:
+        self.events.append(("finish", split_id))
+
+
+def test_a_reader_reports_its_partitions_and_which_one_each_record_came_from(kafka):
+    topic = kafka.create_topic(2)
+    produce(kafka, topic, [f"a{i}" for i in range(30)], partition=0)
+    produce(kafka, topic, ["b0"], partition=1)
+    reader = first_reader(source(kafka, topic, stopping=KafkaOffsetsInitializer.latest()))
+    assert isinstance(reader, SplitReportingReader)
+    splits = Splits()
+    try:
+        reader.report_splits(splits)
+        assert splits.events == [("add", (topic, 0)), ("add", (topic, 1))]
+        origin = {}
+        while (batch := reader.poll_batch(7)) is not None:
+            start = 0
+            for split_id, end in batch.split_runs:
+                origin.update((value, split_id) for value in batch[start:end])
+                start = end
+            assert start == len(batch) == len(batch.timestamps)
+    finally:
+        reader.close()
+    assert origin == {v: (topic, 0 if v[0] == "a" else 1) for v in origin}
+    assert len(origin) == 31
+    assert sorted(splits.events[2:]) == [("finish", (topic, 0)), ("finish", (topic, 1))]
 
 
 def test_a_reader_restored_from_its_snapshot_resumes_after_the_last_record_returned(kafka):

@@ -108,17 +108,36 @@ def test_a_split_without_records_holds_the_watermark_back_until_it_finishes():
 
 def test_a_finished_slow_split_no_longer_holds_the_watermark_back():
     sw, out = bounded(), Output()
-    feed(sw, out, ("slow", [5]), ("fast", [1000]))  # records add their splits
+    sw.add_split("slow")
+    sw.add_split("fast")
+    feed(sw, out, ("slow", [5]), ("fast", [1000]))
     sw.on_periodic_emit(out)
     assert out.last == 4
     sw.finish_split("slow")
-    sw.finish_split("never-added")  # ignored
     sw.on_periodic_emit(out)
     assert out.last == 999
 
 
+def test_the_last_records_of_a_split_reported_finished_in_the_same_poll_do_not_revive_it():
+    sw, out = bounded(), Output()
+    sw.add_split("ending")
+    sw.add_split("going-on")
+    feed(sw, out, ("going-on", [1000]))
+    sw.finish_split("ending")  # the reader finished it while reading its last records
+    feed(sw, out, ("ending", [7]), ("going-on", [1001]))
+    sw.on_periodic_emit(out)
+    assert sw.split_ids == ["going-on"] and out.last == 1000
+
+
+def test_records_of_a_split_never_reported_are_refused():
+    sw = bounded()
+    with pytest.raises(ValueError, match="split 'x' before reporting it"):
+        sw.on_records([("x", 1)], ["v"], [1], Output())
+
+
 def test_a_new_split_joins_at_the_minimum_watermark():
     sw, out = bounded(), Output()
+    sw.add_split("a")
     feed(sw, out, ("a", [500]))
     sw.on_periodic_emit(out)
     assert out.last == 499
@@ -193,6 +212,8 @@ def test_a_generator_without_on_events_gets_each_record_of_its_split_only():
         return made[-1]
 
     sw, out = SplitWatermarks(create, False), Output()
+    sw.add_split("a")
+    sw.add_split("b")
     feed(sw, out, ("a", [1, 2]), ("b", [7]), ("a", [3]))
     assert [g.seen for g in made] == [["a@1", "a@2", "a@3"], ["b@7"]]
     assert out.last == 3
@@ -200,6 +221,7 @@ def test_a_generator_without_on_events_gets_each_record_of_its_split_only():
 
 def test_runs_that_do_not_cover_the_batch_are_refused():
     sw = bounded()
+    sw.add_split("a")
     with pytest.raises(ValueError, match="split runs cover 1 of its 2 records"):
         sw.on_records([("a", 1)], ["x", "y"], [1, 2], Output())
 

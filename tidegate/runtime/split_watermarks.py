@@ -21,7 +21,7 @@ interleaves the splits' records:
    all nothing changes (as in Flink), except with `with_idleness`, where a subtask without
    splits is idle.
 5. `finish_split(id)`: a split that ended (a bounded split at its stopping offset) is dropped:
-   it no longer holds the watermark back.
+   it no longer holds the watermark back (its records returned after that do not count).
 
 Watermarks only advance: WatermarkGeneration (runtime/timestamps.py) drops a combined
 watermark below the last one it sent, e.g. when a new split joins behind the others.
@@ -75,6 +75,8 @@ class SplitWatermarks:
         self._create = create_generator
         self._idle_without_splits = idle_without_splits
         self._splits: dict[Hashable, _SplitOutput] = {}
+        #: splits that finished (their last records may come after `finish_split`)
+        self._finished: set[Hashable] = set()
 
     @property
     def split_ids(self) -> list[Hashable]:
@@ -94,22 +96,27 @@ class SplitWatermarks:
             self._splits[split_id] = _SplitOutput(self._create())
 
     def finish_split(self, split_id: Hashable) -> None:
-        """Step 5 (unknown ids are ignored: a split may finish before it was reported)."""
+        """Step 5. A reader may report it before returning the split's last records (in the
+        same poll): those no longer count."""
         self._splits.pop(split_id, None)
+        self._finished.add(split_id)
 
     def on_records(
         self, runs: list[tuple[Hashable, int]], values: list, timestamps: list[int], output: Any
     ) -> None:
         """Step 2: `runs` lists `(split id, end)`: the records from the previous run's end (0
-        for the first) up to `end` came from that split. Records of a split not added yet add
-        it."""
+        for the first) up to `end` came from that split (added, or finished)."""
         splits, start = self._splits, 0
         for split_id, end in runs:
             split = splits.get(split_id)
             if split is None:
-                self.add_split(split_id)
-                split = splits[split_id]
-            if end > start:
+                if split_id not in self._finished:
+                    raise ValueError(
+                        f"a reader returned records of split {split_id!r} before reporting it: "
+                        "call listener.add_split(split_id) when a split starts "
+                        "(SplitReportingReader in connectors/base.py)"
+                    )
+            elif end > start:
                 split.idle = False
                 if split.on_events is not None:
                     split.on_events(max(timestamps[start:end]))
