@@ -11,10 +11,9 @@ complete.
 Optional extensions of the source contract (the message-system sources use them): a reader's
 batch may carry its records' timestamps (`TimestampedRecords`); a reader may say which split
 each record came from (`SplitRecords`, `SplitReportingReader`: watermarks per split); a reader
-may be told each
-completed checkpoint with its splits (`CheckpointListeningReader`); a `SplitAssigningSource`
-chooses which splits each reader takes out of all of them, which lets readers discover new
-splits on their own.
+may be told each completed checkpoint with its splits (`CheckpointListeningReader`); a
+`SplitAssigningSource` chooses which splits each reader takes out of all of them, which lets
+readers discover new splits on their own.
 
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
