@@ -162,7 +162,8 @@ class Trickle(threading.Thread):
 
     def stop(self) -> list[int]:
         self.stopped.set()
-        self.join(10)
+        if self.ident is not None:  # started
+            self.join(10)
         return self.sent
 
 
