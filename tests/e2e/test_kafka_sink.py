@@ -11,9 +11,8 @@ attempts, whose open transactions the restore fenced (aborted), or from a pre-co
 transaction of a killed worker that the restore aborted and re-produced from the checkpoint
 (sink.py), which is why two copies may carry the same failed attempt. On Tansu such a pair
 may also be two committed copies: a restore's marker check (sink.py, step 4) was seen to
-answer "not committed" for a transaction the failed attempt had committed, while a killed
-writer's older transaction was still open on the marker's partition (Tansu does not keep
-KIP-447's stable-offset semantics; tests/support/kafka.py), and the transaction was
+answer "not committed" for a transaction the failed attempt had committed (Tansu returned no
+committed offset for its marker group: tests/support/kafka.py), and the transaction was
 re-produced. The test cannot tell these copies from aborted ones on Tansu.
 
 When read_committed misses records (seen about once in 20 runs of the kill -9 test on Tansu,
