@@ -16,7 +16,7 @@ them check with `KafkaBroker.is_tansu`:
   topics matching a pattern;
 - a stable-offset fetch (`committed()` of a read_committed consumer, KIP-447) sometimes
   returns no offset, and no error, for a group whose transactional offset commit completed
-  seconds before (seen in 7 of 32 instrumented runs of the sink's kill -9 test, at the
+  seconds before (seen in 6 of 31 instrumented runs of the sink's kill -9 test, at the
   restore's marker check right after fencing; the exactly-once sink then re-produces a
   committed transaction: test_kafka_sink.py). The condition was not isolated: a client-level
   reproduction was not found;
