@@ -15,7 +15,7 @@ answer "not committed" for a transaction the failed attempt had committed (Tansu
 committed offset for its marker group: tests/support/kafka.py), and the transaction was
 re-produced. The test cannot tell these copies from aborted ones on Tansu.
 
-When read_committed misses records (seen about once in 20 runs of the kill -9 test on Tansu,
+When read_committed misses records (seen in 2 of 54 runs of the kill -9 test on Tansu,
 cause not found: its consumers stop at an offset near the kill in every partition, while
 read_uncommitted holds every record), the failure says where each partition's
 read_committed view stops and what follows (`hidden_records`).

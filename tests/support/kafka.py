@@ -20,7 +20,7 @@ them check with `KafkaBroker.is_tansu`:
   restore's marker check right after fencing; the exactly-once sink then re-produces a
   committed transaction: test_kafka_sink.py). The condition was not isolated: a client-level
   reproduction was not found;
-- rarely (about once in 20 runs of the sink's kill -9 test), read_committed consumers stop
+- rarely (2 of 54 runs of the sink's kill -9 test), read_committed consumers stop
   for good at an offset near the kill in every partition, as behind a transaction that is
   never resolved, although every transactional id was fenced; whether Tansu or tidegate is
   the cause is not known.
