@@ -22,8 +22,8 @@ them check with `KafkaBroker.is_tansu`:
   reproduction was not found;
 - rarely (2 of 54 runs of the sink's kill -9 test), read_committed consumers stop
   for good at an offset near the kill in every partition, as behind a transaction that is
-  never resolved, although every transactional id was fenced; whether Tansu or tidegate is
-  the cause is not known.
+  never resolved, although the restore fences every transactional id the failed attempt
+  could have used; whether Tansu or tidegate is the cause is not known.
 """
 
 from __future__ import annotations
