@@ -325,6 +325,8 @@ def test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old
     committer.commit(writer.prepare_commit(4))
     writer.close()
     seen = values(read_topic(kafka, topic))
+    for old_writer in writers:
+        old_writer.close()  # the dead process's producers, fenced
     expected = ["later", "pre-committed-1", "pre-committed-2", "pre-committed-3"]
     if not kafka.is_tansu:
         assert seen == expected
