@@ -102,6 +102,8 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_kafka_clients.py": {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
+        "test_records_are_written_with_their_stream_records_timestamps",
+        "test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old_run_used",
     },
     "e2e/test_kafka_sink.py": {
         "test_exactly_once_through_exceptions",
@@ -111,6 +113,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_bounded_source_through_exceptions_counts_the_topic_exactly_once",
         "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
         "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
+        "test_watermarks_follow_the_slowest_partition_and_skip_idle_ones",
     },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
