@@ -34,8 +34,8 @@ from tidegate.connectors.table_files import (
     is_leftover,
     partition_dirs,
 )
-from tidegate.formats.arrow_rows import RowBatches, arrow_schema
-from tidegate.formats.base import FieldError
+from tidegate.formats.arrow_row import arrow_schema, batch_writer
+from tidegate.formats.base import FormatError
 
 ROW = Types.ROW_NAMED(["key", "value", "count"], [Types.INT(), Types.LONG(), Types.LONG()])
 
@@ -49,7 +49,7 @@ def test_row_types_map_to_arrow_types():
     nested = Types.ROW_NAMED(["a", "b"], [Types.STRING(), Types.DOUBLE()])
     schema = arrow_schema(
         Types.ROW_NAMED(
-            ["s", "i", "big", "dec", "at", "d", "t", "ts", "bytes", "ints", "m", "row"],
+            ["s", "i", "big", "dec", "at", "d", "t", "ts", "bytes", "ints", "m", "row", "pair"],
             [
                 Types.STRING(),
                 Types.INT(),
@@ -63,6 +63,7 @@ def test_row_types_map_to_arrow_types():
                 Types.LIST(Types.LONG()),
                 Types.MAP(Types.STRING(), Types.INT()),
                 nested,
+                Types.TUPLE([Types.INT(), Types.STRING()]),
             ],
         ),
         "a test",
@@ -80,10 +81,11 @@ def test_row_types_map_to_arrow_types():
         pa.list_(pa.int64()),
         pa.map_(pa.string(), pa.int32()),
         pa.struct([("a", pa.string()), ("b", pa.float64())]),
+        pa.struct([("f0", pa.int32()), ("f1", pa.string())]),
     ]
     with pytest.raises(TypeError, match=r"Types.ROW_NAMED"):
         arrow_schema(Types.STRING(), "a DeltaSink")
-    with pytest.raises(TypeError, match="has no column type"):
+    with pytest.raises(TypeError, match=r"a DeltaSink: field 'x' .* has no column type"):
         arrow_schema(Types.ROW_NAMED(["x"], [Types.PICKLED_BYTE_ARRAY()]), "a DeltaSink")
 
 
@@ -93,8 +95,7 @@ def test_rows_tuples_and_dicts_become_one_record_batch_and_misfits_name_their_co
         ["k", "n", "m", "r"],
         [Types.BIG_INT(), Types.LIST(nested), Types.MAP(Types.STRING(), Types.INT()), nested],
     )
-    batches = RowBatches(t, "a test")
-    batch = batches.batch(
+    batch = batch_writer(t, "a test")(
         [
             Row(k=1, n=[Row(a="x", b=1.0)], m={"p": 1}, r=Row(a="y", b=2.0)),
             (2, [], None, ("z", 3.0)),
@@ -111,10 +112,11 @@ def test_rows_tuples_and_dicts_become_one_record_batch_and_misfits_name_their_co
         {"k": decimal.Decimal(2), "n": [], "m": None, "r": {"a": "z", "b": 3.0}},
         {"k": None, "n": None, "m": [], "r": None},
     ]
-    with pytest.raises(FieldError, match="column 'value'"):
-        RowBatches(ROW, "a test").batch([Row(key=1, value="not a number", count=1)])
-    with pytest.raises(FieldError, match="expected 3 fields"):
-        RowBatches(ROW, "a test").batch([(1, 2)])
+    write = batch_writer(ROW, "a DeltaSink")
+    with pytest.raises(FormatError, match=r"a DeltaSink \(field 'value'\).*int64.*not a number"):
+        write([Row(key=1, value=2, count=1), Row(key=1, value="not a number", count=1)])
+    with pytest.raises(FormatError, match=r"a DeltaSink: expected 3 fields"):
+        write([(1, 2)])
 
 
 # data files and leftovers ------------------------------------------------------------------
@@ -373,8 +375,11 @@ def test_builders_say_what_is_missing():
         IcebergSink.builder().set_target_file_size(0)
 
 
+ALL_NAMES = [
+    "b", "s", "i", "f", "ok", "dec", "big", "day", "at", "when", "raw", "signed", "tags", "m", "r",
+]  # fmt: skip
 ALL_TYPES = Types.ROW_NAMED(
-    ["b", "s", "i", "f", "ok", "dec", "big", "day", "at", "when", "raw", "tags", "m", "r"],
+    ALL_NAMES,
     [
         Types.BYTE(),
         Types.SHORT(),
@@ -386,6 +391,7 @@ ALL_TYPES = Types.ROW_NAMED(
         Types.SQL_DATE(),
         Types.SQL_TIMESTAMP(),
         Types.INSTANT(),
+        Types.PRIMITIVE_ARRAY(Types.BYTE()),
         Types.PRIMITIVE_ARRAY(Types.BYTE()),
         Types.LIST(Types.STRING()),
         Types.MAP(Types.STRING(), Types.LONG()),
@@ -411,12 +417,13 @@ def test_every_column_type_is_read_back_as_written(tmp_path, kind):
         at=dt.datetime(2026, 11, 26, 10, 0, 1, 500),
         when=dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc),
         raw=b"\x00\x01",
+        signed=[-1, 0, 127],  # tidegate's value of a BYTE array: signed bytes
         tags=["a", None],
         m={"k": 1},
         r=Row(x=1, y="z"),
     )
     writer = sink.create_writer(0, 1, 0)
-    writer.write_batch([row, tuple([None] * 14)])
+    writer.write_batch([row, tuple([None] * len(ALL_NAMES))])
     sink.create_committer().commit(writer.prepare_commit(1))
     if kind == "delta":
         got = DeltaTable(sink.table_path).to_pyarrow_table().to_pylist()
@@ -428,6 +435,6 @@ def test_every_column_type_is_read_back_as_written(tmp_path, kind):
         "dec": decimal.Decimal("12.500000000000000000"), "big": decimal.Decimal(10**20),
         "day": dt.date(2026, 11, 26), "at": dt.datetime(2026, 11, 26, 10, 0, 1, 500),
         "when": dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc), "raw": b"\x00\x01",
-        "tags": ["a", None], "m": [("k", 1)], "r": {"x": 1, "y": "z"},
+        "signed": b"\xff\x00\x7f", "tags": ["a", None], "m": [("k", 1)], "r": {"x": 1, "y": "z"},
     }  # fmt: skip
     assert [r for r in got if r["b"] is None] == [dict.fromkeys(full)]

@@ -40,7 +40,7 @@ from tidegate.connectors.table_commit import (
     pending_commits,
 )
 from tidegate.connectors.table_files import DEFAULT_TARGET_FILE_SIZE, check_partition_columns
-from tidegate.formats.arrow_rows import arrow_schema
+from tidegate.formats.arrow_row import arrow_schema
 
 __all__ = ["DeltaCommitter", "DeltaSink", "DeltaSinkBuilder", "DeltaTableError"]
 

@@ -43,7 +43,7 @@ from tidegate.connectors.table_files import (
     is_leftover,
     sink_token,
 )
-from tidegate.formats.arrow_rows import RowBatches
+from tidegate.formats.arrow_row import batch_writer
 
 __all__ = [
     "TableCommittable",
@@ -228,7 +228,7 @@ class TableSink:
         files = DataFileWriter(
             fs,
             root,
-            RowBatches(self.row_type, self.what),
+            batch_writer(self.row_type, self.what),
             self.partition_by,
             keep_partition_columns=self.keep_partition_columns,
             name=DataFileName(sink_token(self.job_id, self.uid), subtask_index, 0, attempt, 0),

@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +30,6 @@ from fsspec import AbstractFileSystem
 
 from tidegate.connectors.base import writer_subtask
 from tidegate.connectors.file_sink import close_durably, open_binary
-from tidegate.formats.arrow_rows import RowBatches
 
 __all__ = [
     "DataFile",
@@ -162,14 +162,16 @@ def partition_dirs(partition: tuple[tuple[str, str | None], ...]) -> str:
 
 class DataFileWriter:
     """Keeps a writer's records as Arrow batches by partition and writes them as Parquet data
-    files under `root` on `fs` at each checkpoint (`flush`). `keep_partition_columns`: whether
-    the files hold the partition columns (Iceberg) or only their directories do (Delta)."""
+    files under `root` on `fs` at each checkpoint (`flush`). `to_batch`: a list of records ->
+    one record batch of the table's schema (formats/arrow_row.py `batch_writer`: FormatError
+    for a record that does not fit); `keep_partition_columns`: whether the files hold the
+    partition columns (Iceberg) or only their directories do (Delta)."""
 
     def __init__(
         self,
         fs: AbstractFileSystem,
         root: str,
-        batches: RowBatches,
+        to_batch: Callable[[list[Any]], pa.RecordBatch],
         partition_by: tuple[str, ...],
         keep_partition_columns: bool,
         name: DataFileName,
@@ -177,7 +179,7 @@ class DataFileWriter:
     ) -> None:
         self._fs = fs
         self._root = root.rstrip("/")
-        self._batches = batches
+        self._to_batch = to_batch
         self._partition_by = partition_by
         self._keep = keep_partition_columns
         self._name = name
@@ -188,7 +190,7 @@ class DataFileWriter:
 
     def write(self, records: list[Any]) -> None:
         if records:
-            self._buffer.append(self._batches.batch(records))
+            self._buffer.append(self._to_batch(records))
 
     def flush(self, checkpoint_id: int) -> list[DataFile]:
         """Write every buffered record into durable Parquet files named for `checkpoint_id`,
