@@ -89,7 +89,7 @@ def test_row_types_map_to_arrow_types():
         arrow_schema(Types.ROW_NAMED(["x"], [Types.PICKLED_BYTE_ARRAY()]), "a DeltaSink")
 
 
-def test_rows_tuples_and_dicts_become_one_record_batch_and_misfits_name_their_column():
+def test_rows_tuples_and_dicts_become_one_record_batch_and_misfits_name_sink_field_record():
     nested = Types.ROW_NAMED(["a", "b"], [Types.STRING(), Types.DOUBLE()])
     t = Types.ROW_NAMED(
         ["k", "n", "m", "r"],
@@ -377,6 +377,7 @@ def test_builders_say_what_is_missing():
 
 ALL_NAMES = [
     "b", "s", "i", "f", "ok", "dec", "big", "day", "at", "when", "raw", "signed", "tags", "m", "r",
+    "pair",
 ]  # fmt: skip
 ALL_TYPES = Types.ROW_NAMED(
     ALL_NAMES,
@@ -396,6 +397,7 @@ ALL_TYPES = Types.ROW_NAMED(
         Types.LIST(Types.STRING()),
         Types.MAP(Types.STRING(), Types.LONG()),
         Types.ROW_NAMED(["x", "y"], [Types.INT(), Types.STRING()]),
+        Types.TUPLE([Types.BIG_INT(), Types.STRING()]),
     ],
 )
 
@@ -421,6 +423,7 @@ def test_every_column_type_is_read_back_as_written(tmp_path, kind):
         tags=["a", None],
         m={"k": 1},
         r=Row(x=1, y="z"),
+        pair=(-(10**30), "p"),
     )
     writer = sink.create_writer(0, 1, 0)
     writer.write_batch([row, tuple([None] * len(ALL_NAMES))])
@@ -436,5 +439,6 @@ def test_every_column_type_is_read_back_as_written(tmp_path, kind):
         "day": dt.date(2026, 11, 26), "at": dt.datetime(2026, 11, 26, 10, 0, 1, 500),
         "when": dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc), "raw": b"\x00\x01",
         "signed": b"\xff\x00\x7f", "tags": ["a", None], "m": [("k", 1)], "r": {"x": 1, "y": "z"},
+        "pair": {"f0": decimal.Decimal(-(10**30)), "f1": "p"},
     }  # fmt: skip
     assert [r for r in got if r["b"] is None] == [dict.fromkeys(full)]

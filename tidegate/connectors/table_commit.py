@@ -132,7 +132,7 @@ class TableSinkWriter:
 
     def write_batch(self, records: list[Any]) -> None:
         """Step 1: keep the records (converted to Arrow: a record that does not fit the row
-        type fails here, naming the column)."""
+        type raises FormatError here, naming the sink, the field and the record)."""
         self._files.write(records)
 
     def prepare_commit(self, checkpoint_id: int) -> list[TableCommittable]:
