@@ -191,12 +191,10 @@ def batch_writer(
     converters = [_to_arrow(ft) for ft in t.field_types]
 
     def write(records: list[Any]) -> pa.RecordBatch:
-        rows = []
-        for record in records:
-            try:
-                rows.append(row_values(record, names))
-            except FieldError as e:
-                raise FormatError(what, e.reason, record, field=e.dotted()) from None
+        try:
+            rows = [row_values(record, names) for record in records]
+        except FieldError as e:
+            raise _record_error(what, names, records, e) from None
         columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
         arrays = []
         for name, field, convert, column in zip(names, schema, converters, columns, strict=True):
@@ -212,6 +210,21 @@ def batch_writer(
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return write
+
+
+def _record_error(
+    what: str, names: list[str], records: list[Any], error: FieldError
+) -> FormatError:
+    """The error of the first record whose fields cannot be read (`error`: what was raised)."""
+    for record in records:
+        try:
+            row_values(record, names)
+        except FieldError as e:
+            error = e
+            break
+    else:
+        record = records[:1]
+    return FormatError(what, error.reason, record, field=error.dotted())
 
 
 def _column_error(
