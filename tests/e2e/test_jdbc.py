@@ -156,8 +156,8 @@ def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
     listed = _cli("transactions", "list", job_dir, *url, "--json")
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
-    covered = [r["gid"] for r in rows if r["covered_by_checkpoint"] is not None]
-    others = [r["gid"] for r in rows if r["covered_by_checkpoint"] is None]
+    covered = [r["id"] for r in rows if r["covered_by_checkpoint"] is not None]
+    others = [r["id"] for r in rows if r["covered_by_checkpoint"] is None]
     assert covered and uncovered.gid in others
     table = _cli("transactions", "list", job_dir, *url)
     assert uncovered.gid in table.output and re.search(r" chk-\d+\n", table.output)
@@ -168,7 +168,7 @@ def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
     assert refused.exit_code == 2 and "refusing to abort" in refused.output
     assert _cli("transactions", "commit", job_dir, *covered, *url).exit_code == 0
     assert _cli("transactions", "abort", job_dir, *others, *url).exit_code == 0
-    assert "no prepared transactions" in _cli("transactions", "list", job_dir, *url).output
+    assert "no lingering sink transactions" in _cli("transactions", "list", job_dir, *url).output
 
     lines = _events(postgres_server, events)
     assert lines and (0, 10**9) not in [tuple(map(int, line.split(",")[:2])) for line in lines]
