@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tidegate.cli.errors import CliError, one_line
 from tidegate.cli.transactions.model import Covered, JobCommittables, LingeringTransaction
@@ -79,6 +80,30 @@ def lingering_kafka(
     return list(found.values())
 
 
+def _check_reachable(bootstrap: str) -> None:
+    """A clear error if no broker at `bootstrap` answers (early once librdkafka reports every
+    broker down)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[Any] = []
+    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, "log_level": 0})
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            admin.list_topics(timeout=0.5)
+            return
+        except KafkaException as e:
+            admin.poll(0)  # serves error_cb
+            down = any(err.code() == KafkaError._ALL_BROKERS_DOWN for err in errors)
+            if down or time.monotonic() > deadline:
+                why = errors[0].str() if errors else e.args[0].str()
+                raise CliError(
+                    f"cannot reach Kafka at {bootstrap}: {one_line(why)}",
+                    "check --kafka (host:port of the sink's bootstrap servers)",
+                ) from e
+
+
 class KafkaTransactions:
     """The transactional ids of the job's exactly-once KafkaSinks, at the brokers
     `bootstrap`."""
@@ -86,16 +111,7 @@ class KafkaTransactions:
     kind = KIND
 
     def __init__(self, job: JobCommittables, bootstrap: str) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
-
-        try:
-            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=CONNECT_TIMEOUT_S)
-        except KafkaException as e:
-            raise CliError(
-                f"cannot reach Kafka at {bootstrap}: {one_line(str(e.args[0]))}",
-                "check --kafka (host:port of the sink's bootstrap servers)",
-            ) from e
+        _check_reachable(bootstrap)
         self._covered = job.of_type(KafkaCommittable)
         self._committers: dict[str, KafkaCommitter] = {}
         self._sinks: dict[str, KafkaSink] = {}
