@@ -15,18 +15,16 @@ from typing import Any
 from click.testing import CliRunner
 
 from tests.e2e.connector_jobs import FailingAfterCheckpoint, run_failing_after_checkpoint_2
+from tests.e2e.kafka_jobs import exactly_once_sink
 from tests.support.environments import file_sink
 from tests.support.kafka import read_topic
 from tests.support.output import committed_lines
 from tests.support.references import check_consistent_prefix
+from tests.support.waiting import wait_until
 from tidegate.cli import cli
 from tidegate.common import Types
 from tidegate.common.serialization import SimpleStringSchema
-from tidegate.datastream.connectors.kafka import (
-    DeliveryGuarantee,
-    KafkaRecordSerializationSchema,
-    KafkaSink,
-)
+from tidegate.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
 
 
 def _cli(*args: str) -> Any:
@@ -40,14 +38,7 @@ def _kafka_sink(kafka, topic: str) -> KafkaSink:
         .set_value_serialization_schema(SimpleStringSchema())
         .build()
     )
-    return (
-        KafkaSink.builder()
-        .set_bootstrap_servers(kafka.bootstrap_servers)
-        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-        .set_transactional_id_prefix(f"{topic}-job")
-        .set_record_serializer(serializer)
-        .build()
-    )
+    return exactly_once_sink(kafka, topic, serializer)
 
 
 def _listed(job_dir: str, *options: str) -> list[dict[str, Any]]:
@@ -118,7 +109,15 @@ def test_the_cli_resolves_the_pending_files_and_kafka_transactions_a_killed_job_
     assert refused.exit_code == 2 and "refusing to abort" in refused.stderr
     assert _cli("transactions", "commit", job_dir, *covered, *kafka_options).exit_code == 0
     assert _cli("transactions", "abort", job_dir, *uncovered, *kafka_options).exit_code == 0
-    assert [r["covered_by_checkpoint"] for r in _listed(job_dir, *kafka_options)] == [None] * 10
+    # the marker check of a commit just made: Tansu's stable-offset fetch may lag (support/kafka.py)
+    wait_until(
+        lambda: (
+            [r["covered_by_checkpoint"] for r in _listed(job_dir, *kafka_options)] == [None] * 10
+        ),
+        "the markers of the committed transactions",
+        timeout=10,
+        interval=0.5,
+    )
 
     records = [r.value for r in read_topic(kafka, topic)]
     if not kafka.is_tansu:

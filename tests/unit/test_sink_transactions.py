@@ -4,17 +4,26 @@ tests/e2e/test_transactions_cli.py and test_jdbc.py)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
-from tidegate.cli.transactions.files import lingering_files
+import pytest
+
+from tidegate.cli.transactions.files import FileTransactions, UnsupportedFilesystem, lingering_files
 from tidegate.cli.transactions.kafka import lingering_kafka
-from tidegate.cli.transactions.model import Covered, LingeringTransaction, refusal
+from tidegate.cli.transactions.model import (
+    Covered,
+    JobCommittables,
+    LingeringTransaction,
+    refusal,
+)
 from tidegate.cli.transactions.postgres import lingering_prepared
 from tidegate.connectors.file_sink import FileSinkCommittable
 from tidegate.connectors.jdbc.gids import Gid
 from tidegate.connectors.jdbc.transactions import PreparedTransaction
 from tidegate.connectors.kafka.records import ProducerRecord
 from tidegate.connectors.kafka.sink import KafkaCommittable
+from tidegate.connectors.kafka.transactions import prefix_of
 
 
 def _transaction(covered_by: int | None) -> LingeringTransaction:
@@ -85,6 +94,13 @@ def test_files_only_names_in_progress_files_of_the_sinks_part_names():
     ]
 
 
+def test_files_on_an_object_store_are_refused_naming_the_path():
+    on_s3 = FileSinkCommittable("bucket/out/.part-0-0-0.inprogress", "bucket/out/part-0-0-0")
+    job = JobCommittables("j", (Covered("sink", 1, 1_000, 0, 1, on_s3),))
+    with pytest.raises(UnsupportedFilesystem, match=re.escape(on_s3.in_progress_path)):
+        FileTransactions(job)
+
+
 def _kafka(writer: int, checkpoint: int, slot: int | None, pool_size: int = 2) -> KafkaCommittable:
     if slot is None:  # the writer wrote nothing in this checkpoint
         return KafkaCommittable(writer, checkpoint, None, None, None, (), pool_size)
@@ -116,3 +132,9 @@ def test_kafka_covers_the_uncommitted_transactions_of_completed_checkpoints():
 def test_kafka_lists_nothing_for_a_sink_that_never_wrote():
     covered = [Covered("sink", 1, 1_000, 0, 1, _kafka(0, 1, None))]
     assert lingering_kafka(covered, lambda c: False, now_ms=0) == []
+
+
+def test_the_prefix_of_a_transactional_id_is_before_its_writer_and_slot():
+    assert prefix_of("orders-job-1-4") == "orders-job"
+    with pytest.raises(ValueError, match="not a transactional id"):
+        prefix_of("orders-job-x-4")

@@ -23,7 +23,7 @@ import click
 
 from tidegate.cli.errors import CliError, reported, verbose_option
 from tidegate.cli.formatting import format_table
-from tidegate.cli.transactions.files import FileTransactions
+from tidegate.cli.transactions.files import FileTransactions, UnsupportedFilesystem
 from tidegate.cli.transactions.model import (
     JobCommittables,
     LingeringTransaction,
@@ -67,13 +67,19 @@ def _job(source: str, url: str | None) -> JobCommittables:
     return JobCommittables(source, ())
 
 
-def _kinds(job: JobCommittables, url: str | None, user: str | None, bootstrap: str | None):
+def _kinds(
+    job: JobCommittables, url: str | None, user: str | None, bootstrap: str | None
+) -> list[SinkTransactions]:
     """The kinds to look at, and hints for the ones the job's committables ask for but the
     options leave out."""
     from tidegate.connectors.jdbc.exactly_once import PreparedTransactionCommittable
     from tidegate.connectors.kafka.sink import KafkaCommittable
 
-    kinds: list[SinkTransactions] = [FileTransactions(job)]
+    kinds: list[SinkTransactions] = []
+    try:
+        kinds.append(FileTransactions(job))
+    except UnsupportedFilesystem as e:
+        click.echo(f"note: {e.message}", err=True)
     if url is not None:
         from tidegate.cli.transactions.postgres import PostgresTransactions
 
@@ -186,35 +192,28 @@ def _resolve(
             kind.close()
 
 
-@transactions_command.command("commit")
-@click.argument("source", metavar="JOB_DIR")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...")
-@_with_options
-def commit_transactions(
-    source: str,
-    ids: tuple[str, ...],
-    url: str | None,
-    user: str | None,
-    bootstrap: str | None,
-    verbose: bool,
-) -> None:
-    """Commit sink transactions that a completed checkpoint of the job covers."""
-    with reported(verbose):
-        _resolve(source, ids, url, user, bootstrap, commit=True)
+def _resolve_command(commit: bool, help: str) -> Any:
+    @transactions_command.command("commit" if commit else "abort", help=help)
+    @click.argument("source", metavar="JOB_DIR")
+    @click.argument("ids", nargs=-1, required=True, metavar="ID...")
+    @_with_options
+    def command(
+        source: str,
+        ids: tuple[str, ...],
+        url: str | None,
+        user: str | None,
+        bootstrap: str | None,
+        verbose: bool,
+    ) -> None:
+        with reported(verbose):
+            _resolve(source, ids, url, user, bootstrap, commit)
+
+    return command
 
 
-@transactions_command.command("abort")
-@click.argument("source", metavar="JOB_DIR")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...")
-@_with_options
-def abort_transactions(
-    source: str,
-    ids: tuple[str, ...],
-    url: str | None,
-    user: str | None,
-    bootstrap: str | None,
-    verbose: bool,
-) -> None:
-    """Abort sink transactions that no completed checkpoint of the job covers."""
-    with reported(verbose):
-        _resolve(source, ids, url, user, bootstrap, commit=False)
+commit_transactions = _resolve_command(
+    True, "Commit sink transactions that a completed checkpoint of the job covers."
+)
+abort_transactions = _resolve_command(
+    False, "Abort sink transactions that no completed checkpoint of the job covers."
+)

@@ -21,7 +21,7 @@ from tidegate.cli.errors import CliError
 from tidegate.cli.transactions.model import Covered, JobCommittables, LingeringTransaction
 from tidegate.connectors.file_sink import FileSinkCommittable, FileSinkCommitter
 
-__all__ = ["FileTransactions", "in_progress_pattern", "lingering_files"]
+__all__ = ["FileTransactions", "UnsupportedFilesystem", "in_progress_pattern", "lingering_files"]
 
 KIND = "files"
 #: a part file's name: `<prefix>-<subtask>-<attempt>-<counter><suffix>` (file_sink.py)
@@ -83,6 +83,10 @@ def lingering_files(
     return list(found.values())
 
 
+class UnsupportedFilesystem(CliError):
+    """The job's FileSink writes to an object store: its files are not looked at."""
+
+
 class FileTransactions:
     """The pending part files of the job's FileSinks (on the local filesystem)."""
 
@@ -95,11 +99,11 @@ class FileTransactions:
         }
         remote = [p for p in self._committables if not os.path.isabs(p)]
         if remote:
-            raise CliError(
-                f"the job's FileSink writes to a filesystem other than the local one ({remote[0]})"
-                ": `tidegate transactions` resolves pending files on the local filesystem only",
-                "commit a pending file by renaming it to its name without the leading '.' and "
-                "the '.inprogress' suffix; delete the uncovered ones",
+            raise UnsupportedFilesystem(
+                f"the job's FileSink writes to a filesystem other than the local one "
+                f"({remote[0]}): its pending files are not listed (`tidegate transactions` "
+                "resolves pending files on the local filesystem only; by hand: a covered file is "
+                "committed by renaming it without the leading '.' and the '.inprogress' suffix)"
             )
         self._committer = FileSinkCommitter("/")
 
