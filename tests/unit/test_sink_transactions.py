@@ -116,7 +116,7 @@ def test_kafka_covers_the_uncommitted_transactions_of_completed_checkpoints():
         Covered("sink", 2, 2_000, 0, 2, pending),
         Covered("sink", 2, 2_000, 1, 2, _kafka(1, 2, None, pool_size=3)),
     ]
-    found = lingering_kafka(covered, lambda c: c is done, now_ms=5_000)
+    found = lingering_kafka(covered, lambda c: c.committable is done, now_ms=5_000)
     rows = [(t.id, t.writer, t.checkpoint_id, t.age_s, t.covered_by) for t in found]
     assert rows == [
         ("job-a-0-1", 0, 2, 3.0, 2),

@@ -89,7 +89,11 @@ def _kinds(
     if bootstrap is not None:
         from tidegate.cli.transactions.kafka import KafkaTransactions
 
-        kinds.append(KafkaTransactions(job, bootstrap))
+        try:
+            kinds.append(KafkaTransactions(job, bootstrap))
+        except CliError:
+            _close(kinds)
+            raise
     elif any(c.committable.txn_id for c in job.of_type(KafkaCommittable)):
         click.echo("the job has a KafkaSink: pass --kafka BOOTSTRAP to see its ids", err=True)
     return kinds
@@ -154,8 +158,12 @@ def _lingering(kinds: list[SinkTransactions]) -> list[LingeringTransaction]:
     try:
         return [t for kind in kinds for t in kind.lingering()]
     finally:
-        for kind in kinds:
-            kind.close()
+        _close(kinds)
+
+
+def _close(kinds: list[SinkTransactions]) -> None:
+    for kind in kinds:
+        kind.close()
 
 
 def _resolve(
@@ -188,8 +196,7 @@ def _resolve(
             verb = "committed" if commit else "aborted"
             click.echo(f"{verb} {id_}" if done else f"{id_} was resolved meanwhile by another")
     finally:
-        for kind in kinds:
-            kind.close()
+        _close(kinds)
 
 
 def _resolve_command(commit: bool, help: str) -> Any:

@@ -52,10 +52,10 @@ def _prefix(covered: list[Covered]) -> str | None:
 
 
 def lingering_kafka(
-    covered: list[Covered], committed: Callable[[KafkaCommittable], bool], now_ms: int
+    covered: list[Covered], committed: Callable[[Covered], bool], now_ms: int
 ) -> list[LingeringTransaction]:
     """The lingering transactional ids of the KafkaSinks whose committables `covered` holds;
-    `committed(c)`: whether the marker says `c` was committed."""
+    `committed(c)`: whether the marker says `c`'s transaction was committed."""
     found: dict[str, LingeringTransaction] = {}
     for sink in _by_sink(covered).values():
         prefix = _prefix(sink)
@@ -63,7 +63,7 @@ def lingering_kafka(
             continue
         for c in sink:
             txn_id = c.committable.txn_id
-            if txn_id is None or txn_id in found or committed(c.committable):
+            if txn_id is None or txn_id in found or committed(c):
                 continue
             age = round((now_ms - c.completed_ms) / 1000, 1)
             found[txn_id] = LingeringTransaction(
@@ -130,10 +130,7 @@ class KafkaTransactions:
         return self._committers[c.uid].is_committed(c.committable)
 
     def lingering(self) -> list[LingeringTransaction]:
-        committed = {id(c.committable): self._committed(c) for c in self._pending()}
-        return lingering_kafka(
-            self._covered, lambda k: committed.get(id(k), True), int(time.time() * 1000)
-        )
+        return lingering_kafka(self._covered, self._committed, int(time.time() * 1000))
 
     def _pending(self) -> list[Covered]:
         return [c for c in self._covered if c.committable.txn_id is not None]
