@@ -187,6 +187,9 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_task_local_recovery.py": {
         "test_a_restore_prefers_intact_local_copies_and_stays_exactly_once",
     },
+    "e2e/test_transactions_cli.py": {
+        "test_the_cli_resolves_the_pending_files_and_kafka_transactions_a_killed_job_left",
+    },
     "e2e/test_timers.py": {
         "test_event_time_timers_fire_at_the_end_of_input_exactly_once_across_failures",
         "test_processing_time_timers_fire_exactly_once_across_an_exception_and_two_kills",

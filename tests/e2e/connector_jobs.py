@@ -11,12 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.jobs import FailAtValues, InjectedFailure, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
 from tests.support.waiting import wait_for_checkpoints
-from tidegate.common import JobStatus, Row, Types, WatermarkStrategy
+from tidegate.common import JobStatus, RestartStrategies, Row, Types, WatermarkStrategy
+from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.connectors.file_system import (
@@ -60,22 +63,49 @@ def source_count_job(
     return env
 
 
-class AsRowFailingAfterCheckpoint(MapFunction, CheckpointListener):
-    """`counted_row`; in the first attempt it fails when its second checkpoint completed, before
-    the sink chained after it is notified: the sink's pre-committed transactions of that
-    completed checkpoint are left to the restore to commit."""
+class FailingAfterCheckpoint(MapFunction, CheckpointListener):
+    """Passes records on; in the first attempt it fails when its second checkpoint completed,
+    before the sinks chained after it are notified: the sinks' pre-committed transactions of
+    that completed checkpoint are left to the restore to commit."""
 
     def open(self, runtime_context) -> None:
         self.first_attempt = runtime_context.get_attempt_number() == 0
         self.completed = 0
 
-    def map(self, value: str) -> Row:
-        return counted_row(value)
+    def map(self, value: Any) -> Any:
+        return value
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.completed += 1
         if self.first_attempt and self.completed == 2:
             raise InjectedFailure(f"injected failure after checkpoint {checkpoint_id}")
+
+
+class AsRowFailingAfterCheckpoint(FailingAfterCheckpoint):
+    """`counted_row`, failing as FailingAfterCheckpoint."""
+
+    def map(self, value: str) -> Row:
+        return counted_row(value)
+
+
+def run_failing_after_checkpoint_2(
+    sinks: list[Any],
+    checkpoints: Path,
+    *,
+    n: int,
+    rate: float,
+    as_record: tuple[FailingAfterCheckpoint, Any],
+) -> str:
+    """Runs `sink_count_job` into `sinks` at parallelism 2 without restarts, failing (by
+    `as_record`) after its checkpoint 2 completed and before the sinks committed it, as a
+    killed job leaves its sinks; returns the job id (its checkpoints are in
+    `checkpoints / job id`)."""
+    env = sink_count_job(sinks, checkpoints, n=n, rate=rate, as_record=as_record)
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    job = env.execute_async("a job that fails after checkpoint 2")
+    with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
+        job.get_job_execution_result().result(timeout=120)
+    return job.jobmaster.job_id
 
 
 def sink_count_job(

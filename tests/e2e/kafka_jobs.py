@@ -186,7 +186,15 @@ def sink_job(
         .set_headers(lambda e: [("attempt", str(e[1]).encode())])
         .build()
     )
-    sink = (
+    ds.sink_to(exactly_once_sink(kafka, topic, serializer)).uid("kafka-sink")
+    return env
+
+
+def exactly_once_sink(
+    kafka: KafkaBroker, topic: str, serializer: KafkaRecordSerializationSchema
+) -> KafkaSink:
+    """An EXACTLY_ONCE KafkaSink with the transactional id prefix `<topic>-job`."""
+    return (
         KafkaSink.builder()
         .set_bootstrap_servers(kafka.bootstrap_servers)
         .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
@@ -194,8 +202,6 @@ def sink_job(
         .set_record_serializer(serializer)
         .build()
     )
-    ds.sink_to(sink).uid("kafka-sink")
-    return env
 
 
 class PartitionCounts(ProcessAllWindowFunction):

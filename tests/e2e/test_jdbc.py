@@ -13,10 +13,14 @@ import uuid
 from typing import Any
 
 import psycopg
-import pytest
 from click.testing import CliRunner
 
-from tests.e2e.connector_jobs import COUNTED_ROW, AsRowFailingAfterCheckpoint, sink_count_job
+from tests.e2e.connector_jobs import (
+    COUNTED_ROW,
+    AsRowFailingAfterCheckpoint,
+    run_failing_after_checkpoint_2,
+    sink_count_job,
+)
 from tests.e2e.jobs import kill_slots
 from tests.support.references import (
     check_consistent_prefix,
@@ -25,8 +29,6 @@ from tests.support.references import (
 )
 from tests.support.waiting import wait_until
 from tidegate.cli import cli
-from tidegate.common import RestartStrategies
-from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream.connectors.jdbc import (
     JdbcConnectionOptions,
     JdbcExecutionOptions,
@@ -115,27 +117,22 @@ N_FAILING = 50_000
 
 
 def _a_job_failing_after_checkpoint_2(tmp_path, postgres_server) -> tuple[JdbcSink, str, str]:
-    """Runs, at parallelism 2 without restarts, a job whose exactly-once sink's checkpoint 2
-    completed and was not committed (it fails before the sink is notified): (the sink, its
-    table, the job id)."""
+    """`run_failing_after_checkpoint_2` into an exactly-once sink: (the sink, its table, the
+    job id)."""
     events = _events_table(postgres_server)
     sink = JdbcSink.exactly_once_sink(
         f"INSERT INTO {events} (k, v, c) VALUES (?, ?, ?)",
         COUNTED_ROW,
         _connection(postgres_server),
     )
-    env = sink_count_job(
+    job_id = run_failing_after_checkpoint_2(
         [sink],
         tmp_path / "chk",
         n=N_FAILING,
         rate=5_000,
         as_record=(AsRowFailingAfterCheckpoint(), COUNTED_ROW),
     )
-    env.set_restart_strategy(RestartStrategies.no_restart())
-    job = env.execute_async("jdbc job that fails")
-    with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
-        job.get_job_execution_result().result(timeout=120)
-    return sink, events, job.jobmaster.job_id
+    return sink, events, job_id
 
 
 def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
@@ -156,8 +153,8 @@ def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
     listed = _cli("transactions", "list", job_dir, *url, "--json")
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
-    covered = [r["gid"] for r in rows if r["covered_by_checkpoint"] is not None]
-    others = [r["gid"] for r in rows if r["covered_by_checkpoint"] is None]
+    covered = [r["id"] for r in rows if r["covered_by_checkpoint"] is not None]
+    others = [r["id"] for r in rows if r["covered_by_checkpoint"] is None]
     assert covered and uncovered.gid in others
     table = _cli("transactions", "list", job_dir, *url)
     assert uncovered.gid in table.output and re.search(r" chk-\d+\n", table.output)
@@ -168,7 +165,7 @@ def test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left(
     assert refused.exit_code == 2 and "refusing to abort" in refused.output
     assert _cli("transactions", "commit", job_dir, *covered, *url).exit_code == 0
     assert _cli("transactions", "abort", job_dir, *others, *url).exit_code == 0
-    assert "no prepared transactions" in _cli("transactions", "list", job_dir, *url).output
+    assert "no lingering sink transactions" in _cli("transactions", "list", job_dir, *url).output
 
     lines = _events(postgres_server, events)
     assert lines and (0, 10**9) not in [tuple(map(int, line.split(",")[:2])) for line in lines]

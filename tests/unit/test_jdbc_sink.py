@@ -440,28 +440,6 @@ def test_subtasks_creating_the_marker_table_at_once_all_succeed(no_2pc_server):
         c.close()
 
 
-def test_the_transactions_tool_lists_the_jobs_prepared_transactions_with_their_cover():
-    from datetime import UTC, datetime
-
-    from tidegate.cli.transactions import lingering
-    from tidegate.connectors.jdbc.transactions import PreparedTransaction
-
-    def prepared(job, checkpoint):
-        gid = Gid(job, 0, 0, checkpoint, "n")
-        return PreparedTransaction(gid, datetime.now(UTC), "postgres", "db")
-
-    found = [prepared("run-2", 7), prepared("run-1", 5), prepared("run-1", 6), prepared("x", 5)]
-    covered = {str(Gid("run-1", 0, 0, 5, "n")): 7}  # run 2 restored run 1's checkpoint 5
-    chosen = lingering(found, "run-2", covered)
-    assert [
-        (t.prepared.gid.job_id, t.prepared.gid.checkpoint_id, t.covered_by) for t in chosen
-    ] == [
-        ("run-2", 7, None),
-        ("run-1", 5, 7),
-        ("run-1", 6, None),
-    ]
-
-
 def test_add_sink_takes_a_jdbc_sink_as_pyflink_programs_add_it():
     from tidegate.datastream import StreamExecutionEnvironment
     from tidegate.datastream.data_stream import DataStreamSink

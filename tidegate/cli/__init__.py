@@ -10,7 +10,8 @@
     tidegate check-restore JOB.py --from PATH [--parallelism N] [--allow-non-restored-state]
                            [--verify] [--json] [-- job args...]
     tidegate rewrite-savepoint SRC --max-parallelism M --output DST [--parallelism P]
-    tidegate transactions list|commit|abort JOB_DIR [GID...] --postgres URL [--user NAME]
+    tidegate transactions list|commit|abort JOB_DIR [ID...] [--postgres URL [--user NAME]]
+                          [--kafka BOOTSTRAP]
     tidegate --version
 
 The job commands talk to the drivers' REST API (`--address URL`, default: every driver

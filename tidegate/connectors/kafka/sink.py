@@ -162,15 +162,20 @@ class KafkaSink:
         `restored` (the committer re-produces what was not committed)."""
         if self.guarantee is not DeliveryGuarantee.EXACTLY_ONCE:
             return
-        from confluent_kafka import Producer
-
         indexes = taken_over_indexes(subtask_index, parallelism, (c.writer_index for c in restored))
         assert all(writer_subtask(k, parallelism) == subtask_index for k in indexes)
         pool_size = max([self.pool_size, *(c.pool_size for c in restored)])
         for txn_id in ids_to_fence(self.prefix, indexes, pool_size):
             _PRECOMMITTED.pop(txn_id, None)  # of an earlier attempt in this (reused) process
-            producer = Producer(self.producer_config(**{"transactional.id": txn_id}))
-            producer.init_transactions(30)
+            self.fence(txn_id)
+
+    def fence(self, txn_id: str) -> None:
+        """Abort the transaction a dead producer left open on `txn_id`, if any
+        (`init_transactions` bumps the id's epoch; a no-op for an id without one). Called by
+        `recover`, and by `tidegate transactions abort`."""
+        from confluent_kafka import Producer
+
+        Producer(self.producer_config(**{"transactional.id": txn_id})).init_transactions(30)
 
     def __repr__(self) -> str:
         return f"KafkaSink({self.guarantee.name}, prefix={self.prefix!r})"
@@ -381,11 +386,12 @@ class KafkaCommitter:
             producer = _PRECOMMITTED.pop(c.txn_id, None)
             if producer is not None:
                 self._commit(producer, c)
-            elif not self._marked(c):
+            elif not self.is_committed(c):
                 self._reproduce(c)
 
-    def _marked(self, c: KafkaCommittable) -> bool:
-        """Whether the marker group says checkpoint `c.checkpoint_id` was committed on its id."""
+    def is_committed(self, c: KafkaCommittable) -> bool:
+        """Whether the marker group says checkpoint `c.checkpoint_id` was committed on its id
+        (also asked by `tidegate transactions list`)."""
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer(

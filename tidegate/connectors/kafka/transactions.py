@@ -10,11 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["ids_to_fence", "marker_group", "taken_over_indexes", "transactional_id"]
+__all__ = [
+    "ids_to_fence",
+    "marker_group",
+    "prefix_of",
+    "taken_over_indexes",
+    "transactional_id",
+]
 
 
 def transactional_id(prefix: str, writer_index: int, slot: int) -> str:
     return f"{prefix}-{writer_index}-{slot}"
+
+
+def prefix_of(txn_id: str) -> str:
+    """The prefix of an id `transactional_id` made."""
+    prefix, writer_index, slot = txn_id.rsplit("-", 2)
+    if not (prefix and writer_index.isdigit() and slot.isdigit()):
+        raise ValueError(f"not a transactional id of the Kafka sink: {txn_id!r}")
+    return prefix
 
 
 def marker_group(prefix: str, writer_index: int, instance: str) -> str:
