@@ -21,8 +21,22 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from tidegate.state.handles import HEAP_CHANGELOG
+from tidegate.state.heap_changelog import (
+    ChangeLog,
+    ChangeTrackingTable,
+    KeyedStateChanges,
+    capture_changes,
+    needs_materialization,
+)
+from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
 from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.rocksdb_incremental import (
+    IncrementalKeyedStateHandle,
+    IncrementalTracker,
+    shared_base,
+)
 from tidegate.state.snapshot_format import KeyedStateSnapshot, KeyGroupData
 from tidegate.state.ttl.factory import snapshot_transformers
 
@@ -96,6 +110,7 @@ class HeapListState(_KeyedState):
             self._table[key] = [value]
         else:
             elements.append(value)
+            self._table[key] = elements  # marks the key changed (incremental checkpoints)
 
     def add_all(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -103,6 +118,7 @@ class HeapListState(_KeyedState):
         elements = self._table.get(key)
         if elements is not None:
             elements.extend(new)
+            self._table[key] = elements  # marks the key changed
         elif new:
             self._table[key] = new
 
@@ -133,12 +149,14 @@ class HeapMapState(_KeyedState):
             self._table[current] = {key: value}
         else:
             user_map[key] = value
+            self._table[current] = user_map  # marks the key changed
 
     def put_all(self, dict_value: Mapping[Any, Any]) -> None:
         current = self._key()
         user_map = self._table.get(current)
         if user_map is not None:
             user_map.update(dict_value)
+            self._table[current] = user_map  # marks the key changed
         elif dict_value:
             self._table[current] = dict(dict_value)
 
@@ -149,6 +167,8 @@ class HeapMapState(_KeyedState):
             user_map.pop(key, None)
             if not user_map:
                 del self._table[current]
+            else:
+                self._table[current] = user_map  # marks the key changed
 
     def contains(self, key: Any) -> bool:
         return key in self._map()
@@ -253,6 +273,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
 
     The runtime sets `current_key` before each record and timer and resets it to None after.
     State objects are created once per name (in `open()`) and reused for every record.
+    With `incremental`, checkpoints write only what changed (state/heap_changelog.py).
     """
 
     STATE_CLASSES = {
@@ -263,7 +284,9 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         StateKind.AGGREGATING: HeapAggregatingState,
     }
 
-    def __init__(self, max_parallelism: int, key_group_range: range) -> None:
+    def __init__(
+        self, max_parallelism: int, key_group_range: range, *, incremental: bool = False
+    ) -> None:
         check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
@@ -278,9 +301,19 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         #: memoises key -> key group across snapshots (the async phase's main cost)
         self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
+        #: incremental checkpoints: the chain of files written (None: full snapshots) ...
+        self.tracker = IncrementalTracker() if incremental else None
+        #: ... and the keys changed since its base
+        self._changes = ChangeLog() if incremental else None
+
+    def _table_of(self, name: str) -> dict[Any, Any]:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = ChangeTrackingTable() if self.tracker else {}
+        return table
 
     def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
-        return cls(self, name, self._tables.setdefault(name, {}), *args)
+        return cls(self, name, self._table_of(name), *args)
 
     def table(self, name: str) -> dict[Any, Any]:
         """The live `{key: value}` dict of registered state `name`.
@@ -305,13 +338,41 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             return iter([(key, value.copy()) for key, value in table.items()])
         return iter(list(table.items()))
 
-    def snapshot(self) -> KeyedStateSnapshot:
-        """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
+    def snapshot(
+        self, checkpoint_id: int | None = None
+    ) -> KeyedStateSnapshot | HeapIncrementalSnapshot:
+        """The synchronous phase of a snapshot: a consistent copy, made cheaply.
 
-        A shallow copy of each table, plus copies of the lists and dicts of list and map state
-        (changed in place by `add`/`put`). No hashing and no serialization: `write` does those.
+        Full (a savepoint, `checkpoint_id` None, or full checkpoints): a shallow copy of each
+        table, plus copies of the lists and dicts of list and map state (changed in place by
+        `add`/`put`). With incremental checkpoints, a checkpoint copies only the entries
+        changed since the last completed checkpoint, unless the chain of files needs a new
+        materialization (heap_changelog). No hashing and no serialization: `write` does those.
         """
-        self._snapshots_taken += 1  # a new epoch for copy-on-write of reducing/aggregating values
+        if checkpoint_id is None or self.tracker is None or self._changes is None:
+            return self._full_snapshot()
+        base_id, base = self.tracker.current_base()
+        chain = chain_of(base)
+        changed = self._changes.capture(checkpoint_id, self._tables)  # type: ignore[arg-type]
+        kinds = {name: kind.value for name, kind in self._kinds.items()}
+        if needs_materialization(chain):
+            content: Any = self._full_snapshot()
+        else:
+            tables = {name: (kinds[name], table) for name, table in self._tables.items()}
+            containers = [name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS]
+            content = self._in_flight(
+                KeyedStateChanges(
+                    self.max_parallelism,
+                    self.key_group_range,
+                    capture_changes(tables, changed, containers),
+                    self._key_groups.key_group,
+                    transformers=snapshot_transformers(self),
+                    value_types=self._value_types,
+                )
+            )
+        return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
+
+    def _full_snapshot(self) -> KeyedStateSnapshot:
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         for name, table in self._tables.items():
             kind = self._kinds[name]
@@ -327,8 +388,12 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
             value_types=self._value_types,
         )
-        # Values are shared with the snapshot until it is written (and dropped): only then
-        # must reducing/aggregating values be copied before they are changed in place.
+        return self._in_flight(snapshot)
+
+    def _in_flight(self, snapshot: Any) -> Any:
+        """Values are shared with `snapshot` until it is written (and dropped): only then
+        must reducing/aggregating values be copied before they are changed in place."""
+        self._snapshots_taken += 1  # a new epoch for copy-on-write of reducing/aggregating values
         with self._in_flight_lock:
             self.snapshots_in_flight += 1
         weakref.finalize(snapshot, self._snapshot_released)
@@ -351,4 +416,24 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             self._claim_restored_key_group(kg)
             for name, (kind, entries) in data.items():
                 self._check_restored_entries(kg, name, kind, entries)
-                self._tables.setdefault(name, {}).update(entries)
+                dict.update(self._table_of(name), entries)  # restored: not a change
+
+    def continue_chain(self, h: IncrementalKeyedStateHandle) -> None:
+        """After restoring exactly the hashmap chain `h` (all of this subtask's key groups)
+        of a checkpoint the job owns: the next checkpoints extend its chain instead of
+        materializing again."""
+        whole = h.key_groups == self.key_group_range == h.handle.key_group_range
+        if self.tracker is None or self._changes is None or not h.reusable or not whole:
+            return
+        if h.handle.backend == HEAP_CHANGELOG:
+            self.tracker.seed(h.checkpoint_id, shared_base(h.checkpoint_dir, h.handle))
+            self._changes.reset()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.tracker is not None and self._changes is not None:
+            self.tracker.notify_complete(checkpoint_id)
+            self._changes.notify_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.tracker is not None:
+            self.tracker.notify_aborted(checkpoint_id)

@@ -1,0 +1,135 @@
+"""The pure logic of the hashmap backend's incremental checkpoints (state/heap_changelog.py):
+which keys changed, which of them a checkpoint writes, when the chain is materialized again,
+and how a changelog is applied on restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidegate.state.heap_changelog import (
+    ChainFile,
+    ChangeLog,
+    ChangeTrackingTable,
+    KeyedStateChanges,
+    apply_changes,
+    capture_changes,
+    check_chain,
+    needs_materialization,
+)
+from tidegate.state.keygroups import stable_hash
+from tidegate.state.snapshot_format import CorruptStateError
+
+M = 8
+
+
+def test_a_tracking_table_records_every_key_written_or_removed():
+    table = ChangeTrackingTable()
+    table["a"] = 1
+    table.update({"b": 2, "c": 3})
+    table.setdefault("d", 4)
+    table.setdefault("a", 9)  # present: unchanged
+    assert table.take_changed() == {"a", "b", "c", "d"}
+    assert table.take_changed() == set()
+    table.pop("a")
+    table.pop("missing", None)  # absent: nothing changed
+    del table["b"]
+    table |= {"e": 5}
+    assert table.take_changed() == {"a", "b", "e"}
+    table.clear()
+    assert table.take_changed() == {"c", "d", "e"} and table == {}
+    assert type(table.copy()) is dict  # snapshots copy into plain dicts
+
+
+def chain(materialized: int, *changelogs: int) -> list[ChainFile]:
+    files = [ChainFile("materialized-1", "/m", materialized, None)]
+    return files + [
+        ChainFile(f"changelog-{i + 2}", "/c", n, None) for i, n in enumerate(changelogs)
+    ]
+
+
+def test_the_chain_is_materialized_again_when_a_restore_would_read_too_much(monkeypatch):
+    assert needs_materialization([])  # no completed checkpoint to extend
+    assert not needs_materialization(chain(1000))
+    assert not needs_materialization(chain(1000, 200, 300))  # 50%: still bounded
+    assert needs_materialization(chain(1000, 200, 301))  # more changelog bytes than allowed
+    monkeypatch.setattr("tidegate.state.heap_changelog.MAX_CHANGELOG_FILES", 3)
+    assert not needs_materialization(chain(10_000, 1, 1))
+    assert needs_materialization(chain(10_000, 1, 1, 1))  # too many files to open
+
+
+def test_a_checkpoint_writes_every_key_changed_since_the_last_completed_one():
+    t = ChangeTrackingTable()
+    changes = ChangeLog()
+    t["a"] = 1
+    assert changes.capture(1, {"s": t}) == {"s": {"a"}}
+    changes.notify_complete(1)  # the base: "a" is in its chain
+    t["b"] = 2
+    assert changes.capture(2, {"s": t}) == {"s": {"b"}}
+    t["c"] = 3
+    # 2 neither completed nor failed yet (or was aborted): 3 extends 1's chain, so it has "b"
+    assert changes.capture(3, {"s": t}) == {"s": {"b", "c"}}
+    changes.notify_complete(7)  # a savepoint's (or unknown) id: nothing it wrote is shared
+    assert changes.capture(4, {"s": t}) == {"s": {"b", "c"}}
+    changes.notify_complete(3)
+    t.pop("a")
+    assert changes.capture(5, {"s": t}) == {"s": {"a"}}
+
+
+def test_the_synchronous_phase_copies_containers_and_records_removals():
+    live = {"k1": [1], "k2": [2]}
+    captured = capture_changes({"l": ("list", live)}, {"l": {"k1", "gone"}}, containers=["l"])
+    kind, values, removed = captured["l"]
+    assert (kind, values, removed) == ("list", {"k1": [1]}, {"gone"})
+    live["k1"].append(5)  # the live list changes in place after the snapshot
+    assert values == {"k1": [1]}
+    assert capture_changes({"l": ("list", live)}, {}, ["l"]) == {}  # nothing changed
+
+
+def kg(key) -> int:
+    return stable_hash(key) % M
+
+
+def test_changes_are_grouped_by_key_group_and_expired_values_become_removals():
+    keys = list(range(20))
+    changes = KeyedStateChanges(
+        M,
+        range(M),
+        {"v": ("value", {k: k for k in keys}, {"x"})},
+        transformers={"v": lambda v: None if v % 2 else v},  # odd values "expired"
+    )
+    groups = dict(changes.key_groups())
+    assert list(groups) == sorted(groups)
+    for g, data in groups.items():
+        kind, upserts, removed = data["v"]
+        assert kind == "value"
+        assert upserts == {k: k for k in keys if kg(k) == g and k % 2 == 0}
+        assert sorted(removed, key=str) == sorted(
+            [k for k in keys if kg(k) == g and k % 2] + (["x"] if kg("x") == g else []), key=str
+        )
+
+
+def test_a_changed_key_of_another_subtask_fails_the_checkpoint():
+    key = next(k for k in range(100) if kg(k) == 5)
+    changes = KeyedStateChanges(M, range(0, 4), {"v": ("value", {}, {key})})
+    with pytest.raises(RuntimeError, match=f"key {key} of state 'v' is in key group 5"):
+        list(changes.key_groups())
+
+
+def test_a_changelog_is_applied_over_the_key_group_so_far():
+    data = {"v": ("value", {1: "a", 2: "b"}), "m": ("map", {1: {"x": 1}})}
+    apply_changes(data, {"v": ("value", {2: "B", 3: "c"}, [1]), "m": ("map", {}, [1])}, "kg 0")
+    assert data == {"v": ("value", {2: "B", 3: "c"})}  # the emptied map state is gone
+    apply_changes(data, {"n": ("list", {4: [1]}, [])}, "kg 0")
+    assert data["n"] == ("list", {4: [1]})
+    with pytest.raises(CorruptStateError, match="state 'v' is value state, but a changelog"):
+        apply_changes(data, {"v": ("map", {1: {}}, [])}, "kg 0")
+
+
+@pytest.mark.parametrize(
+    "names",
+    [[], ["changelog-2"], ["materialized-1", "materialized-2"], ["materialized-1", "x-2"]],
+)
+def test_a_chain_not_made_of_one_materialization_and_changelogs_is_refused(names):
+    with pytest.raises(CorruptStateError, match="not one materialized file followed by"):
+        check_chain(names, "the handle")
+    check_chain(["materialized-1", "changelog-2"], "the handle")

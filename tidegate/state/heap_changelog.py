@@ -1,0 +1,293 @@
+"""Incremental checkpoints of the hashmap backend: what changed, and which files a checkpoint
+is made of (pure logic; the files are written and read by state/heap_incremental.py).
+
+Design (Flink's changelog state backend, FLIP-158, with key-level change tracking): with
+`state.backend.incremental` on, each table of the heap backend is a `ChangeTrackingTable`
+that records the keys written or removed. A checkpoint writes
+
+- either a **materialization**: every key group, as a canonical state file, or
+- a **changelog**: only the keys changed since the last *completed* checkpoint (upserts and
+  removals, per key group),
+
+into `<job dir>/shared/`, and its handle lists the chain the state is made of: the last
+materialization, then the changelogs written since, oldest first. A checkpoint reuses the
+chain of the last checkpoint the backend knows completed (never files of one that may still be
+aborted), so the SharedStateRegistry counts and deletes these files like RocksDB's SST files.
+
+Restore reads each key group from the materialization, then applies the changelogs in order
+(`apply_changes`); a new materialization is written once the changelogs of the chain would make
+a restore read too much (`needs_materialization`), which bounds restore time: a restore reads at
+most `1 + MAX_CHANGELOG_RATIO` times the materialized state, from at most
+`1 + MAX_CHANGELOG_FILES` files. Dirty tracking is per key, not per key group: updates spread
+over the whole key space touch every key group within one checkpoint interval.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidegate.state.keygroups import stable_hash
+from tidegate.state.snapshot_format import (
+    CorruptStateError,
+    KeyGroupData,
+    check_owned_key_group,
+    group_table,
+)
+
+#: the shared-file name prefix (in the handle) of a materialization and of a changelog
+MATERIALIZED = "materialized"
+CHANGELOG = "changelog"
+#: materialize once the chain's changelogs hold this many bytes per byte materialized ...
+MAX_CHANGELOG_RATIO = 0.5
+#: ... or once the chain has this many changelogs
+MAX_CHANGELOG_FILES = 30
+
+#: one key group's changes: state name -> (kind, {key: new value}, [removed keys])
+ChangeGroup = dict[str, tuple[str, dict[Any, Any], list[Any]]]
+
+_ABSENT: Any = object()
+
+
+class ChangeTrackingTable(dict):
+    """A heap state's `{key: value}` that records which keys were written or removed since
+    its `changed` set was last taken (`take_changed`). Only the hashmap backend with
+    incremental checkpoints uses it; the others use plain dicts (no cost per write)."""
+
+    __slots__ = ("changed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed: set[Any] = set()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.changed.add(key)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        dict.__delitem__(self, key)
+        self.changed.add(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            self.changed.add(key)
+        return dict.pop(self, key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self.changed.add(key)
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        new = dict(*args, **kwargs)
+        self.changed.update(new)
+        dict.update(self, new)
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = dict.popitem(self)
+        self.changed.add(key)
+        return key, value
+
+    def clear(self) -> None:
+        self.changed.update(self)
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> ChangeTrackingTable:
+        self.update(other)
+        return self
+
+    def take_changed(self) -> set[Any]:
+        """The keys changed since the last call; tracking starts afresh."""
+        changed, self.changed = self.changed, set()
+        return changed
+
+
+@dataclass(frozen=True)
+class ChainFile:
+    """One file of a chain: its name in the handle (`materialized-<n>` / `changelog-<n>`),
+    where it is (absolute), its size and checksum."""
+
+    name: str
+    path: str
+    size: int
+    checksum: str | None
+
+    @property
+    def is_changelog(self) -> bool:
+        return self.name.startswith(CHANGELOG)
+
+
+def chain_name(materialized: bool, checkpoint_id: int) -> str:
+    return f"{MATERIALIZED if materialized else CHANGELOG}-{checkpoint_id}"
+
+
+def check_chain(names: Sequence[str], where: str) -> None:
+    """A chain is one materialization followed by changelogs (CorruptStateError otherwise)."""
+    roles = [name.partition("-")[0] for name in names]
+    if not roles or roles[0] != MATERIALIZED or any(r != CHANGELOG for r in roles[1:]):
+        raise CorruptStateError(
+            where,
+            f"its files {list(names)} are not one {MATERIALIZED} file followed by "
+            f"{CHANGELOG} files",
+        )
+
+
+def needs_materialization(chain: Sequence[ChainFile]) -> bool:
+    """Whether the next checkpoint must rewrite every key group instead of extending `chain`
+    (the base's files, materialization first): there is no base, or a restore would read too
+    many changelog bytes or files."""
+    if not chain:
+        return True
+    changelogs = [f for f in chain if f.is_changelog]
+    if len(changelogs) >= MAX_CHANGELOG_FILES:
+        return True
+    materialized = sum(f.size for f in chain if not f.is_changelog)
+    return sum(f.size for f in changelogs) > MAX_CHANGELOG_RATIO * max(materialized, 1)
+
+
+@dataclass
+class ChangeLog:
+    """The keys changed since the backend's last completed checkpoint (its base).
+
+    Each checkpoint takes the keys changed since the one before (`capture`) and writes the
+    union of everything captured after the base: a checkpoint that is aborted, or not yet known
+    to be complete, leaves its keys in the union, since the next checkpoint extends the base's
+    chain, not that checkpoint's. Thread-safe (notifications may come from another thread).
+    """
+
+    #: (checkpoint id, state name -> keys changed since the capture before), oldest first
+    _captured: list[tuple[int, dict[str, set[Any]]]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def capture(
+        self, checkpoint_id: int, tables: Mapping[str, ChangeTrackingTable]
+    ) -> dict[str, set[Any]]:
+        """Take the tables' changed keys for checkpoint `checkpoint_id`; returns, per state,
+        every key changed since the base (the union of what is captured and not confirmed)."""
+        with self._lock:
+            self._captured.append(
+                (checkpoint_id, {name: t.take_changed() for name, t in tables.items()})
+            )
+            union: dict[str, set[Any]] = {}
+            for _, changed in self._captured:
+                for name, keys in changed.items():
+                    union.setdefault(name, set()).update(keys)
+            return union
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """`checkpoint_id` completed and is the new base: what it wrote is in its chain."""
+        with self._lock:
+            if any(cid == checkpoint_id for cid, _ in self._captured):
+                self._captured = [(c, k) for c, k in self._captured if c > checkpoint_id]
+
+    def reset(self) -> None:
+        """Start afresh from a restored base (the tables hold exactly its state)."""
+        with self._lock:
+            self._captured.clear()
+
+
+@dataclass(frozen=True)
+class KeyedStateChanges:
+    """The synchronous-phase copy of a changelog: the changed keys' current values (list and
+    map containers copied) and the removed keys; `key_groups` groups them in the asynchronous
+    phase, like `KeyedStateSnapshot` (whose place it takes in `write_state_file`)."""
+
+    max_parallelism: int
+    key_group_range: range
+    #: state name -> (kind, {changed key: value}, {removed key})
+    tables: dict[str, tuple[str, dict[Any, Any], set[Any]]]
+    key_group_of: Callable[[Any], int] | None = field(default=None, compare=False, repr=False)
+    #: state TTL: an entry expired when written is written as removed
+    transformers: Mapping[str, Callable[[Any], Any]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    value_types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def state_kinds(self) -> dict[str, str]:
+        return {name: kind for name, (kind, _, _) in self.tables.items()}
+
+    def key_groups(self) -> Iterator[tuple[int, ChangeGroup]]:
+        """The changes grouped by key group, non-empty groups ascending."""
+        m = self.max_parallelism
+        key_group = self.key_group_of or (lambda key: stable_hash(key) % m)
+        groups: dict[int, ChangeGroup] = {}
+        for name, (kind, changed, removed) in self.tables.items():
+            transform = self.transformers.get(name)
+            upserts: dict[int, dict[Any, Any]] = {}
+            removals: dict[int, list[Any]] = {}
+            for key, value in changed.items():
+                if transform is not None:
+                    value = transform(value)
+                kg = key_group(key)
+                if value is None:
+                    removals.setdefault(kg, []).append(key)
+                    continue
+                table = upserts.get(kg)
+                if table is None:
+                    table = upserts[kg] = group_table(name, self.value_types.get(name))
+                table[key] = value
+            for key in removed:
+                removals.setdefault(key_group(key), []).append(key)
+            for kg in upserts.keys() | removals.keys():
+                entries = upserts.get(kg) or {}
+                groups.setdefault(kg, {})[name] = (kind, entries, removals.get(kg, []))
+        for kg in sorted(groups):
+            data = groups[kg]
+            if kg not in self.key_group_range:  # raises, naming a key of the group
+                check_owned_key_group(kg, _keys_of(data), self.key_group_range, m)
+            yield kg, data
+
+
+def _keys_of(changes: ChangeGroup) -> KeyGroupData:
+    """A change group's keys (changed or removed) in KeyGroupData's shape, for error messages."""
+    return {
+        name: (kind, dict.fromkeys((*upserts, *removed)))
+        for name, (kind, upserts, removed) in changes.items()
+    }
+
+
+def capture_changes(
+    tables: Mapping[str, tuple[str, Mapping[Any, Any]]],
+    changed: Mapping[str, Iterable[Any]],
+    containers: Iterable[str],
+) -> dict[str, tuple[str, dict[Any, Any], set[Any]]]:
+    """The synchronous phase of a changelog: for each state, the current value of every
+    changed key (a copy for list and map state, `containers`), or the key as removed."""
+    out: dict[str, tuple[str, dict[Any, Any], set[Any]]] = {}
+    copied = set(containers)
+    for name, (kind, table) in tables.items():
+        keys = changed.get(name)
+        if not keys:
+            continue
+        values: dict[Any, Any] = {}
+        removed: set[Any] = set()
+        copy = name in copied
+        for key in keys:
+            value = table.get(key, _ABSENT)
+            if value is _ABSENT:
+                removed.add(key)
+            else:
+                values[key] = value.copy() if copy else value
+        out[name] = (kind, values, removed)
+    return out
+
+
+def apply_changes(data: KeyGroupData, changes: ChangeGroup, where: str) -> None:
+    """Apply one changelog's changes of a key group to `data` (the key group so far)."""
+    for name, (kind, upserts, removed) in changes.items():
+        known = data.get(name)
+        if known is None:
+            known = data[name] = (kind, {})
+        elif known[0] != kind:
+            raise CorruptStateError(
+                where, f"state {name!r} is {known[0]} state, but a changelog has {kind} entries"
+            )
+        entries = known[1]
+        for key in removed:
+            entries.pop(key, None)
+        entries.update(upserts)
+        if not entries:
+            del data[name]
