@@ -1,15 +1,22 @@
 """The pure logic of the hashmap backend's incremental checkpoints (state/heap_changelog.py):
-which keys changed, which of them a checkpoint writes, when the chain is materialized again,
-and how a changelog is applied on restore."""
+which keys the states record as changed, which of them a checkpoint writes, when the chain is
+materialized again, and how a changelog is applied on restore."""
 
 from __future__ import annotations
 
 import pytest
 
+from tidegate.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.heap_changelog import (
     ChainFile,
     ChangeLog,
-    ChangeTrackingTable,
     KeyedStateChanges,
     apply_changes,
     capture_changes,
@@ -17,27 +24,59 @@ from tidegate.state.heap_changelog import (
     needs_materialization,
 )
 from tidegate.state.keygroups import stable_hash
-from tidegate.state.snapshot_format import CorruptStateError
+from tidegate.state.snapshot_format import CorruptStateError, KeyedStateSnapshot
 
 M = 8
 
 
-def test_a_tracking_table_records_every_key_written_or_removed():
-    table = ChangeTrackingTable()
-    table["a"] = 1
-    table.update({"b": 2, "c": 3})
-    table.setdefault("d", 4)
-    table.setdefault("a", 9)  # present: unchanged
-    assert table.take_changed() == {"a", "b", "c", "d"}
-    assert table.take_changed() == set()
-    table.pop("a")
-    table.pop("missing", None)  # absent: nothing changed
-    del table["b"]
-    table |= {"e": 5}
-    assert table.take_changed() == {"a", "b", "e"}
-    table.clear()
-    assert table.take_changed() == {"c", "d", "e"} and table == {}
-    assert type(table.copy()) is dict  # snapshots copy into plain dicts
+class Sum:
+    """An AggregateFunction adding numbers."""
+
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, accumulator):
+        return accumulator + value
+
+    def get_result(self, accumulator):
+        return accumulator
+
+
+def test_every_change_through_a_heap_state_records_its_key_and_reads_do_not():
+    backend = HeapKeyedStateBackend(M, range(M), incremental=True)
+    value = backend.get_state(ValueStateDescriptor("v"))
+    items = backend.get_list_state(ListStateDescriptor("l", None))
+    tags = backend.get_map_state(MapStateDescriptor("m", None, None))
+    total = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    agg = backend.get_aggregating_state(AggregatingStateDescriptor("a", Sum()))
+    changes = [
+        lambda: value.update(1),
+        lambda: value.update(None),
+        lambda: value.clear(),  # nothing to remove: nothing changed
+        lambda: items.add(1),
+        lambda: items.add(2),  # in place
+        lambda: items.add_all([3]),
+        lambda: items.update([]),
+        lambda: tags.put("x", 1),
+        lambda: tags.put_all({"y": 2}),
+        lambda: tags.remove("x"),  # no map: nothing changed
+        lambda: total.add(5),
+        lambda: agg.add(5),
+    ]
+    for i, change in enumerate(changes):
+        backend.current_key = i
+        change()
+    backend.current_key = "reader"
+    value.value(), items.get(), tags.get("x"), total.get(), agg.get()
+    changed = ChangeLog().capture(1, backend._change_sets)
+    assert changed == {"v": {0, 1}, "l": {3, 4, 5, 6}, "m": {7, 8}, "r": {10}, "a": {11}}
+    assert ChangeLog().capture(2, backend._change_sets) == {}  # taken: tracking starts afresh
+    # a savepoint's snapshot is full and leaves the changes to the next checkpoint
+    backend.current_key = 0
+    value.update(2)
+    assert isinstance(backend.snapshot(), KeyedStateSnapshot)
+    assert backend.change_set("v") == {0}
+    assert HeapKeyedStateBackend(M, range(M)).change_set("v") is None  # full checkpoints
 
 
 def chain(materialized: int, *changelogs: int) -> list[ChainFile]:
@@ -50,6 +89,7 @@ def chain(materialized: int, *changelogs: int) -> list[ChainFile]:
 def test_the_chain_is_materialized_again_when_a_restore_would_read_too_much(monkeypatch):
     assert needs_materialization([])  # no completed checkpoint to extend
     assert not needs_materialization(chain(1000))
+    monkeypatch.setattr("tidegate.state.heap_changelog.MAX_CHANGELOG_RATIO", 0.5)
     assert not needs_materialization(chain(1000, 200, 300))  # 50%: still bounded
     assert needs_materialization(chain(1000, 200, 301))  # more changelog bytes than allowed
     monkeypatch.setattr("tidegate.state.heap_changelog.MAX_CHANGELOG_FILES", 3)
@@ -58,21 +98,16 @@ def test_the_chain_is_materialized_again_when_a_restore_would_read_too_much(monk
 
 
 def test_a_checkpoint_writes_every_key_changed_since_the_last_completed_one():
-    t = ChangeTrackingTable()
     changes = ChangeLog()
-    t["a"] = 1
-    assert changes.capture(1, {"s": t}) == {"s": {"a"}}
+    assert changes.capture(1, {"s": {"a"}}) == {"s": {"a"}}
     changes.notify_complete(1)  # the base: "a" is in its chain
-    t["b"] = 2
-    assert changes.capture(2, {"s": t}) == {"s": {"b"}}
-    t["c"] = 3
+    assert changes.capture(2, {"s": {"b"}}) == {"s": {"b"}}
     # 2 neither completed nor failed yet (or was aborted): 3 extends 1's chain, so it has "b"
-    assert changes.capture(3, {"s": t}) == {"s": {"b", "c"}}
+    assert changes.capture(3, {"s": {"c"}}) == {"s": {"b", "c"}}
     changes.notify_complete(7)  # a savepoint's (or unknown) id: nothing it wrote is shared
-    assert changes.capture(4, {"s": t}) == {"s": {"b", "c"}}
+    assert changes.capture(4, {"s": set()}) == {"s": {"b", "c"}}
     changes.notify_complete(3)
-    t.pop("a")
-    assert changes.capture(5, {"s": t}) == {"s": {"a"}}
+    assert changes.capture(5, {"s": {"a"}, "t": set()}) == {"s": {"a"}}
 
 
 def test_the_synchronous_phase_copies_containers_and_records_removals():

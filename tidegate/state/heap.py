@@ -24,7 +24,6 @@ from typing import Any
 from tidegate.state.handles import HEAP_CHANGELOG
 from tidegate.state.heap_changelog import (
     ChangeLog,
-    ChangeTrackingTable,
     KeyedStateChanges,
     capture_changes,
     needs_materialization,
@@ -53,12 +52,15 @@ class NoKeyContextError(RuntimeError):
 class _KeyedState:
     """Base of the heap states: a view of one table, scoped to the backend's current key."""
 
-    __slots__ = ("_backend", "_name", "_table")
+    __slots__ = ("_backend", "_changed", "_name", "_table")
 
     def __init__(self, backend: HeapKeyedStateBackend, name: str, table: dict[Any, Any]) -> None:
         self._backend = backend
         self._name = name
         self._table = table
+        #: incremental checkpoints: the keys changed since the last snapshot (None: off); every
+        #: change adds its key here, inline (a method call would cost more than the change)
+        self._changed = backend.change_set(name)
 
     def _key(self) -> Any:
         key = self._backend.current_key
@@ -71,7 +73,9 @@ class _KeyedState:
 
     def clear(self) -> None:
         """Remove the current key's entry."""
-        self._table.pop(self._key(), None)
+        key = self._key()
+        if self._table.pop(key, _ABSENT) is not _ABSENT and self._changed is not None:
+            self._changed.add(key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r})"
@@ -91,6 +95,8 @@ class HeapValueState(_KeyedState):
             self._table.pop(key, None)
         else:
             self._table[key] = value
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapListState(_KeyedState):
@@ -110,7 +116,8 @@ class HeapListState(_KeyedState):
             self._table[key] = [value]
         else:
             elements.append(value)
-            self._table[key] = elements  # marks the key changed (incremental checkpoints)
+        if self._changed is not None:
+            self._changed.add(key)
 
     def add_all(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -118,9 +125,10 @@ class HeapListState(_KeyedState):
         elements = self._table.get(key)
         if elements is not None:
             elements.extend(new)
-            self._table[key] = elements  # marks the key changed
         elif new:
             self._table[key] = new
+        if self._changed is not None:
+            self._changed.add(key)
 
     def update(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -129,6 +137,8 @@ class HeapListState(_KeyedState):
             self._table[key] = new
         else:
             self._table.pop(key, None)
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapMapState(_KeyedState):
@@ -149,16 +159,18 @@ class HeapMapState(_KeyedState):
             self._table[current] = {key: value}
         else:
             user_map[key] = value
-            self._table[current] = user_map  # marks the key changed
+        if self._changed is not None:
+            self._changed.add(current)
 
     def put_all(self, dict_value: Mapping[Any, Any]) -> None:
         current = self._key()
         user_map = self._table.get(current)
         if user_map is not None:
             user_map.update(dict_value)
-            self._table[current] = user_map  # marks the key changed
         elif dict_value:
             self._table[current] = dict(dict_value)
+        if self._changed is not None:
+            self._changed.add(current)
 
     def remove(self, key: Any) -> None:
         current = self._key()
@@ -167,8 +179,8 @@ class HeapMapState(_KeyedState):
             user_map.pop(key, None)
             if not user_map:
                 del self._table[current]
-            else:
-                self._table[current] = user_map  # marks the key changed
+            if self._changed is not None:
+                self._changed.add(current)
 
     def contains(self, key: Any) -> bool:
         return key in self._map()
@@ -248,6 +260,8 @@ class HeapReducingState(_MergingState):
         current = self._writable(key)
         new = value if current is _ABSENT else self._function(current, value)
         self._table[key] = new
+        if self._changed is not None:
+            self._changed.add(key)
         return new
 
 
@@ -266,6 +280,8 @@ class HeapAggregatingState(_MergingState):
         if accumulator is _ABSENT:
             accumulator = self._function.create_accumulator()
         self._table[key] = self._function.add(value, accumulator)
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapKeyedStateBackend(KeyedStateRegistry):
@@ -303,14 +319,19 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         self._restored_key_groups: set[int] = set()
         #: incremental checkpoints: the chain of files written (None: full snapshots) ...
         self.tracker = IncrementalTracker() if incremental else None
-        #: ... and the keys changed since its base
+        #: ... the keys changed since its base, per checkpoint ...
         self._changes = ChangeLog() if incremental else None
+        #: ... and since the last checkpoint, per state (the state objects add to these sets)
+        self._change_sets: dict[str, set[Any]] | None = {} if incremental else None
+
+    def change_set(self, name: str) -> set[Any] | None:
+        """The set the state objects of `name` add changed keys to (None: not tracked)."""
+        if self._change_sets is None:
+            return None
+        return self._change_sets.setdefault(name, set())
 
     def _table_of(self, name: str) -> dict[Any, Any]:
-        table = self._tables.get(name)
-        if table is None:
-            table = self._tables[name] = ChangeTrackingTable() if self.tracker else {}
-        return table
+        return self._tables.setdefault(name, {})
 
     def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
         return cls(self, name, self._table_of(name), *args)
@@ -319,8 +340,8 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         """The live `{key: value}` dict of registered state `name`.
 
         For built-in operators' hot loops, which may skip the per-call key check of the state
-        objects. Only for value state semantics: the dict's values must be replaced, not changed
-        in place (a snapshot may hold them).
+        objects. Only for reading: changes must go through the state objects (a snapshot may
+        hold the values, and incremental checkpoints see only the changes made there).
         """
         if name not in self._states:
             raise KeyError(f"state {name!r} is not registered; call get_state() first")
@@ -353,7 +374,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             return self._full_snapshot()
         base_id, base = self.tracker.current_base()
         chain = chain_of(base)
-        changed = self._changes.capture(checkpoint_id, self._tables)  # type: ignore[arg-type]
+        changed = self._changes.capture(checkpoint_id, self._change_sets or {})
         kinds = {name: kind.value for name, kind in self._kinds.items()}
         if needs_materialization(chain):
             content: Any = self._full_snapshot()
@@ -416,7 +437,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             self._claim_restored_key_group(kg)
             for name, (kind, entries) in data.items():
                 self._check_restored_entries(kg, name, kind, entries)
-                dict.update(self._table_of(name), entries)  # restored: not a change
+                self._table_of(name).update(entries)
 
     def continue_chain(self, h: IncrementalKeyedStateHandle) -> None:
         """After restoring exactly the hashmap chain `h` (all of this subtask's key groups)
