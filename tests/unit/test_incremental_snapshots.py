@@ -34,7 +34,9 @@ from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.rocksdb_restore import restore_keyed_incremental
 from tidegate.state.shared_registry import SharedStateRegistry
-from tidegate.state.snapshot_format import write_state_file
+from tidegate.state.snapshot_format import read_key_groups, write_state_file
+from tidegate.state_processor.incremental import rewrite_canonical
+from tidegate.state_processor.snapshot import SnapshotView
 
 M = 128
 COUNT = ValueStateDescriptor("count")
@@ -496,3 +498,25 @@ def test_a_restored_heap_backend_extends_the_chain_of_a_checkpoint_the_job_owns(
     # a restore the job does not own writes a materialization of its own
     other = restore_heap(job, third, range(M), False)
     assert other.snapshot(4).materialized
+
+
+def test_the_state_processor_reads_a_heap_chain_and_rewrites_it_canonical(job, tmp_path):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(2000), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 2000, 3), "b")
+    job.snapshot(2, [backend])
+    view = SnapshotView.open(job.storage.checkpoint_dir(2))
+    (source,) = view.incremental_sources("op")
+    expected = {name: {} for name in ("count", "tags", "seen")}
+    for _kg, data in source.key_groups():
+        for name, (_kind, entries) in data.items():
+            expected[name].update(entries)
+    assert expected == everything(backend)
+    # a savepoint writer's rewrite: one canonical state file, read like any other
+    _subtask, handle = rewrite_canonical(source, "op-0", str(tmp_path), view.filesystems)
+    assert handle.incremental is None
+    canonical = HeapKeyedStateBackend(M, range(M))
+    with open(tmp_path / handle.file, "rb") as f:
+        canonical.restore(read_key_groups(f, handle.index, range(M)))
+    assert everything(canonical) == everything(backend)
