@@ -28,7 +28,7 @@ from tidegate.datastream import (
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 
 
-def shared(cp) -> list:
+def chain_files(cp) -> list:
     return [f for _, _, inc in cp.metadata.incremental_handles() for f in inc.shared]
 
 
@@ -74,7 +74,7 @@ def test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, 
     assert handles, "the checkpoints were not incremental"
     assert {inc.backend for _, _, inc in handles} == {backend}
     if backend == "hashmap":  # the restores read chains with changelogs
-        assert any(f.name.startswith("changelog") for cp in jm.store.all() for f in shared(cp))
+        assert any(f.name.startswith("changelog") for cp in jm.store.all() for f in chain_files(cp))
     # the job finished: its checkpoints and every shared file it owned are deleted
     shared = Path(jm.storage.job_dir) / "shared"
     assert not shared.exists() or sorted(os.listdir(shared)) == []

@@ -89,6 +89,9 @@ def chain(materialized: int, *changelogs: int) -> list[ChainFile]:
 def test_the_chain_is_materialized_again_when_a_restore_would_read_too_much(monkeypatch):
     assert needs_materialization([])  # no completed checkpoint to extend
     assert not needs_materialization(chain(1000))
+    assert not needs_materialization(chain(1000, 600_000, 448_576))  # a small state: 1 MiB
+    assert needs_materialization(chain(1000, 600_000, 448_577))
+    monkeypatch.setattr("tidegate.state.heap_changelog.CHANGELOG_BYTES_FLOOR", 0)
     monkeypatch.setattr("tidegate.state.heap_changelog.MAX_CHANGELOG_RATIO", 0.5)
     assert not needs_materialization(chain(1000, 200, 300))  # 50%: still bounded
     assert needs_materialization(chain(1000, 200, 301))  # more changelog bytes than allowed

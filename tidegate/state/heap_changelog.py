@@ -17,8 +17,8 @@ aborted), so the SharedStateRegistry counts and deletes these files like RocksDB
 Restore reads each key group from the materialization, then applies the changelogs in order
 (`apply_changes`); a new materialization is written once the changelogs of the chain would make
 a restore read too much (`needs_materialization`), which bounds restore time: a restore reads at
-most `1 + MAX_CHANGELOG_RATIO` times the materialized state, from at most
-`1 + MAX_CHANGELOG_FILES` files. Dirty tracking is per key, not per key group: updates spread
+most `1 + MAX_CHANGELOG_RATIO` times the materialized state (or that plus
+`CHANGELOG_BYTES_FLOOR` for a small one), from at most `1 + MAX_CHANGELOG_FILES` files. Dirty tracking is per key, not per key group: updates spread
 over the whole key space touch every key group within one checkpoint interval.
 """
 
@@ -40,8 +40,10 @@ from tidegate.state.snapshot_format import (
 #: the shared-file name prefix (in the handle) of a materialization and of a changelog
 MATERIALIZED = "materialized"
 CHANGELOG = "changelog"
-#: materialize once the chain's changelogs hold this many bytes per byte materialized ...
+#: materialize once the chain's changelogs hold this many bytes per byte materialized (and
+#: more than CHANGELOG_BYTES_FLOOR: a small state's changelogs are cheap to read anyway) ...
 MAX_CHANGELOG_RATIO = 1.0
+CHANGELOG_BYTES_FLOOR = 1 << 20
 #: ... or once the chain has this many changelogs
 MAX_CHANGELOG_FILES = 100
 
@@ -91,7 +93,8 @@ def needs_materialization(chain: Sequence[ChainFile]) -> bool:
     if len(changelogs) >= MAX_CHANGELOG_FILES:
         return True
     materialized = sum(f.size for f in chain if not f.is_changelog)
-    return sum(f.size for f in changelogs) > MAX_CHANGELOG_RATIO * max(materialized, 1)
+    allowed = max(MAX_CHANGELOG_RATIO * materialized, CHANGELOG_BYTES_FLOOR)
+    return sum(f.size for f in changelogs) > allowed
 
 
 @dataclass
