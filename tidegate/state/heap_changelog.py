@@ -116,12 +116,14 @@ class ChangeLog:
     ) -> dict[str, set[Any]]:
         """Take the keys changed since the last capture (`change_sets`, per state; emptied) for
         checkpoint `checkpoint_id`; returns, per state, every key changed since the base (the
-        union of what is captured and not confirmed)."""
+        union of what is captured and not confirmed; read-only)."""
         with self._lock:
             taken = {name: set(keys) for name, keys in change_sets.items() if keys}
             for keys in change_sets.values():
                 keys.clear()
             self._captured.append((checkpoint_id, taken))
+            if len(self._captured) == 1:  # the common case: the base is the checkpoint before
+                return dict(taken)
             union: dict[str, set[Any]] = {}
             for _, changed in self._captured:
                 for name, keys in changed.items():
@@ -217,8 +219,9 @@ def capture_changes(
         values: dict[Any, Any] = {}
         removed: set[Any] = set()
         copy = name in copied
+        get = table.get
         for key in keys:
-            value = table.get(key, _ABSENT)
+            value = get(key, _ABSENT)
             if value is _ABSENT:
                 removed.add(key)
             else:
