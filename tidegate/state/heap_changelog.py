@@ -17,9 +17,10 @@ aborted), so the SharedStateRegistry counts and deletes these files like RocksDB
 Restore reads each key group from the materialization, then applies the changelogs in order
 (`apply_changes`); a new materialization is written once the changelogs of the chain would make
 a restore read too much (`needs_materialization`), which bounds restore time: a restore reads at
-most `1 + MAX_CHANGELOG_RATIO` times the materialized state (or that plus
-`CHANGELOG_BYTES_FLOOR` for a small one), from at most `1 + MAX_CHANGELOG_FILES` files. Dirty tracking is per key, not per key group: updates spread
-over the whole key space touch every key group within one checkpoint interval.
+most `1 + MAX_CHANGELOG_RATIO` times the materialized state (a small one: at most
+`CHANGELOG_BYTES_FLOOR` more), from at most `1 + MAX_CHANGELOG_FILES` files. Dirty tracking is
+per key, not per key group: updates spread over the whole key space touch every key group
+within one checkpoint interval.
 """
 
 from __future__ import annotations
