@@ -520,3 +520,20 @@ def test_the_state_processor_reads_a_heap_chain_and_rewrites_it_canonical(job, t
     with open(tmp_path / handle.file, "rb") as f:
         canonical.restore(read_key_groups(f, handle.index, range(M)))
     assert everything(canonical) == everything(backend)
+
+
+def test_a_damaged_file_of_a_heap_chain_is_named_by_verification(job):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(500), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 500, 5), "b")
+    metadata = job.snapshot(2, [backend])
+    directory = job.storage.checkpoint_dir(2)
+    changelog = metadata.operators["op"].subtasks[0].incremental.shared[-1]
+    with open(resolve(directory, changelog.file), "r+b") as f:
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ChecksumMismatchError, match=f"shared state file {changelog.file}"):
+        verify_checkpoint(metadata, directory).raise_for_problems()
