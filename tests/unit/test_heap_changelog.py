@@ -115,12 +115,13 @@ def test_a_checkpoint_writes_every_key_changed_since_the_last_completed_one():
 
 def test_the_synchronous_phase_copies_containers_and_records_removals():
     live = {"k1": [1], "k2": [2]}
-    captured = capture_changes({"l": ("list", live)}, {"l": {"k1", "gone"}}, containers=["l"])
-    kind, values, removed = captured["l"]
-    assert (kind, values, removed) == ("list", {"k1": [1]}, {"gone"})
+    values, removed = capture_changes(
+        {"l": ("list", live)}, {"l": {"k1", "gone"}}, containers=["l"]
+    )
+    assert (values, removed) == ({"l": ("list", {"k1": [1]})}, {"l": {"gone"}})
     live["k1"].append(5)  # the live list changes in place after the snapshot
-    assert values == {"k1": [1]}
-    assert capture_changes({"l": ("list", live)}, {}, ["l"]) == {}  # nothing changed
+    assert values["l"][1] == {"k1": [1]}
+    assert capture_changes({"l": ("list", live)}, {}, ["l"]) == ({}, {})  # nothing changed
 
 
 def kg(key) -> int:
@@ -130,10 +131,13 @@ def kg(key) -> int:
 def test_changes_are_grouped_by_key_group_and_expired_values_become_removals():
     keys = list(range(20))
     changes = KeyedStateChanges(
-        M,
-        range(M),
-        {"v": ("value", {k: k for k in keys}, {"x"})},
-        transformers={"v": lambda v: None if v % 2 else v},  # odd values "expired"
+        KeyedStateSnapshot(
+            M,
+            range(M),
+            {"v": ("value", {k: k for k in keys})},
+            transformers={"v": lambda v: None if v % 2 else v},  # odd values "expired"
+        ),
+        {"v": {"x"}},
     )
     groups = dict(changes.key_groups())
     assert list(groups) == sorted(groups)
@@ -148,7 +152,9 @@ def test_changes_are_grouped_by_key_group_and_expired_values_become_removals():
 
 def test_a_changed_key_of_another_subtask_fails_the_checkpoint():
     key = next(k for k in range(100) if kg(k) == 5)
-    changes = KeyedStateChanges(M, range(0, 4), {"v": ("value", {}, {key})})
+    changes = KeyedStateChanges(
+        KeyedStateSnapshot(M, range(0, 4), {"v": ("value", {})}), {"v": {key}}
+    )
     with pytest.raises(RuntimeError, match=f"key {key} of state 'v' is in key group 5"):
         list(changes.key_groups())
 

@@ -381,16 +381,8 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         else:
             tables = {name: (kinds[name], table) for name, table in self._tables.items()}
             containers = [name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS]
-            content = self._in_flight(
-                KeyedStateChanges(
-                    self.max_parallelism,
-                    self.key_group_range,
-                    capture_changes(tables, changed, containers),
-                    self._key_groups.key_group,
-                    transformers=snapshot_transformers(self),
-                    value_types=self._value_types,
-                )
-            )
+            values, removed = capture_changes(tables, changed, containers)
+            content = self._in_flight(KeyedStateChanges(self._snapshot_of(values), removed))
         return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
 
     def _full_snapshot(self) -> KeyedStateSnapshot:
@@ -401,7 +393,10 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
                 tables[name] = (kind.value, {key: v.copy() for key, v in table.items()})
             else:
                 tables[name] = (kind.value, table.copy())
-        snapshot = KeyedStateSnapshot(
+        return self._in_flight(self._snapshot_of(tables))
+
+    def _snapshot_of(self, tables: dict[str, tuple[str, dict[Any, Any]]]) -> KeyedStateSnapshot:
+        return KeyedStateSnapshot(
             self.max_parallelism,
             self.key_group_range,
             tables,
@@ -409,7 +404,6 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
             value_types=self._value_types,
         )
-        return self._in_flight(snapshot)
 
     def _in_flight(self, snapshot: Any) -> Any:
         """Values are shared with `snapshot` until it is written (and dropped): only then

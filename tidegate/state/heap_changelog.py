@@ -26,13 +26,14 @@ within one checkpoint interval.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.state.keygroups import stable_hash
 from tidegate.state.snapshot_format import (
     CorruptStateError,
+    KeyedStateSnapshot,
     KeyGroupData,
     check_owned_key_group,
     group_table,
@@ -145,32 +146,36 @@ class ChangeLog:
 
 @dataclass(frozen=True)
 class KeyedStateChanges:
-    """The synchronous-phase copy of a changelog: the changed keys' current values (list and
-    map containers copied) and the removed keys; `key_groups` groups them in the asynchronous
-    phase, like `KeyedStateSnapshot` (whose place it takes in `write_state_file`)."""
+    """The synchronous-phase copy of a changelog: the changed keys' current values (a
+    KeyedStateSnapshot of them, list and map containers copied) and the removed keys;
+    `key_groups` groups them in the asynchronous phase, in the snapshot's place in
+    `write_state_file`."""
 
-    max_parallelism: int
-    key_group_range: range
-    #: state name -> (kind, {changed key: value}, {removed key})
-    tables: dict[str, tuple[str, dict[Any, Any], set[Any]]]
-    key_group_of: Callable[[Any], int] | None = field(default=None, compare=False, repr=False)
-    #: state TTL: an entry expired when written is written as removed
-    transformers: Mapping[str, Callable[[Any], Any]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-    value_types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: state name -> (kind, {changed key: value}), with the snapshot's key groups, TTL
+    #: transformers (an entry expired when written is written as removed) and value types
+    changed: KeyedStateSnapshot
+    #: state name -> removed keys
+    removed: Mapping[str, set[Any]]
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.changed.max_parallelism
+
+    @property
+    def key_group_range(self) -> range:
+        return self.changed.key_group_range
 
     @property
     def state_kinds(self) -> dict[str, str]:
-        return {name: kind for name, (kind, _, _) in self.tables.items()}
+        return self.changed.state_kinds
 
     def key_groups(self) -> Iterator[tuple[int, ChangeGroup]]:
         """The changes grouped by key group, non-empty groups ascending."""
-        m = self.max_parallelism
-        key_group = self.key_group_of or (lambda key: stable_hash(key) % m)
+        snapshot, m = self.changed, self.max_parallelism
+        key_group = snapshot.key_group_of or (lambda key: stable_hash(key) % m)
         groups: dict[int, ChangeGroup] = {}
-        for name, (kind, changed, removed) in self.tables.items():
-            transform = self.transformers.get(name)
+        for name, (kind, changed) in snapshot.tables.items():
+            transform = snapshot.transformers.get(name)
             upserts: dict[int, dict[Any, Any]] = {}
             removals: dict[int, list[Any]] = {}
             for key, value in changed.items():
@@ -182,9 +187,9 @@ class KeyedStateChanges:
                     continue
                 table = upserts.get(kg)
                 if table is None:
-                    table = upserts[kg] = group_table(name, self.value_types.get(name))
+                    table = upserts[kg] = group_table(name, snapshot.value_types.get(name))
                 table[key] = value
-            for key in removed:
+            for key in self.removed.get(name, ()):
                 removals.setdefault(key_group(key), []).append(key)
             for kg in upserts.keys() | removals.keys():
                 entries = upserts.get(kg) or {}
@@ -208,10 +213,12 @@ def capture_changes(
     tables: Mapping[str, tuple[str, Mapping[Any, Any]]],
     changed: Mapping[str, Iterable[Any]],
     containers: Iterable[str],
-) -> dict[str, tuple[str, dict[Any, Any], set[Any]]]:
-    """The synchronous phase of a changelog: for each state, the current value of every
-    changed key (a copy for list and map state, `containers`), or the key as removed."""
-    out: dict[str, tuple[str, dict[Any, Any], set[Any]]] = {}
+) -> tuple[dict[str, tuple[str, dict[Any, Any]]], dict[str, set[Any]]]:
+    """The synchronous phase of a changelog: for each state with changes, its kind and the
+    current value of every changed key (a copy for list and map state, `containers`); and the
+    changed keys that are no longer there (removed)."""
+    values_of: dict[str, tuple[str, dict[Any, Any]]] = {}
+    removed_of: dict[str, set[Any]] = {}
     copied = set(containers)
     for name, (kind, table) in tables.items():
         keys = changed.get(name)
@@ -227,8 +234,10 @@ def capture_changes(
                 removed.add(key)
             else:
                 values[key] = value.copy() if copy else value
-        out[name] = (kind, values, removed)
-    return out
+        values_of[name] = (kind, values)
+        if removed:
+            removed_of[name] = removed
+    return values_of, removed_of
 
 
 def apply_changes(data: KeyGroupData, changes: ChangeGroup, where: str) -> None:
