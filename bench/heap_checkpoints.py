@@ -156,7 +156,8 @@ def _summary(checkpoints: list[dict], handle: object, process_s: float, wall_s: 
 
 def run(keys: int, args: argparse.Namespace, root: str) -> dict[str, dict]:
     """The three modes side by side: each interval is processed (and checkpointed) by each
-    mode in turn, so that load from other processes affects them alike."""
+    mode in turn, in a rotating order, so that load from other processes (and what the mode
+    before left in the CPU caches) affects them alike."""
     ops = {mode: _operator(mode == "incremental") for mode in MODES}
     for op in ops.values():
         for j in range(0, keys, BATCH):
@@ -169,7 +170,9 @@ def run(keys: int, args: argparse.Namespace, root: str) -> dict[str, dict]:
     cid = 0
     for n in range(args.intervals):
         batches = _batches(keys, args.records, args.fraction, n)
-        for mode, op in ops.items():
+        order = MODES[n % 3 :] + MODES[: n % 3]  # each mode after each other (caches)
+        for mode in order:
+            op = ops[mode]
             wall = time.perf_counter()
             started = time.process_time()
             for batch in batches:
