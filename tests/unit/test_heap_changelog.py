@@ -15,14 +15,13 @@ from tidegate.datastream.state import (
 )
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.heap_changelog import (
-    REMOVED,
     ChainFile,
     ChangeLog,
     KeyedStateChanges,
     apply_changes,
+    capture_changes,
     check_chain,
     needs_materialization,
-    split_changes,
 )
 from tidegate.state.keygroups import stable_hash
 from tidegate.state.snapshot_format import CorruptStateError, KeyedStateSnapshot
@@ -55,7 +54,7 @@ def test_every_change_through_a_heap_state_records_its_key_and_reads_do_not():
         lambda: value.update(None),
         lambda: value.clear(),  # nothing to remove: nothing changed
         lambda: items.add(1),
-        lambda: items.add(2),
+        lambda: items.add(2),  # in place
         lambda: items.add_all([3]),
         lambda: items.update([]),
         lambda: tags.put("x", 1),
@@ -69,26 +68,15 @@ def test_every_change_through_a_heap_state_records_its_key_and_reads_do_not():
         change()
     backend.current_key = "reader"
     value.value(), items.get(), tags.get("x"), total.get(), agg.get()
-    recorded = {name: backend.changes_of(name) for name in "vlmra"}
-    changed = ChangeLog().capture(1, recorded, containers={"l", "m"})
-    assert changed == {
-        "v": {0: 1, 1: REMOVED},
-        "l": {3: [1], 4: [2], 5: [3], 6: REMOVED},
-        "m": {7: {"x": 1}, 8: {"y": 2}},
-        "r": {10: 5},
-        "a": {11: 5},
-    }
-    backend.current_key = 3
-    items.add(4)  # in place: the captured list is a copy
-    assert changed["l"][3] == [1]
-    assert ChangeLog().capture(2, recorded, containers=()) == {"l": {3: [1, 4]}}
-    assert ChangeLog().capture(3, recorded, containers=()) == {}  # taken: recording afresh
+    changed = ChangeLog().capture(1, backend._change_sets)
+    assert changed == {"v": {0, 1}, "l": {3, 4, 5, 6}, "m": {7, 8}, "r": {10}, "a": {11}}
+    assert ChangeLog().capture(2, backend._change_sets) == {}  # taken: tracking starts afresh
     # a savepoint's snapshot is full and leaves the changes to the next checkpoint
     backend.current_key = 0
     value.update(2)
     assert isinstance(backend.snapshot(), KeyedStateSnapshot)
-    assert backend.changes_of("v") == {0: 2}
-    assert HeapKeyedStateBackend(M, range(M)).changes_of("v") is None  # full checkpoints
+    assert backend.change_set("v") == {0}
+    assert HeapKeyedStateBackend(M, range(M)).change_set("v") is None  # full checkpoints
 
 
 def chain(materialized: int, *changelogs: int) -> list[ChainFile]:
@@ -114,24 +102,26 @@ def test_the_chain_is_materialized_again_when_a_restore_would_read_too_much(monk
 
 def test_a_checkpoint_writes_every_key_changed_since_the_last_completed_one():
     changes = ChangeLog()
-    assert changes.capture(1, {"s": {"a": 1}}, ()) == {"s": {"a": 1}}
+    assert changes.capture(1, {"s": {"a"}}) == {"s": {"a"}}
     changes.notify_complete(1)  # the base: "a" is in its chain
-    assert changes.capture(2, {"s": {"b": 2}}, ()) == {"s": {"b": 2}}
+    assert changes.capture(2, {"s": {"b"}}) == {"s": {"b"}}
     # 2 neither completed nor failed yet (or was aborted): 3 extends 1's chain, so it has "b"
-    assert changes.capture(3, {"s": {"c": 3, "b": REMOVED}}, ()) == {"s": {"b": REMOVED, "c": 3}}
+    assert changes.capture(3, {"s": {"c"}}) == {"s": {"b", "c"}}
     changes.notify_complete(7)  # a savepoint's (or unknown) id: nothing it wrote is shared
-    assert changes.capture(4, {"s": {}}, ()) == {"s": {"b": REMOVED, "c": 3}}
+    assert changes.capture(4, {"s": set()}) == {"s": {"b", "c"}}
     changes.notify_complete(3)
-    assert changes.capture(5, {"s": {"a": 4}, "t": {}}, ()) == {"s": {"a": 4}}
+    assert changes.capture(5, {"s": {"a"}, "t": set()}) == {"s": {"a"}}
 
 
-def test_captured_changes_split_into_values_and_removed_keys():
-    values, removed = split_changes({"l": {"k1": [1], "gone": REMOVED}, "v": {1: 2}}, KINDS)
-    assert values == {"l": ("list", {"k1": [1]}), "v": ("value", {1: 2})}
-    assert removed == {"l": {"gone"}}
-
-
-KINDS = {"l": "list", "v": "value"}
+def test_the_synchronous_phase_copies_containers_and_records_removals():
+    live = {"k1": [1], "k2": [2]}
+    values, removed = capture_changes(
+        {"l": ("list", live)}, {"l": {"k1", "gone"}}, containers=["l"]
+    )
+    assert (values, removed) == ({"l": ("list", {"k1": [1]})}, {"l": {"gone"}})
+    live["k1"].append(5)  # the live list changes in place after the snapshot
+    assert values["l"][1] == {"k1": [1]}
+    assert capture_changes({"l": ("list", live)}, {}, ["l"]) == ({}, {})  # nothing changed
 
 
 def kg(key) -> int:

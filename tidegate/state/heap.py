@@ -23,11 +23,10 @@ from typing import Any
 
 from tidegate.state.handles import HEAP_CHANGELOG
 from tidegate.state.heap_changelog import (
-    REMOVED,
     ChangeLog,
     KeyedStateChanges,
+    capture_changes,
     needs_materialization,
-    split_changes,
 )
 from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
@@ -59,10 +58,9 @@ class _KeyedState:
         self._backend = backend
         self._name = name
         self._table = table
-        #: incremental checkpoints: key -> its value (or REMOVED) for the keys changed since
-        #: the last snapshot (None: off); every change stores it here, inline (a method call
-        #: would cost more than the change)
-        self._changed = backend.changes_of(name)
+        #: incremental checkpoints: the keys changed since the last snapshot (None: off); every
+        #: change adds its key here, inline (a method call would cost more than the change)
+        self._changed = backend.change_set(name)
 
     def _key(self) -> Any:
         key = self._backend.current_key
@@ -77,7 +75,7 @@ class _KeyedState:
         """Remove the current key's entry."""
         key = self._key()
         if self._table.pop(key, _ABSENT) is not _ABSENT and self._changed is not None:
-            self._changed[key] = REMOVED
+            self._changed.add(key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r})"
@@ -98,7 +96,7 @@ class HeapValueState(_KeyedState):
         else:
             self._table[key] = value
         if self._changed is not None:
-            self._changed[key] = REMOVED if value is None else value
+            self._changed.add(key)
 
 
 class HeapListState(_KeyedState):
@@ -119,7 +117,7 @@ class HeapListState(_KeyedState):
         else:
             elements.append(value)
         if self._changed is not None:
-            self._changed[key] = self._table.get(key, REMOVED)
+            self._changed.add(key)
 
     def add_all(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -130,7 +128,7 @@ class HeapListState(_KeyedState):
         elif new:
             self._table[key] = new
         if self._changed is not None:
-            self._changed[key] = self._table.get(key, REMOVED)
+            self._changed.add(key)
 
     def update(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -140,7 +138,7 @@ class HeapListState(_KeyedState):
         else:
             self._table.pop(key, None)
         if self._changed is not None:
-            self._changed[key] = self._table.get(key, REMOVED)
+            self._changed.add(key)
 
 
 class HeapMapState(_KeyedState):
@@ -162,7 +160,7 @@ class HeapMapState(_KeyedState):
         else:
             user_map[key] = value
         if self._changed is not None:
-            self._changed[current] = self._table.get(current, REMOVED)
+            self._changed.add(current)
 
     def put_all(self, dict_value: Mapping[Any, Any]) -> None:
         current = self._key()
@@ -172,7 +170,7 @@ class HeapMapState(_KeyedState):
         elif dict_value:
             self._table[current] = dict(dict_value)
         if self._changed is not None:
-            self._changed[current] = self._table.get(current, REMOVED)
+            self._changed.add(current)
 
     def remove(self, key: Any) -> None:
         current = self._key()
@@ -182,7 +180,7 @@ class HeapMapState(_KeyedState):
             if not user_map:
                 del self._table[current]
             if self._changed is not None:
-                self._changed[current] = self._table.get(current, REMOVED)
+                self._changed.add(current)
 
     def contains(self, key: Any) -> bool:
         return key in self._map()
@@ -263,7 +261,7 @@ class HeapReducingState(_MergingState):
         new = value if current is _ABSENT else self._function(current, value)
         self._table[key] = new
         if self._changed is not None:
-            self._changed[key] = new
+            self._changed.add(key)
         return new
 
 
@@ -281,9 +279,9 @@ class HeapAggregatingState(_MergingState):
         accumulator = self._writable(key)
         if accumulator is _ABSENT:
             accumulator = self._function.create_accumulator()
-        accumulator = self._table[key] = self._function.add(value, accumulator)
+        self._table[key] = self._function.add(value, accumulator)
         if self._changed is not None:
-            self._changed[key] = accumulator
+            self._changed.add(key)
 
 
 class HeapKeyedStateBackend(KeyedStateRegistry):
@@ -321,17 +319,16 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         self._restored_key_groups: set[int] = set()
         #: incremental checkpoints: the chain of files written (None: full snapshots) ...
         self.tracker = IncrementalTracker() if incremental else None
-        #: ... the changes since its base, per checkpoint ...
+        #: ... the keys changed since its base, per checkpoint ...
         self._changes = ChangeLog() if incremental else None
-        #: ... and since the last checkpoint, per state (the state objects write into them)
-        self._recorded: dict[str, dict[Any, Any]] | None = {} if incremental else None
+        #: ... and since the last checkpoint, per state (the state objects add to these sets)
+        self._change_sets: dict[str, set[Any]] | None = {} if incremental else None
 
-    def changes_of(self, name: str) -> dict[Any, Any] | None:
-        """Where the state objects of `name` record changes: key -> value or REMOVED (None:
-        not tracked)."""
-        if self._recorded is None:
+    def change_set(self, name: str) -> set[Any] | None:
+        """The set the state objects of `name` add changed keys to (None: not tracked)."""
+        if self._change_sets is None:
             return None
-        return self._recorded.setdefault(name, {})
+        return self._change_sets.setdefault(name, set())
 
     def _table_of(self, name: str) -> dict[Any, Any]:
         return self._tables.setdefault(name, {})
@@ -377,13 +374,14 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             return self._full_snapshot()
         base_id, base = self.tracker.current_base()
         chain = chain_of(base)
-        containers = {name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS}
-        changed = self._changes.capture(checkpoint_id, self._recorded or {}, containers)
+        changed = self._changes.capture(checkpoint_id, self._change_sets or {})
         kinds = {name: kind.value for name, kind in self._kinds.items()}
         if needs_materialization(chain):
             content: Any = self._full_snapshot()
         else:
-            values, removed = split_changes(changed, kinds)
+            tables = {name: (kinds[name], table) for name, table in self._tables.items()}
+            containers = [name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS]
+            values, removed = capture_changes(tables, changed, containers)
             content = self._in_flight(KeyedStateChanges(self._snapshot_of(values), removed))
         return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
 

@@ -2,9 +2,8 @@
 is made of (pure logic; the files are written and read by state/heap_incremental.py).
 
 Design (Flink's changelog state backend, FLIP-158, with key-level change tracking): with
-`state.backend.incremental` on, the heap backend's state objects record each key they write
-or remove, with its new value, in a dict per state (one dict store per change). A checkpoint
-writes
+`state.backend.incremental` on, the heap backend's state objects add each key they write or
+remove to a set per state (a set add, ~10 ns, per change). A checkpoint writes
 
 - either a **materialization**: every key group, as a canonical state file, or
 - a **changelog**: only the keys changed since the last *completed* checkpoint (upserts and
@@ -27,7 +26,7 @@ within one checkpoint interval.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +52,7 @@ MAX_CHANGELOG_FILES = 100
 #: one key group's changes: state name -> (kind, {key: new value}, [removed keys])
 ChangeGroup = dict[str, tuple[str, dict[Any, Any], list[Any]]]
 
-#: a key's recorded change when the key was removed (never written to a file)
-REMOVED: Any = object()
+_ABSENT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -111,38 +109,27 @@ class ChangeLog:
     chain, not that checkpoint's. Thread-safe (notifications may come from another thread).
     """
 
-    #: (checkpoint id, state name -> {key: value or REMOVED} since the capture before), oldest
-    #: first
-    _captured: list[tuple[int, dict[str, dict[Any, Any]]]] = field(default_factory=list)
+    #: (checkpoint id, state name -> keys changed since the capture before), oldest first
+    _captured: list[tuple[int, dict[str, set[Any]]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def capture(
-        self,
-        checkpoint_id: int,
-        recorded: Mapping[str, dict[Any, Any]],
-        containers: Collection[str],
-    ) -> dict[str, dict[Any, Any]]:
-        """Take the changes recorded since the last capture (per state: key -> value or
-        REMOVED; emptied) for checkpoint `checkpoint_id`, copying the lists and dicts of the
-        states in `containers`; returns every change since the base, per state (the captures
-        not confirmed, merged: the latest value of a key wins; read-only)."""
+        self, checkpoint_id: int, change_sets: Mapping[str, set[Any]]
+    ) -> dict[str, set[Any]]:
+        """Take the keys changed since the last capture (`change_sets`, per state; emptied) for
+        checkpoint `checkpoint_id`; returns, per state, every key changed since the base (the
+        union of what is captured and not confirmed; read-only)."""
         with self._lock:
-            taken: dict[str, dict[Any, Any]] = {}
-            for name, changes in recorded.items():
-                if not changes:
-                    continue
-                if name in containers:
-                    taken[name] = {k: v if v is REMOVED else v.copy() for k, v in changes.items()}
-                else:
-                    taken[name] = dict(changes)
-                changes.clear()
+            taken = {name: set(keys) for name, keys in change_sets.items() if keys}
+            for keys in change_sets.values():
+                keys.clear()
             self._captured.append((checkpoint_id, taken))
             if len(self._captured) == 1:  # the common case: the base is the checkpoint before
                 return dict(taken)
-            union: dict[str, dict[Any, Any]] = {}
-            for _, captured in self._captured:
-                for name, changes in captured.items():
-                    union.setdefault(name, {}).update(changes)
+            union: dict[str, set[Any]] = {}
+            for _, changed in self._captured:
+                for name, keys in changed.items():
+                    union.setdefault(name, set()).update(keys)
             return union
 
     def notify_complete(self, checkpoint_id: int) -> None:
@@ -222,18 +209,34 @@ def _keys_of(changes: ChangeGroup) -> KeyGroupData:
     }
 
 
-def split_changes(
-    changes: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str]
+def capture_changes(
+    tables: Mapping[str, tuple[str, Mapping[Any, Any]]],
+    changed: Mapping[str, Iterable[Any]],
+    containers: Iterable[str],
 ) -> tuple[dict[str, tuple[str, dict[Any, Any]]], dict[str, set[Any]]]:
-    """Captured changes (state -> {key: value or REMOVED}) as a KeyedStateChanges takes them:
-    per state its kind and the changed keys' values, and per state the removed keys."""
+    """The synchronous phase of a changelog: for each state with changes, its kind and the
+    current value of every changed key (a copy for list and map state, `containers`); and the
+    changed keys that are no longer there (removed)."""
     values_of: dict[str, tuple[str, dict[Any, Any]]] = {}
     removed_of: dict[str, set[Any]] = {}
-    for name, changed in changes.items():
-        values = {k: v for k, v in changed.items() if v is not REMOVED}
-        values_of[name] = (kinds[name], values)
-        if len(values) < len(changed):
-            removed_of[name] = {k for k, v in changed.items() if v is REMOVED}
+    copied = set(containers)
+    for name, (kind, table) in tables.items():
+        keys = changed.get(name)
+        if not keys:
+            continue
+        values: dict[Any, Any] = {}
+        removed: set[Any] = set()
+        copy = name in copied
+        get = table.get
+        for key in keys:
+            value = get(key, _ABSENT)
+            if value is _ABSENT:
+                removed.add(key)
+            else:
+                values[key] = value.copy() if copy else value
+        values_of[name] = (kind, values)
+        if removed:
+            removed_of[name] = removed
     return values_of, removed_of
 
 
