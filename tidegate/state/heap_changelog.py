@@ -3,7 +3,7 @@ is made of (pure logic; the files are written and read by state/heap_incremental
 
 Design (Flink's changelog state backend, FLIP-158, with key-level change tracking): with
 `state.backend.incremental` on, the heap backend's state objects add each key they write or
-remove to a set per state (a set add, ~10 ns, per change). A checkpoint writes
+remove to a set per state (one set add per change). A checkpoint writes
 
 - either a **materialization**: every key group, as a canonical state file, or
 - a **changelog**: only the keys changed since the last *completed* checkpoint (upserts and
