@@ -1,11 +1,13 @@
-"""What the Spark job benchmarks (backpressure, savepoints, local_recovery, rescale) share:
-their command line, starting the runner, polling a running job, and writing the JSON report."""
+"""What the benchmarks share: the Spark job benchmarks' (backpressure, savepoints,
+local_recovery, rescale) command line, starting the runner and polling a running job; the
+connector benchmarks' interleaved rates and ratio table; writing the JSON report."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -50,6 +52,32 @@ def write_report(path: str, report: dict[str, Any]) -> None:
     with open(path, "w") as f:
         json.dump(report, f, indent=1, default=str)
     print(f"\nwrote {path}")
+
+
+def per_second(fn: Callable[[], int]) -> float:
+    """Records per second of `fn()` (which returns how many records it handled)."""
+    start = time.perf_counter()
+    n = fn()
+    return n / (time.perf_counter() - start)
+
+
+def interleaved(runs: dict[str, Callable[[], int]], repeats: int) -> dict[str, dict[str, Any]]:
+    """Each of `runs` `repeats` times, interleaved; per run its records/s: median and samples."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            samples[name].append(per_second(run))
+    return {name: {"median": statistics.median(v), "samples": v} for name, v in samples.items()}
+
+
+def print_ratios(unit: str, results: dict[str, dict[str, Any]], base: str, other: str) -> None:
+    """Per case of `results` (as `interleaved` gives them): the medians of `base` and `other`
+    and their ratio other / base."""
+    width = max(len(unit), *map(len, results)) + 2
+    print(f"\n{unit:<{width}}{base:>14}{other:>14}{'ratio':>8}")
+    for case, r in results.items():
+        b, o = r[base]["median"], r[other]["median"]
+        print(f"{case:<{width}}{b:>14,.0f}{o:>14,.0f}{o / b:>8.2f}")
 
 
 def du_bytes(path: str) -> int:

@@ -20,17 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.run import git_info, machine_info
+from bench.common import interleaved, print_ratios, report_header, write_report
 from tests.support.servers import start_nats, start_redis
 from tidegate.connectors.nats.connection import NatsClient, NatsConnection
 from tidegate.connectors.nats.sink import NatsJetStreamSink
@@ -39,13 +37,6 @@ from tidegate.connectors.redis.sink import RedisStreamSink
 from tidegate.connectors.redis.source import RedisStreamSource
 
 BATCH = 512
-
-
-def timed(fn: Callable[[], int]) -> float:
-    """Records per second of `fn()` (which returns how many records it handled)."""
-    start = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - start)
 
 
 def drain(reader) -> int:
@@ -180,8 +171,6 @@ def nats_sink_write(client: NatsClient, url: str, n: int) -> int:
 
 
 def main() -> None:
-    import json
-
     import redis
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -219,30 +208,17 @@ def main() -> None:
                     lambda: nats_sink_write(nats, nats_server.url, n),
                 ),
             }
-            results = {}
-            for name, (bare, connector) in cases.items():
-                samples = {"bare": [], "connector": []}
-                for _ in range(args.repeats):  # interleaved
-                    samples["bare"].append(timed(bare))
-                    samples["connector"].append(timed(connector))
-                results[name] = {
-                    kind: {"median": statistics.median(v), "samples": v}
-                    for kind, v in samples.items()
-                }
+            results = {
+                name: interleaved({"bare": bare, "connector": connector}, args.repeats)
+                for name, (bare, connector) in cases.items()
+            }
             nats.close()
             client.close()
         finally:
             redis_server.stop()
             nats_server.stop()
-    print(f"\n{'records/s (median)':<20}{'bare client':>14}{'connector':>14}{'ratio':>8}")
-    for name, r in results.items():
-        bare, conn = r["bare"]["median"], r["connector"]["median"]
-        print(f"{name:<20}{bare:>14,.0f}{conn:>14,.0f}{conn / bare:>8.2f}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        report = {"machine": machine_info(), "git": git_info(), "args": vars(args)}
-        json.dump({**report, "results": results}, f, indent=1, default=str)
-    print(f"\nwrote {args.out}")
+    print_ratios("records/s (median)", results, "bare", "connector")
+    write_report(args.out, {**report_header(args), "results": results})
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidegate.common import Row, Types
-from tidegate.connectors.parquet_format import DEFAULT_ROW_GROUP_SIZE
+from tidegate.connectors.parquet_format import DEFAULT_ROW_GROUP_SIZE, FORMAT
 from tidegate.datastream.connectors.file_system import BucketAssigner, FileSink, FileSource
 from tidegate.datastream.formats.parquet import ParquetBulkWriters, ParquetColumnarRowInputFormat
 from tidegate.formats.arrow_row import arrow_schema
@@ -81,7 +81,7 @@ def write_tidegate(directory: str, data: list[list[Row]]) -> str:
 
 def write_bare(directory: str, data: list[list[Row]]) -> str:
     path = os.path.join(directory, "bare.parquet")
-    schema = arrow_schema(ORDER)
+    schema = arrow_schema(ORDER, FORMAT)
     with pq.ParquetWriter(path, schema, compression="snappy") as writer:
         columns: list[list] = [[] for _ in schema]
         for batch in data:

@@ -84,7 +84,7 @@ ensure_venv() {
         : >"$log"
         logged "$log" "$VENV/bin/python" -m pip install --upgrade pip
         logged "$log" "$VENV/bin/python" -m pip install --upgrade --upgrade-strategy eager \
-            -e "$ROOT[test,java,s3,avro,kafka]"
+            -e "$ROOT[test,java,s3,avro,kafka,lakehouse]"
         show_differences_from_lock
         return 0
     fi
@@ -231,7 +231,7 @@ refresh_lock() {
         say "writing requirements.lock: the locked versions kept where pyproject.toml allows them"
     fi
     (cd "$ROOT" && "$tools/bin/uv" pip compile pyproject.toml --extra test --extra java \
-        --extra s3 --extra avro --extra kafka --universal --python-version 3.11 --generate-hashes "${upgrade[@]}" --quiet \
+        --extra s3 --extra avro --extra kafka --extra lakehouse --universal --python-version 3.11 --generate-hashes "${upgrade[@]}" --quiet \
         -o requirements.lock)
     say "done: review 'git diff requirements.lock', run 'bash scripts/setup.sh test', commit"
 }

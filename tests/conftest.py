@@ -95,8 +95,15 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",
     },
+    "e2e/test_jdbc.py": {
+        "test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_cli_lists_and_resolves_the_transactions_a_failed_job_left",
+        "test_a_restore_at_parallelism_1_commits_both_writers_transactions_of_the_checkpoint",
+    },
     "e2e/test_kafka_clients.py": {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
+        "test_records_are_written_with_their_stream_records_timestamps",
+        "test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old_run_used",
     },
     "e2e/test_kafka_sink.py": {
         "test_exactly_once_through_exceptions",
@@ -106,6 +113,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_bounded_source_through_exceptions_counts_the_topic_exactly_once",
         "test_a_kill_9_of_a_worker_loses_and_duplicates_nothing_of_the_topic",
         "test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once",
+        "test_watermarks_follow_the_slowest_partition_and_skip_idle_ones",
     },
     "e2e/test_nats.py": {
         "test_the_jetstream_source_is_exactly_once_through_an_exception_and_a_kill_9",
@@ -120,6 +128,9 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_parquet.py": {
         "test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once",
+    },
+    "e2e/test_postgres_cdc.py": {
+        "test_the_cdc_source_mirrors_a_changing_table_exactly_once_through_failures_and_a_rescale",
     },
     "e2e/test_redis.py": {
         "test_the_streams_source_is_exactly_once_through_an_exception_and_a_kill_9",
@@ -168,6 +179,10 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_state_ttl.py": {
         "test_expired_state_is_never_returned_and_ttl_state_survives_a_restore",
+    },
+    "e2e/test_tables.py": {
+        "test_the_delta_and_iceberg_sinks_hold_exactly_the_reference_through_an_exception_and_a_kill_9",
+        "test_the_table_sinks_restored_at_3_subtasks_from_2_commit_every_checkpoint_once",
     },
     "e2e/test_task_local_recovery.py": {
         "test_a_restore_prefers_intact_local_copies_and_stays_exactly_once",

@@ -1,5 +1,6 @@
-"""The jobs the connector tests run (Redis, NATS, Parquet files): a source's values through a
-keyed running count into a FileSink, and generated numbers through the running count into
+"""The jobs the connector tests run (Redis, NATS, Parquet files, the table sinks): a source's
+values through a keyed running count into a FileSink, and generated numbers through the running
+count into
 the sinks under test; failures by an exception at a planned value (jobs.FailAtValues) and by
 kill -9 of a slot (jobs.kill_slots); and the rescale of either from 2 to 3 subtasks (a run at
 2 cancelled after two checkpoints, restored at 3 from its retained checkpoint)."""
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.jobs import FailAtValues, RunningCount, SlowMap
+from tests.e2e.jobs import FailAtValues, InjectedFailure, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
@@ -25,8 +26,10 @@ from tidegate.datastream.connectors.file_system import (
     OutputFileConfig,
 )
 from tidegate.datastream.formats.parquet import ParquetBulkWriters, ParquetColumnarRowInputFormat
+from tidegate.datastream.functions import CheckpointListener, MapFunction
 
-#: the Parquet job's input rows and output rows
+#: the Parquet job's input rows; a running count's `key,value,count` line as a record
+#: (`counted_row`), for sinks of typed records (Parquet, JDBC, tables)
 VALUE_ROW = Types.ROW_NAMED(["value", "label"], [Types.LONG(), Types.STRING()])
 COUNTED_ROW = Types.ROW_NAMED(["key", "value", "count"], [Types.INT(), Types.LONG(), Types.LONG()])
 
@@ -57,6 +60,24 @@ def source_count_job(
     return env
 
 
+class AsRowFailingAfterCheckpoint(MapFunction, CheckpointListener):
+    """`counted_row`; in the first attempt it fails when its second checkpoint completed, before
+    the sink chained after it is notified: the sink's pre-committed transactions of that
+    completed checkpoint are left to the restore to commit."""
+
+    def open(self, runtime_context) -> None:
+        self.first_attempt = runtime_context.get_attempt_number() == 0
+        self.completed = 0
+
+    def map(self, value: str) -> Row:
+        return counted_row(value)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.completed += 1
+        if self.first_attempt and self.completed == 2:
+            raise InjectedFailure(f"injected failure after checkpoint {checkpoint_id}")
+
+
 def sink_count_job(
     sinks: list[Any],
     checkpoints: Path,
@@ -67,9 +88,11 @@ def sink_count_job(
     fail_at: dict[int, int] | None = None,
     interval_ms: int = 200,
     restore_path: str | None = None,
+    as_record: tuple[Callable[[str], Any], Any] | None = None,
 ) -> StreamExecutionEnvironment:
     """numbers 0..n-1 (`rate`/s) -> [failures] -> key_by -> running count (`key,value,count`)
-    -> each of `sinks`; checkpoints retained on cancel."""
+    -> [`as_record`: (function, its output type) turning each line into a record] -> each of
+    `sinks`; checkpoints retained on cancel."""
     env = job_environment(
         "spark",
         checkpoints,
@@ -85,6 +108,9 @@ def sink_count_job(
     if fail_at:
         ds = ds.map(FailAtValues(fail_at)).uid("fail")
     counted = ds.key_by(lambda v: v % NUM_KEYS).process(RunningCount()).uid("count")
+    if as_record is not None:
+        function, output_type = as_record
+        counted = counted.map(function, output_type=output_type).uid("as-record")
     for i, sink in enumerate(sinks):
         counted.sink_to(sink).uid(f"sink-{i}")
     return env
@@ -119,14 +145,21 @@ def rescaled_source_run(
 
 
 def rescaled_sinks_run(
-    sinks: Callable[[], list[Any]], checkpoints: Path, *, n: int, written: Callable[[], int]
+    sinks: Callable[[], list[Any]],
+    checkpoints: Path,
+    *,
+    n: int,
+    written: Callable[[], int],
+    as_record: tuple[Callable[[str], Any], Any] | None = None,
 ) -> None:
     """`sink_count_job` into `sinks()` at 2 subtasks until two checkpoints completed,
     cancelled (`written()`, the records the sinks show, must lie between 0 and `n`), then
     restored at 3 subtasks from its retained checkpoint and run to its end: the batches of the
     checkpoint restored from are committed again by the subtasks that take over their writer
-    indexes, which must make that a no-op."""
-    first = sink_count_job(sinks(), checkpoints, n=n, rate=3_000).execute_async("sinks at 2")
+    indexes, which must make that a no-op. `as_record`: as for `sink_count_job`."""
+    first = sink_count_job(
+        sinks(), checkpoints, n=n, rate=3_000, as_record=as_record
+    ).execute_async("sinks at 2")
     wait_for_checkpoints(first, 2)
     first.cancel().result()
     assert 0 < written() < n, "the first run must stop midway"
@@ -136,6 +169,7 @@ def rescaled_sinks_run(
         n=n,
         parallelism=3,
         restore_path=str(checkpoints / first.jobmaster.job_id),
+        as_record=as_record,
     ).execute_async("sinks at 3")
     second.get_job_execution_result().result(timeout=300)
 

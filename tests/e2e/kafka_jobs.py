@@ -4,7 +4,9 @@ Source jobs: a topic holding the numbers 0..n-1 (number v in partition v % parti
 increasing order) -> KafkaSource -> [throttle] -> [failures] -> key_by(v % NUM_KEYS) -> running
 count -> FileSink. Sink jobs: numbers -> [failures] -> running count -> KafkaSink, each record
 tagged with the attempt that produced it (a header), to tell where a duplicate comes from; the
-sink jobs' source has one subtask, so the output is deterministic.
+sink jobs' source has one subtask, so the output is deterministic. The window job: one source
+subtask reading every partition with per-partition watermarks, counting each partition's
+records per 10-second event-time window.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from tests.e2e.jobs import FailAtValues, RunningCount
 from tests.support.environments import file_sink, job_environment
 from tests.support.kafka import KafkaBroker, fill
 from tests.support.references import NUM_KEYS
-from tidegate.common import WatermarkStrategy
+from tidegate.common import Duration, WatermarkStrategy
 from tidegate.common.serialization import SimpleStringSchema
+from tidegate.common.time import Time
 from tidegate.datastream import (
     ExternalizedCheckpointRetention,
     MapFunction,
+    ProcessAllWindowFunction,
     ProcessFunction,
     StreamExecutionEnvironment,
 )
@@ -33,6 +37,9 @@ from tidegate.datastream.connectors.kafka import (
     KafkaSink,
     KafkaSource,
 )
+from tidegate.datastream.window import TumblingEventTimeWindows
+
+WINDOW_MS = 10_000
 
 
 def fill_numbers(kafka: KafkaBroker, n: int, partitions: int) -> str:
@@ -188,4 +195,36 @@ def sink_job(
         .build()
     )
     ds.sink_to(sink).uid("kafka-sink")
+    return env
+
+
+class PartitionCounts(ProcessAllWindowFunction):
+    """`start,count of p0,count of p1,...` of a window over `p<partition>@<ts>` values."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    def process(self, context, elements):
+        counts = collections.Counter(v.split("@")[0] for v in elements)
+        yield ",".join(
+            map(str, [context.window().start, *(counts[f"p{p}"] for p in range(self.partitions))])
+        )
+
+
+def window_job(
+    kafka: KafkaBroker, topic: str, partitions: int, out: Path, checkpoints: Path, idle_ms: int
+) -> StreamExecutionEnvironment:
+    """One source subtask reads every partition of `topic` (Kafka timestamps, monotonous per
+    partition, `with_idleness(idle_ms)`); tumbling WINDOW_MS event-time windows count each
+    partition's records."""
+    env = job_environment("spark", checkpoints, parallelism=1)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_idleness(
+        Duration.of_millis(idle_ms)
+    )
+    (
+        env.from_source(kafka_source(kafka, topic=topic, bounded=False), strategy, "kafka")
+        .window_all(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .process(PartitionCounts(partitions))
+        .sink_to(file_sink(out))
+    )
     return env

@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.kafka import produce, read_topic
 from tidegate.common.serialization import SimpleStringSchema
+from tidegate.connectors.base import Boundedness, SplitReportingReader
 from tidegate.connectors.kafka import sink as sink_module
 from tidegate.connectors.kafka.offsets import end_offset
 from tidegate.datastream.connectors.kafka import (
@@ -21,6 +22,7 @@ from tidegate.datastream.connectors.kafka import (
     KafkaTopicPartition,
     KafkaTopicSelector,
 )
+from tidegate.runtime.records import TimestampedBatch
 
 
 def source(kafka, topic, **kw):
@@ -33,6 +35,8 @@ def source(kafka, topic, **kw):
     )
     if "stopping" in kw:
         builder.set_bounded(kw.pop("stopping"))
+    if "unbounded_stopping" in kw:
+        builder.set_unbounded(kw.pop("unbounded_stopping"))
     for key, value in kw.pop("properties", {}).items():
         builder.set_property(key, value)
     if "group" in kw:
@@ -84,6 +88,57 @@ def test_a_bounded_reader_reads_to_the_latest_offset_with_kafka_timestamps(kafka
     assert sorted(timestamps) == sorted(
         [1_000_000 + i for i in range(25)] + [1_000_000 + i for i in range(5)]
     )
+
+
+def test_an_unbounded_source_with_stopping_offsets_ends_there_and_stays_unbounded(kafka):
+    topic = kafka.create_topic(2)
+    produce(kafka, topic, ["a0", "a1"], partition=0)
+    src = source(kafka, topic, unbounded_stopping=KafkaOffsetsInitializer.latest())
+    assert src.boundedness is Boundedness.CONTINUOUS_UNBOUNDED
+    assert src.discovery_interval_s is None  # its partitions end: no new ones are looked for
+    reader = first_reader(src)
+    produce(kafka, topic, ["after-the-start"], partition=1)  # beyond the bound
+    try:
+        assert sorted(drain(reader)[0]) == ["a0", "a1"]  # then None: the source ends
+    finally:
+        reader.close()
+
+
+class Splits:
+    """A SplitListener keeping what the reader reported, in order."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def add_split(self, split_id) -> None:
+        self.events.append(("add", split_id))
+
+    def finish_split(self, split_id) -> None:
+        self.events.append(("finish", split_id))
+
+
+def test_a_reader_reports_its_partitions_and_which_one_each_record_came_from(kafka):
+    topic = kafka.create_topic(2)
+    produce(kafka, topic, [f"a{i}" for i in range(30)], partition=0)
+    produce(kafka, topic, ["b0"], partition=1)
+    reader = first_reader(source(kafka, topic, stopping=KafkaOffsetsInitializer.latest()))
+    assert isinstance(reader, SplitReportingReader)
+    splits = Splits()
+    try:
+        reader.report_splits(splits)
+        assert splits.events == [("add", (topic, 0)), ("add", (topic, 1))]
+        origin = {}
+        while (batch := reader.poll_batch(7)) is not None:
+            start = 0
+            for split_id, end in batch.split_runs:
+                origin.update((value, split_id) for value in batch[start:end])
+                start = end
+            assert start == len(batch) == len(batch.timestamps)
+    finally:
+        reader.close()
+    assert origin == {v: (topic, 0 if v[0] == "a" else 1) for v in origin}
+    assert len(origin) == 31
+    assert sorted(splits.events[2:]) == [("finish", (topic, 0)), ("finish", (topic, 1))]
 
 
 def test_a_reader_restored_from_its_snapshot_resumes_after_the_last_record_returned(kafka):
@@ -184,8 +239,8 @@ def test_new_partitions_are_discovered_and_read_from_their_start(kafka):
             r.close()
 
 
-def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None):
-    return (
+def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None, pool_size=None):
+    builder = (
         KafkaSink.builder()
         .set_bootstrap_servers(kafka.bootstrap_servers)
         .set_delivery_guarantee(guarantee)
@@ -196,8 +251,10 @@ def sink(kafka, topic, guarantee=DeliveryGuarantee.EXACTLY_ONCE, prefix=None):
             .set_value_serialization_schema(SimpleStringSchema())
             .build()
         )
-        .build()
     )
+    if pool_size is not None:
+        builder.set_property("transaction.pool.size", str(pool_size))
+    return builder.build()
 
 
 def values(records):
@@ -241,6 +298,41 @@ def test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_
         assert values(committed) == ["x", "y"]
     else:  # Tansu shows aborted records too: the fenced transaction's x, y and the re-produced
         assert values(committed) == ["x", "x", "y", "y"]
+
+
+def test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old_run_used(kafka):
+    """Writer 1 of 2 (pool of 4) pre-commits on slots 0-2 and leaves a transaction open on
+    slot 3, then dies. The restore runs 1 writer with a pool of 1: it still aborts the open
+    transaction on slot 3 (the committables say the old pool size), else it would hold back
+    every later record from read_committed consumers, and re-produces the pre-committed ones."""
+    topic = kafka.create_topic()
+    old = sink(kafka, topic, pool_size=4)
+    for k in (0, 1):
+        old.recover(k, 2, 0, [])
+    writers = [old.create_writer(k, 2, 0) for k in (0, 1)]
+    restored = []
+    for checkpoint in (1, 2, 3):  # none completes
+        writers[1].write_batch([f"pre-committed-{checkpoint}"])
+        restored += writers[0].prepare_commit(checkpoint) + writers[1].prepare_commit(checkpoint)
+    writers[1].write_batch(["open"])  # on slot 3
+    sink_module._PRECOMMITTED.clear()  # the process dies (its producers linger unused)
+    new = sink(kafka, topic, pool_size=1)
+    new.recover(0, 1, 1, restored)
+    committer = new.create_committer()
+    committer.commit(restored)
+    writer = new.create_writer(0, 1, 1)
+    writer.write_batch(["later"])
+    committer.commit(writer.prepare_commit(4))
+    writer.close()
+    seen = values(read_topic(kafka, topic))
+    for old_writer in writers:
+        old_writer.close()  # the dead process's producers, fenced
+    expected = ["later", "pre-committed-1", "pre-committed-2", "pre-committed-3"]
+    if not kafka.is_tansu:
+        assert seen == expected
+    else:  # Tansu shows aborted records too: "open" and the fenced pre-committed copies
+        assert sorted(set(seen)) == sorted([*expected, "open"])
+        assert seen.count("later") == 1 and seen.count("open") == 1
 
 
 def test_at_least_once_flushes_at_the_checkpoint(kafka):
@@ -372,3 +464,30 @@ def test_closing_a_writer_aborts_its_open_transaction(kafka):
     assert "later" in seen
     if not kafka.is_tansu:  # Tansu shows aborted records too
         assert seen == ["later"]
+
+
+def test_records_are_written_with_their_stream_records_timestamps(kafka):
+    """As Flink's KafkaRecordSerializationSchema: the Kafka timestamp is the stream record's,
+    if it has one (none, or a negative one: the producer's time), also when a restore
+    re-produces a pre-committed transaction from its committable."""
+    topic = kafka.create_topic()
+    before = int(time.time() * 1000)
+    plain = sink(kafka, topic, DeliveryGuarantee.AT_LEAST_ONCE)
+    writer = plain.create_writer(0, 1, 0)
+    writer.write_batch(TimestampedBatch(["a", "b"], [1_700_000_000_000, -5]))
+    writer.write_batch(["c"])  # a batch without timestamps
+    writer.prepare_commit(1)
+    writer.close()
+    s = sink(kafka, topic)
+    s.recover(0, 1, 0, [])
+    transactional = s.create_writer(0, 1, 0)
+    transactional.write_batch(TimestampedBatch(["x"], [1_600_000_000_000]))
+    committables = transactional.prepare_commit(1)
+    sink_module._PRECOMMITTED.clear()  # the process died: the restore re-produces x
+    transactional.close()
+    s.recover(0, 1, 1, committables)
+    s.create_committer().commit(committables)
+    after = int(time.time() * 1000)
+    stamps = {r.value: r.timestamp for r in read_topic(kafka, topic)}
+    assert (stamps["a"], stamps["x"]) == (1_700_000_000_000, 1_600_000_000_000)
+    assert before <= stamps["b"] <= after and before <= stamps["c"] <= after

@@ -9,7 +9,16 @@ to a reference record, and of a record's copies at most one was produced by the 
 (each record carries the attempt that produced it in a header): the others come from failed
 attempts, whose open transactions the restore fenced (aborted), or from a pre-committed
 transaction of a killed worker that the restore aborted and re-produced from the checkpoint
-(sink.py), which is why two copies may carry the same failed attempt.
+(sink.py), which is why two copies may carry the same failed attempt. On Tansu such a pair
+may also be two committed copies: a restore's marker check (sink.py, step 4) was seen to
+answer "not committed" for a transaction the failed attempt had committed (Tansu returned no
+committed offset for its marker group: tests/support/kafka.py), and the transaction was
+re-produced. The test cannot tell these copies from aborted ones on Tansu.
+
+When read_committed misses records (seen in 2 of 54 runs of the kill -9 test on Tansu,
+cause not found: its consumers stop at an offset near the kill in every partition, while
+read_uncommitted holds every record), the failure says where each partition's
+read_committed view stops and what follows (`hidden_records`).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ def check_sink_output(kafka, topic: str, n: int, attempts: int) -> dict[str, int
     holds and how many are extra copies."""
     records = read_topic(kafka, topic)
     lines = [r.value for r in records]
+    assert len(set(lines)) >= n, hidden_records(kafka, topic, records, n)
     if not kafka.is_tansu:
         check_exactly_once(lines, n, 1)  # one source subtask
         return {"records": len(lines), "extra": 0}
@@ -37,6 +47,28 @@ def check_sink_output(kafka, topic: str, n: int, attempts: int) -> dict[str, int
     for line, tags in copies.items():
         assert sum(1 for a in tags if a == attempts - 1) <= 1, (line, tags)
     return {"records": len(lines), "extra": len(lines) - len(set(lines))}
+
+
+def hidden_records(kafka, topic: str, committed: list, n: int) -> str:
+    """Why a read_committed consumer got fewer than `n` distinct records: for each partition,
+    the last offset it read and what a read_uncommitted consumer finds after it (a transaction
+    the broker never resolved stops read_committed consumers there)."""
+    everything = read_topic(kafka, topic, isolation="read_uncommitted")
+    seen = {r.value for r in committed}
+    report = [
+        f"read_committed: {len(seen)} of {n} distinct records; read_uncommitted: "
+        f"{len({r.value for r in everything})}"
+    ]
+    for p in sorted({r.partition for r in everything}):
+        last = max((r.offset for r in committed if r.partition == p), default=-1)
+        after = [r for r in everything if r.partition == p and r.offset > last]
+        first = [(r.offset, r.value, dict(r.headers).get("attempt")) for r in after[:3]]
+        report.append(
+            f"partition {p}: read_committed stops after offset {last}; read_uncommitted has "
+            f"{len(after)} records after it ({sum(r.value not in seen for r in after)} never "
+            f"seen by read_committed), first (offset, value, attempt): {first}"
+        )
+    return "\n".join(report)
 
 
 def test_exactly_once_through_exceptions(spark, kafka, tmp_path):

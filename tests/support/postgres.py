@@ -87,8 +87,10 @@ def _run_as() -> str | None:
     return "postgres"
 
 
-def start_postgres() -> PostgresServer:
-    """initdb + postgres on a free loopback port; returns once the test database exists."""
+def start_postgres(**overrides: str) -> PostgresServer:
+    """initdb + postgres on a free loopback port; returns once the test database exists.
+    `overrides`: server settings that replace the defaults below (max_prepared_transactions
+    = "0" for a server that cannot prepare transactions)."""
     import psycopg
 
     bin_dir = _bin_dir()
@@ -113,6 +115,7 @@ def start_postgres() -> PostgresServer:
         "fsync": "off",
         "synchronous_commit": "off",
         "full_page_writes": "off",
+        **overrides,
     }
     args = [bin_dir / "postgres", "-D", data, "-p", str(port)]
     for key, value in settings.items():

@@ -1,7 +1,8 @@
 """The optional connector contracts the operators honour: a CheckpointListeningReader is told
 the splits of each completed checkpoint (not of subsumed ones), a UsesJobId sink is bound to
-the running job before its writer exists, and a committer's close is called, also when the
-writer's close fails or the task fails before opening its operators."""
+the running job and a UsesOperatorUid sink to its operator's uid before its writer exists,
+and a committer's close is called, also when the writer's close fails or the task fails before
+opening its operators."""
 
 from __future__ import annotations
 
@@ -97,9 +98,13 @@ class Committer:
 class JobNamedSink:
     committer: Committer
     job_id: str = ""
+    uid: str = ""
 
     def for_job(self, job_id: str) -> JobNamedSink:
         return replace(self, job_id=job_id)
+
+    def for_uid(self, uid: str) -> JobNamedSink:
+        return replace(self, uid=uid)
 
     def create_writer(self, subtask_index: int, parallelism: int, attempt: int) -> Any:
         assert self.job_id == "job-7", "the writer of a sink bound to its job"
@@ -110,7 +115,7 @@ class JobNamedSink:
     def close(self) -> None: ...
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        return [(self.job_id, checkpoint_id)]
+        return [(self.job_id, self.uid, checkpoint_id)]
 
     def create_committer(self) -> Committer:
         return self.committer
@@ -118,14 +123,14 @@ class JobNamedSink:
     def recover(self, *args: Any) -> None: ...
 
 
-def test_a_sink_using_the_job_id_is_bound_to_the_running_job_and_its_committer_closed():
+def test_a_sink_using_the_job_id_and_uid_is_bound_to_the_running_job_and_its_operator():
     committer = Committer()
     op = SinkOperator(JobNamedSink(committer), uid="sink")
     op.initialize_state(_runtime("job-7"), None)
     op.snapshot_state(3, 0)
     op.notify_checkpoint_complete(3)
     op.close()
-    assert committer.committed == [("job-7", 3)]
+    assert committer.committed == [("job-7", "sink", 3)]
     assert committer.closed
 
 

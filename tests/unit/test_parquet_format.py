@@ -21,7 +21,7 @@ from tidegate.common.serialization import BulkWriterFactory
 from tidegate.connectors.base import Sink
 from tidegate.connectors.file_sink import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
 from tidegate.connectors.file_source import FileSource, FileSourceSplit
-from tidegate.connectors.parquet_format import ParquetWriterFactory
+from tidegate.connectors.parquet_format import FORMAT, ParquetWriterFactory
 from tidegate.datastream.connectors import file_system
 from tidegate.datastream.formats import parquet
 from tidegate.datastream.formats.parquet import ParquetBulkWriters, ParquetColumnarRowInputFormat
@@ -34,7 +34,7 @@ BYTE_ARRAY = Types.PRIMITIVE_ARRAY(Types.BYTE())
 EVERY_TYPE = Types.ROW_NAMED(
     [
         "s", "c", "bo", "by", "sh", "i", "l", "f", "d", "dec", "inst", "date", "time", "ts",
-        "bytes", "ints", "names", "objs", "m", "sub",
+        "bytes", "ints", "names", "objs", "m", "sub", "big", "pair",
     ],
     [
         Types.STRING(), Types.CHAR(), Types.BOOLEAN(), Types.BYTE(), Types.SHORT(), Types.INT(),
@@ -45,6 +45,7 @@ EVERY_TYPE = Types.ROW_NAMED(
         Types.OBJECT_ARRAY(Types.ROW_NAMED(["x"], [Types.INT()])),
         Types.MAP(Types.STRING(), Types.LIST(Types.DOUBLE())),
         Types.ROW_NAMED(["a", "when"], [Types.INT(), Types.SQL_TIMESTAMP()]),
+        Types.BIG_INT(), Types.TUPLE([Types.INT(), Types.LIST(Types.BIG_INT())]),
     ],
 )  # fmt: skip
 
@@ -57,6 +58,7 @@ def every_type_row(i: int) -> Row:
         ts=dt.datetime(2024, 5, 1, 1, 2, 3, 4),
         bytes=[-1, 0, 127], ints=[1, None, 3], names=["a", None], objs=[Row(x=i)],
         m={"k": [1.0, None]}, sub=Row(a=None, when=dt.datetime(2000, 1, 1)),
+        big=-(10**37) + i, pair=(i, [1 << 70, None]),
     )  # fmt: skip
 
 
@@ -91,30 +93,30 @@ def parquet_source(*paths: Path, row_type=ROW, **kw) -> FileSource:
 
 
 def test_every_supported_type_maps_to_its_arrow_type() -> None:
-    schema = arrow_schema(EVERY_TYPE)
+    schema = arrow_schema(EVERY_TYPE, FORMAT)
     assert [str(f.type) for f in schema] == [
         "string", "string", "bool", "int8", "int16", "int32", "int64", "float", "double",
         "decimal128(38, 18)", "timestamp[us, tz=UTC]", "date32[day]", "time64[us]",
         "timestamp[us]", "binary", "list<item: int32>", "list<item: string>",
         "list<item: struct<x: int32>>", "map<string, list<item: double>>",
-        "struct<a: int32, when: timestamp[us]>",
+        "struct<a: int32, when: timestamp[us]>", "decimal128(38, 0)",
+        "struct<f0: int32, f1: list<item: decimal128(38, 0)>>",
     ]  # fmt: skip
-    utc = arrow_schema(Types.ROW_NAMED(["t"], [Types.SQL_TIMESTAMP()]), utc_timestamp=True)
+    utc = arrow_schema(Types.ROW_NAMED(["t"], [Types.SQL_TIMESTAMP()]), FORMAT, utc_timestamp=True)
     assert str(utc[0].type) == "timestamp[us, tz=UTC]"
 
 
 @pytest.mark.parametrize(
     ("field_type", "shown"),
     [
-        (Types.BIG_INT(), "BigInteger"),
-        (Types.TUPLE([Types.INT()]), "TupleTypeInfo"),
         (Types.PICKLED_BYTE_ARRAY(), "PickledByteArrayTypeInfo"),
-        (Types.LIST(Types.BIG_INT()), "BigInteger"),
+        (Types.LIST(Types.PICKLED_BYTE_ARRAY()), "PickledByteArrayTypeInfo"),
+        (Types.TUPLE([Types.PICKLED_BYTE_ARRAY()]), "PickledByteArrayTypeInfo"),
     ],
 )
 def test_a_type_parquet_cannot_hold_is_refused_naming_the_field(field_type, shown) -> None:
     row_type = Types.ROW_NAMED(["ok", "bad"], [Types.INT(), field_type])
-    with pytest.raises(TypeError, match=rf"field 'bad.*{shown}.*supported: STRING"):
+    with pytest.raises(TypeError, match=rf"Parquet: field 'bad.*{shown}.*supported: STRING"):
         ParquetBulkWriters.for_row_type(row_type)
     with pytest.raises(TypeError, match="field 'bad"):
         ParquetColumnarRowInputFormat(row_type=row_type)
@@ -129,7 +131,7 @@ def test_the_writer_needs_a_row_type_and_no_hadoop_options() -> None:
 
 
 def test_a_record_that_does_not_fit_names_the_field_and_the_record() -> None:
-    write = batch_writer(Types.ROW_NAMED(["id", "b"], [Types.INT(), Types.BYTE()]))
+    write = batch_writer(Types.ROW_NAMED(["id", "b"], [Types.INT(), Types.BYTE()]), FORMAT)
     with pytest.raises(FormatError, match=r"field 'b'.*cannot write as int8.*record: .*300"):
         write([Row(id=1, b=1), Row(id=2, b=300)])
     with pytest.raises(FormatError, match=r"field 'id'.*int32.*'x'"):
@@ -139,12 +141,17 @@ def test_a_record_that_does_not_fit_names_the_field_and_the_record() -> None:
     with pytest.raises(FormatError, match=r"no field 'b'"):
         write([Row(id=1, c=2)])
     write = batch_writer(
-        Types.ROW_NAMED(["m", "b"], [Types.MAP(Types.STRING(), Types.INT()), BYTE_ARRAY])
+        Types.ROW_NAMED(["m", "b"], [Types.MAP(Types.STRING(), Types.INT()), BYTE_ARRAY]), FORMAT
     )
     with pytest.raises(FormatError, match=r"field 'b'.*holds values in -128..127"):
         write([({"a": 1}, [1, 300])])
     with pytest.raises(FormatError, match=r"field 'm'.*map<string, int32>"):
         write([(["not", "a", "dict"], None)])
+    write = batch_writer(Types.ROW_NAMED(["id", "big"], [Types.INT(), Types.BIG_INT()]), FORMAT)
+    with pytest.raises(FormatError, match=r"field 'big'.*BIG_INT value is an int, got str.*\(2, "):
+        write([(1, 5), (2, "5")])
+    with pytest.raises(FormatError, match=r"field 'big'.*decimal128\(38, 0\).*\(3, 1000"):
+        write([(1, 10**37), (3, 10**40)])  # 41 digits
 
 
 # --- the bulk-format sink ---------------------------------------------------------------------
@@ -162,7 +169,7 @@ def test_part_files_stay_hidden_until_committed_and_hold_every_type(tmp_path: Pa
     sink.create_committer().commit(committables)
     assert visible_files(tmp_path) == ["part-0-0-0.parquet"]
     table = pq.read_table(tmp_path / "part-0-0-0.parquet")
-    assert table.schema == arrow_schema(EVERY_TYPE)
+    assert table.schema == arrow_schema(EVERY_TYPE, FORMAT)
     assert table.column("i").to_pylist() == [0, 1, 2, 3, 4]
     assert table.column("bytes").to_pylist()[0] == b"\xff\x00\x7f"
     # and FileSource reads back exactly the rows written

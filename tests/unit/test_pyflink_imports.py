@@ -98,6 +98,11 @@ PYFLINK_PATHS = {
         "BucketAssigner",
     ],
     "tidegate.datastream.connectors.number_seq": ["NumberSequenceSource"],
+    "tidegate.datastream.connectors.jdbc": [
+        "JdbcSink",
+        "JdbcConnectionOptions",
+        "JdbcExecutionOptions",
+    ],
     "tidegate.common": [
         "Types",
         "TypeInformation",

@@ -10,6 +10,7 @@
     tidegate check-restore JOB.py --from PATH [--parallelism N] [--allow-non-restored-state]
                            [--verify] [--json] [-- job args...]
     tidegate rewrite-savepoint SRC --max-parallelism M --output DST [--parallelism P]
+    tidegate transactions list|commit|abort JOB_DIR [GID...] --postgres URL [--user NAME]
     tidegate --version
 
 The job commands talk to the drivers' REST API (`--address URL`, default: every driver
@@ -22,8 +23,9 @@ usage or path error (a missing script, a wrong checkpoint path, no Spark), 130 i
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
 checkpoints command), `check_restore` and `rewrite` (the offline check-restore and
-rewrite-savepoint commands), `jobs` (the commands on running jobs), `errors` (error lines and
-exit codes), `formatting` (shared text helpers).
+rewrite-savepoint commands), `transactions` (sink transactions a job left open), `jobs` (the
+commands on running jobs), `errors` (error lines and exit codes), `formatting` (shared text
+helpers).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tidegate.cli.jobs import (
 from tidegate.cli.rewrite import rewrite_savepoint_command
 from tidegate.cli.run import run_command
 from tidegate.cli.status import JobMonitor, StatusPrinter, format_status, format_summary
+from tidegate.cli.transactions import transactions_command
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -76,6 +79,7 @@ cli.add_command(run_command)
 cli.add_command(checkpoints_command)
 cli.add_command(check_restore_command)
 cli.add_command(rewrite_savepoint_command)
+cli.add_command(transactions_command)
 for command in (
     list_command,
     trigger_checkpoint_command,

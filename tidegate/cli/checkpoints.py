@@ -77,7 +77,7 @@ def checkpoints_command(
                 raise CliError(f"{directory} is one checkpoint; --id needs a job directory")
             path = resolve_checkpoint_path(directory)
         else:
-            found = _find_checkpoints(directory)
+            found = find_checkpoints(directory)
             if checkpoint_id is None:
                 _list_checkpoints(directory, found, as_json, verify)
                 return
@@ -112,7 +112,7 @@ def _names_one_checkpoint(path: str) -> bool:
     return fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME))
 
 
-def _find_checkpoints(path: str) -> list[_Found]:
+def find_checkpoints(path: str) -> list[_Found]:
     """Completed checkpoints of the job directory `path`, or of every job directory in it."""
     fs, fs_path = NO_OPTIONS.resolve(path)
     if not fs.isdir(fs_path):

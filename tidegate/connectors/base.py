@@ -9,19 +9,22 @@ Sinks follow Flink's two-phase-commit Sink V2 shape: a writer pre-commits at eac
 complete.
 
 Optional extensions of the source contract (the message-system sources use them): a reader's
-batch may carry its records' timestamps (`TimestampedRecords`); a reader may be told each
-completed checkpoint with its splits (`CheckpointListeningReader`); a `SplitAssigningSource`
-chooses which splits each reader takes out of all of them, which lets readers discover new
-splits on their own.
+batch may carry its records' timestamps (`TimestampedRecords`); a reader may say which split
+each record came from (`SplitRecords`, `SplitReportingReader`: watermarks per split); a reader
+may be told each completed checkpoint with its splits (`CheckpointListeningReader`); a
+`SplitAssigningSource` chooses which splits each reader takes out of all of them, which lets
+readers discover new splits on their own.
 
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
-must see as one storage, which each attempt checks).
+must see as one storage, which each attempt checks). A sink that names its idempotent writes
+is told the job run's id (`UsesJobId`) and its operator's uid (`UsesOperatorUid`).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from typing import Any, Protocol, runtime_checkable
 
 from tidegate.common.filesystems import FileSystems
@@ -45,6 +48,57 @@ class TimestampedRecords(list):
     def __init__(self, values: list[Any], timestamps: list[int]) -> None:
         super().__init__(values)
         self.timestamps = timestamps
+
+
+class SplitRecords(list):
+    """A batch of a reader that reports its splits (`SplitReportingReader`): a list of values,
+    `timestamps` (a parallel list of ms since the epoch, as in TimestampedRecords, or None when
+    the records have no timestamps of their own), and `split_runs`: `(split id, end)` pairs in
+    order, saying that the records from the previous pair's end (0 for the first) up to `end`
+    came from that split; the last `end` is the batch's length. A split id is any hashable
+    value naming one split for the reader's lifetime (Kafka: `(topic, partition)`)."""
+
+    __slots__ = ("split_runs", "timestamps")
+
+    def __init__(
+        self,
+        values: list[Any],
+        timestamps: list[int] | None,
+        split_runs: list[tuple[Hashable, int]],
+    ) -> None:
+        super().__init__(values)
+        self.timestamps = timestamps
+        self.split_runs = split_runs
+
+
+@runtime_checkable
+class SplitListener(Protocol):
+    """What a `SplitReportingReader` tells about its splits (the source operator's per-split
+    watermark generators, runtime/split_watermarks.py). Called on the loop thread."""
+
+    def add_split(self, split_id: Hashable) -> None:
+        """The reader started reading split `split_id` (it may have no records yet)."""
+        ...
+
+    def finish_split(self, split_id: Hashable) -> None:
+        """Split `split_id` ended (e.g. reached its stopping offset): it will return no more
+        records."""
+        ...
+
+
+@runtime_checkable
+class SplitReportingReader(Protocol):
+    """A reader that says which split each record came from, so that a WatermarkStrategy runs
+    one watermark generator per split (as Flink's split-aware sources do): the subtask's
+    watermark is the minimum over its splits that are not idle, whatever order the reader
+    interleaves them in. Its non-empty batches are `SplitRecords`."""
+
+    def report_splits(self, listener: SplitListener) -> None:
+        """Called once on the loop thread before the first `poll_batch`, when the source has a
+        WatermarkStrategy that generates watermarks. The reader calls `listener.add_split` at
+        once for each unfinished split it holds, then (from `poll_batch`) for each split it
+        adds, and `listener.finish_split` for each split that ends."""
+        ...
 
 
 class SourceReader(Protocol):
@@ -191,6 +245,19 @@ class UsesJobId(Protocol):
         job's id (the same in every attempt of one run; a new random id for each new run,
         also one restored from a checkpoint or savepoint, unless `pipeline.job-id` fixes it).
         Returns the sink to use in this subtask."""
+        ...
+
+
+@runtime_checkable
+class UsesOperatorUid(Protocol):
+    """A sink whose idempotent writes are named after its operator's uid, so several sinks of
+    one job (writing to one table, say) tell their commits apart."""
+
+    def for_uid(self, uid: str) -> Sink:
+        """Called in each sink subtask before `for_job`, `recover` and `create_writer`, with
+        the sink operator's uid: the one given with `.uid(...)`, else one generated from the
+        job's graph (the same in every attempt and run of an unchanged job). Returns the sink
+        to use in this subtask."""
         ...
 
 

@@ -205,13 +205,13 @@ class DateTimeBucketAssigner(BucketAssigner):
         return None
 
 
-def _open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
+def open_binary(fs: AbstractFileSystem, path: str, mode: str) -> IO[bytes]:
     if isinstance(fs, LocalFileSystem):
         return open(path, mode)  # fewer layers than fsspec's LocalFileOpener
     return fs.open(path, mode)
 
 
-def _close_durably(stream: IO[bytes]) -> None:
+def close_durably(stream: IO[bytes]) -> None:
     stream.flush()
     with contextlib.suppress(AttributeError, io.UnsupportedOperation):  # no OS file behind it
         os.fsync(stream.fileno())
@@ -504,7 +504,7 @@ class FileSinkWriter:
             in_progress = posixpath.join(directory, f".{name}.inprogress")
             if not (self._fs.exists(final) or self._fs.exists(in_progress)):
                 break
-        stream = _open_binary(self._fs, in_progress, "wb")
+        stream = open_binary(self._fs, in_progress, "wb")
         committable = FileSinkCommittable(in_progress, final)
         part = self._open[bucket] = _PartFile(committable, stream, now_ms, now_ms)
         if self._sink.bulk_writer_factory is not None:
@@ -515,7 +515,7 @@ class FileSinkWriter:
         part = self._open.pop(bucket)
         if part.bulk_writer is not None:
             part.bulk_writer.finish()
-        _close_durably(part.stream)
+        close_durably(part.stream)
         self._pending.append(part.committable)
 
 

@@ -31,6 +31,8 @@ __all__ = [
     "ParquetWriterFactory",
 ]
 
+#: the format in error messages
+FORMAT = "Parquet"
 #: rows per row group written (and buffered in memory as Arrow columns until then)
 DEFAULT_ROW_GROUP_SIZE = 128 * 1024
 
@@ -54,7 +56,7 @@ class ParquetWriterFactory(RowDataBulkWriterFactory):
         self.utc_timestamp = utc_timestamp
         self.row_group_size = row_group_size
         self.compression = compression
-        self.schema = arrow_schema(self.row_type, utc_timestamp)  # TypeError: unsupported
+        self.schema = arrow_schema(self.row_type, FORMAT, utc_timestamp)  # TypeError: unsupported
         try:
             available = compression.lower() == "none" or pa.Codec.is_available(compression)
         except ValueError:
@@ -81,7 +83,7 @@ class _ParquetWriter(BulkWriter):
 
     def __init__(self, factory: ParquetWriterFactory, stream: IO[bytes]) -> None:
         self._group_size = factory.row_group_size
-        self._convert = batch_writer(factory.row_type, factory.utc_timestamp)
+        self._convert = batch_writer(factory.row_type, FORMAT, factory.utc_timestamp)
         self._writer = pq.ParquetWriter(stream, factory.schema, compression=factory.compression)
         self._batches: list[pa.RecordBatch] = []
         self._buffered = 0
@@ -156,7 +158,9 @@ class ParquetColumnarRowInputFormat(BulkFormat):
         checked_row_type(self.row_type, "ParquetColumnarRowInputFormat(row_type=...)")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        arrow_schema(self.row_type, self.is_utc_timestamp)  # TypeError: unsupported field type
+        arrow_schema(
+            self.row_type, FORMAT, self.is_utc_timestamp
+        )  # TypeError: unsupported field type
 
     def get_produced_type(self) -> RowTypeInfo:
         return self.row_type  # type: ignore[return-value]
@@ -178,7 +182,7 @@ class _ParquetFileReader:
             self._file = pq.ParquetFile(stream)
         except pa.ArrowException as e:
             raise ValueError(f"{split.path}: not a readable Parquet file: {e}") from None
-        self._schema = arrow_schema(row_type, fmt.is_utc_timestamp)
+        self._schema = arrow_schema(row_type, FORMAT, fmt.is_utc_timestamp)
         self._columns = _file_columns(
             self._file.schema_arrow, row_type, fmt.is_case_sensitive, split
         )

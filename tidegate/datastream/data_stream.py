@@ -301,6 +301,17 @@ class DataStream:
         t = self._add("sink", f"Sink: {type(sink).__name__}", SinkOperator, connector=sink)
         return DataStreamSink(t)
 
+    def add_sink(self, sink_func: Sink) -> DataStreamSink:
+        """PyFlink's way to add a sink function: here a tidegate Sink (e.g. a JdbcSink),
+        added as by `sink_to`; PyFlink's Java-backed SinkFunctions do not exist."""
+        if not isinstance(sink_func, Sink):
+            raise TypeError(
+                "add_sink expects a tidegate Sink (e.g. JdbcSink.sink(...)); PyFlink's other "
+                f"SinkFunctions wrap Java sinks: use sink_to() with a Sink, got "
+                f"{type(sink_func).__name__}"
+            )
+        return self.sink_to(sink_func)
+
     def execute_and_collect(
         self, job_execution_name: str | None = None, limit: int | None = None
     ) -> Any:

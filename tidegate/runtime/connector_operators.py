@@ -8,7 +8,9 @@ from typing import Any
 from tidegate.connectors.base import (
     CheckpointListeningReader,
     SplitAssigningSource,
+    SplitReportingReader,
     UsesJobId,
+    UsesOperatorUid,
     writer_subtask,
 )
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
@@ -23,7 +25,9 @@ class SourceOperator(StreamOperator):
     splits are union list state instead, and its readers choose their own (connectors/base.py).
 
     With a WatermarkStrategy, records get their timestamps here and the source subtask emits
-    watermarks (runtime/timestamps.py); its last watermark is checkpointed with its state."""
+    watermarks (runtime/timestamps.py); its last watermark is checkpointed with its state. A
+    SplitReportingReader gets one watermark generator per split (runtime/split_watermarks.py):
+    the subtask's watermark follows its slowest split that is not idle."""
 
     SPLITS = "__splits__"
     stores_watermark = True  # its last emitted watermark (nothing without a strategy)
@@ -78,20 +82,29 @@ class SourceOperator(StreamOperator):
         if strategy is not None and (
             strategy.generates_watermarks or strategy.timestamp_assigner is not None
         ):
-            self.watermarks = WatermarkGeneration(strategy, self, self.watermark_interval_ms)
+            split_aware = isinstance(self.reader, SplitReportingReader)
+            self.watermarks = wg = WatermarkGeneration(
+                strategy, self, self.watermark_interval_ms, split_aware
+            )
+            if wg.splits is not None:
+                self.reader.report_splits(wg.splits)
 
     def poll(self, max_records: int) -> list | None:
         """Emit the next batch; returns it (None when the reader is finished)."""
         batch = self.reader.poll_batch(max_records)
+        runs = None
         if batch and type(batch) is not list and type(batch) is not TimestampedBatch:
-            batch = TimestampedBatch(batch, batch.timestamps)  # a reader's TimestampedRecords
+            # a reader's TimestampedRecords or SplitRecords
+            runs = getattr(batch, "split_runs", None)
+            timestamps = batch.timestamps
+            batch = list(batch) if timestamps is None else TimestampedBatch(batch, timestamps)
         if batch:
             wg = self.watermarks
             if wg is None:
                 self.emit(batch)
             else:
                 wg.before_records()
-                self.emit(wg.assign(batch))
+                self.emit(wg.assign(batch, runs))
                 wg.flush()
         return batch
 
@@ -151,6 +164,8 @@ class SinkOperator(StreamOperator):
         self._state = self.operator_state.get_union_list_state(
             ListStateDescriptor(self.COMMITTABLES)
         )
+        if isinstance(self.sink, UsesOperatorUid):
+            self.sink = self.sink.for_uid(self.uid)
         if isinstance(self.sink, UsesJobId):
             self.sink = self.sink.for_job(runtime.job_id)
         index, parallelism = runtime.subtask_index, runtime.parallelism

@@ -4,7 +4,10 @@ WatermarkStrategy, or `assign_timestamps_and_watermarks` (TimestampsAndWatermark
 `WatermarkGeneration` drives one strategy's TimestampAssigner and WatermarkGenerator:
 
 1. `assign(batch)`: extract every record's timestamp (a TimestampedBatch results) and tell the
-   generator (`on_event` per record; built-in generators take the batch's maximum at once);
+   generator (`on_event` per record; built-in generators take the batch's maximum at once).
+   A source whose reader reports its splits has one generator per split instead
+   (`split_aware`: runtime/split_watermarks.py), told each split's records (`assign(batch,
+   runs)`); their combined watermark and idleness then go where one generator's would;
 2. `before_records()` (an idle output becomes active again, a restored watermark is re-sent),
    then the operator emits the batch;
 3. `flush()`: send what the generator emitted meanwhile, after the batch: a WatermarkStatus
@@ -26,6 +29,7 @@ from tidegate.common.watermark_strategy import NoWatermarksGenerator
 from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.split_watermarks import SplitWatermarks
 
 __all__ = ["PeriodicWatermarks", "TimestampsAndWatermarksOperator", "WatermarkGeneration"]
 
@@ -55,16 +59,27 @@ class _Output:
 class WatermarkGeneration:
     """One strategy at work in `operator` (see the module docstring)."""
 
-    def __init__(self, strategy: Any, operator: StreamOperator, interval_ms: Any) -> None:
+    def __init__(
+        self, strategy: Any, operator: StreamOperator, interval_ms: Any, split_aware: bool = False
+    ) -> None:
         """`interval_ms`: milliseconds between periodic watermarks (0: none), or a callable
-        returning them (the job's configuration, read when the subtask starts)."""
+        returning them (the job's configuration, read when the subtask starts).
+        `split_aware`: one generator per split (a source whose reader reports its splits)."""
         if callable(interval_ms):
             interval_ms = interval_ms()
         self.operator = operator
         self.extract = strategy.create_timestamp_assigner()
-        self.generator = strategy.create_watermark_generator()
+        #: the per-split generators (None: one generator for the subtask)
+        self.splits: SplitWatermarks | None = None
         if operator.ctx.batch:  # BATCH mode: the only watermark is the one at the end
             self.generator, interval_ms = NoWatermarksGenerator(), 0
+        elif split_aware and strategy.generates_watermarks:
+            self.splits = SplitWatermarks(
+                strategy.create_watermark_generator, strategy.idleness_ms is not None
+            )
+            self.generator = self.splits
+        else:
+            self.generator = strategy.create_watermark_generator()
         self._on_events = getattr(self.generator, "on_events", None)
         self._output = _Output()
         #: the status sent downstream last (True: idle)
@@ -74,8 +89,9 @@ class WatermarkGeneration:
         #: a restored watermark is re-sent downstream before anything else
         self._resend = operator.current_watermark > MIN_WATERMARK
 
-    def assign(self, batch: list) -> list:
-        """Step 1: the batch with its records' timestamps."""
+    def assign(self, batch: list, runs: list | None = None) -> list:
+        """Step 1: the batch with its records' timestamps. `runs`: which split each record
+        came from (`SplitRecords.split_runs`), for per-split generators."""
         previous = timestamps_of(batch)
         extract = self.extract
         if extract is None:
@@ -95,7 +111,14 @@ class WatermarkGeneration:
                 timestamps = [extract(v, t) for v, t in zip(batch, previous, strict=True)]
             _check_timestamps(timestamps, self.operator.name)
             out = TimestampedBatch(batch, timestamps)
-        if timestamps:
+        if self.splits is not None:
+            if runs is None:
+                raise ValueError(
+                    f"{self.operator.name}: a reader that reports its splits returned a batch "
+                    "without split runs: return SplitRecords (connectors/base.py)"
+                )
+            self.splits.on_records(runs, out, timestamps, self._output)
+        elif timestamps:
             if self._on_events is not None:
                 self._on_events(max(timestamps))
             else:

@@ -36,13 +36,15 @@ class ConsumerRecord:
 
 @dataclass(frozen=True, slots=True)
 class ProducerRecord:
-    """A serialized record to write: what a committable of the exactly-once sink holds."""
+    """A serialized record to write: what a committable of the exactly-once sink holds.
+    `timestamp`: the Kafka record timestamp (ms since the epoch; None: the producer's time)."""
 
     topic: str
     value: bytes | None
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     partition: int | None = None
+    timestamp: int | None = None
 
 
 class KafkaRecordDeserializationSchema:
@@ -102,12 +104,19 @@ class KafkaRecordSerializationSchema:
     def builder() -> KafkaRecordSerializationSchemaBuilder:
         return KafkaRecordSerializationSchemaBuilder()
 
-    def serialize(self, element: Any) -> ProducerRecord:
+    def serialize(self, element: Any, timestamp: int | None = None) -> ProducerRecord:
+        """The record to write for `element`; `timestamp` is the stream record's timestamp
+        (None if it has none): the Kafka record gets it, as in Flink, unless it is negative
+        (Kafka has no such timestamps; the producer's time is used instead)."""
         topic = self.topic if self.topic_selector is None else self.topic_selector(element)
         key = None if self.key_schema is None else self.key_schema.serialize(element)
         headers = () if self.headers is None else tuple(self.headers(element))
         partition = None if self.partitioner is None else self.partitioner(element)
-        return ProducerRecord(topic, self.value_schema.serialize(element), key, headers, partition)
+        if timestamp is not None and timestamp < 0:
+            timestamp = None
+        return ProducerRecord(
+            topic, self.value_schema.serialize(element), key, headers, partition, timestamp
+        )
 
 
 class KafkaRecordSerializationSchemaBuilder:

@@ -5,6 +5,9 @@ AT_LEAST_ONCE: `prepare_commit` flushes the producer and fails the checkpoint (a
 a record was not acknowledged, so a completed checkpoint covers only written records; a restart
 writes the records after the checkpoint again (duplicates possible).
 
+Every guarantee writes each record with its stream record's timestamp as the Kafka timestamp
+(as Flink's KafkaRecordSerializationSchema; records without one get the producer's time).
+
 EXACTLY_ONCE, per sink subtask (writer index k, transactional ids `<prefix>-<k>-<slot>`,
 transactions.py):
 
@@ -19,9 +22,12 @@ transactions.py):
    commit it. The records and the marker become visible atomically, and the marker only grows.
 4. Recover (a restore: `Sink.recover`, then `commit` of the restored committables): fence
    every id of the writer indexes this subtask takes over (`init_transactions` aborts a
-   transaction left open by a dead process), then for each restored committable ask its
-   marker group: if its offset is n or more, n was committed: nothing to do (idempotent); else
-   re-produce its records in a new transaction on the same id, with the marker, and commit.
+   transaction left open by a dead process), every slot up to the largest pool size of this
+   run and the restored one (the committables record it: a restore with a smaller
+   `transaction.pool.size` or fewer writers still fences every id the old run used), then for
+   each restored committable ask its marker group: if its offset is n or more, n was
+   committed: nothing to do (idempotent); else re-produce its records in a new transaction on
+   the same id, with the marker, and commit.
 
 Why the records are kept in the committable. Flink commits a
 transaction after a restore by resuming it with its producer id and epoch; confluent-kafka
@@ -79,7 +85,10 @@ _PRECOMMITTED: dict[str, Any] = {}
 
 @dataclass(frozen=True, slots=True)
 class KafkaCommittable:
-    """A pre-committed transaction (`records` empty and `txn_id` None: nothing was written)."""
+    """A pre-committed transaction (`records` empty and `txn_id` None: nothing was written).
+    Every writer makes one at every checkpoint, so a restore knows each writer index of the
+    restored run and its `pool_size` (the ids `<prefix>-<writer_index>-<slot < pool_size>` it
+    may have left transactions open on)."""
 
     writer_index: int
     checkpoint_id: int
@@ -87,6 +96,7 @@ class KafkaCommittable:
     marker_group: str | None
     marker_topic: str | None
     records: tuple[ProducerRecord, ...]
+    pool_size: int
 
 
 class KafkaSink:
@@ -156,7 +166,8 @@ class KafkaSink:
 
         indexes = taken_over_indexes(subtask_index, parallelism, (c.writer_index for c in restored))
         assert all(writer_subtask(k, parallelism) == subtask_index for k in indexes)
-        for txn_id in ids_to_fence(self.prefix, indexes, self.pool_size):
+        pool_size = max([self.pool_size, *(c.pool_size for c in restored)])
+        for txn_id in ids_to_fence(self.prefix, indexes, pool_size):
             _PRECOMMITTED.pop(txn_id, None)  # of an earlier attempt in this (reused) process
             producer = Producer(self.producer_config(**{"transactional.id": txn_id}))
             producer.init_transactions(30)
@@ -188,9 +199,7 @@ class PlainWriter:
 
     def write_batch(self, records: list[Any]) -> None:
         _check_delivery(self._errors)
-        _produce_all(
-            self._producer, map(self._sink.serializer.serialize, records), self._on_delivery
-        )
+        _produce_all(self._producer, _serialized(self._sink.serializer, records), self._on_delivery)
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
         if self._sink.guarantee is DeliveryGuarantee.AT_LEAST_ONCE:
@@ -202,6 +211,15 @@ class PlainWriter:
         self._producer.flush(FLUSH_TIMEOUT_S)
 
 
+def _serialized(serializer: KafkaRecordSerializationSchema, records: list[Any]) -> Any:
+    """The ProducerRecords of a batch, each with its stream record's timestamp if the batch
+    has timestamps (a runtime TimestampedBatch: a list with a parallel `timestamps`)."""
+    timestamps = None if type(records) is list else getattr(records, "timestamps", None)
+    if timestamps is None:
+        return map(serializer.serialize, records)
+    return map(serializer.serialize, records, timestamps)
+
+
 def _produce_all(producer: Any, records: Any, on_delivery: Any) -> list[ProducerRecord]:
     """Produce every record (waiting for room when the local queue is full)."""
     written = []
@@ -211,6 +229,8 @@ def _produce_all(producer: Any, records: Any, on_delivery: Any) -> list[Producer
             kwargs["headers"] = list(r.headers)
         if r.partition is not None:
             kwargs["partition"] = r.partition
+        if r.timestamp is not None:
+            kwargs["timestamp"] = r.timestamp
         while True:
             try:
                 producer.produce(r.topic, r.value, **kwargs)
@@ -297,12 +317,13 @@ class TransactionalWriter:
         else:
             producer = self._producers[self._slot]
             self._check_age()
-        serialized = map(self._sink.serializer.serialize, records)
+        serialized = _serialized(self._sink.serializer, records)
         self._records.extend(_produce_all(producer, serialized, self._on_delivery))
 
     def prepare_commit(self, checkpoint_id: int) -> list[KafkaCommittable]:
+        pool_size = self._sink.pool_size
         if self._slot is None:
-            return [KafkaCommittable(self._index, checkpoint_id, None, None, None, ())]
+            return [KafkaCommittable(self._index, checkpoint_id, None, None, None, (), pool_size)]
         producer = self._producers[self._slot]
         self._check_age()
         _flush(producer)
@@ -313,7 +334,13 @@ class TransactionalWriter:
         self._slot, self._records = None, []
         return [
             KafkaCommittable(
-                self._index, checkpoint_id, txn_id, self._marker, records[0].topic, records
+                self._index,
+                checkpoint_id,
+                txn_id,
+                self._marker,
+                records[0].topic,
+                records,
+                pool_size,
             )
         ]
 

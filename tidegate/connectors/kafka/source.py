@@ -7,12 +7,15 @@ When each method is called, and what it guarantees:
   (first run, or every subtask's restored splits) and keeps those `split_owner` gives this
   subtask. tidegate assigns partitions itself; the consumer uses `assign()`, never a group
   rebalance.
-- The reader, when created, resolves the starting (and, bounded, stopping) offsets of its
-  splits without a position against the broker, then assigns them to its consumer. It blocks
-  on the broker once, before the subtask's loop starts.
+- The reader, when created, resolves the starting (and, with `set_bounded` or `set_unbounded`,
+  stopping) offsets of its splits without a position against the broker, then assigns them to
+  its consumer. It blocks on the broker once, before the subtask's loop starts.
 - `poll_batch` (loop thread): one `consume` of at most `POLL_TIMEOUT_S`; records of finished
   bounded splits are dropped; each split's offset advances past the records returned. Records
-  carry their Kafka timestamps.
+  carry their Kafka timestamps and say which partition they came from (`SplitRecords`).
+- `report_splits` (before the first poll, with a WatermarkStrategy: SplitReportingReader in
+  connectors/base.py): from then on the reader reports each partition it reads and each that
+  finishes, so watermarks are generated per partition, as in Flink's KafkaSource.
 - `snapshot_splits` (checkpoint): the splits with the offset after the last record returned,
   so a restore (any parallelism) resumes exactly there. Finished splits stay in the list: they
   tell discovery that their partitions are known.
@@ -32,7 +35,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from tidegate.connectors.base import Boundedness, TimestampedRecords
+from tidegate.connectors.base import Boundedness, SplitListener, SplitRecords
 from tidegate.connectors.kafka.offsets import KafkaOffsetsInitializer, KafkaTopicPartition
 from tidegate.connectors.kafka.records import ConsumerRecord, KafkaRecordDeserializationSchema
 from tidegate.connectors.kafka.splits import (
@@ -72,6 +75,7 @@ class KafkaSource:
         deserializer: KafkaRecordDeserializationSchema,
         starting: KafkaOffsetsInitializer,
         stopping: KafkaOffsetsInitializer | None,
+        boundedness: Boundedness,
     ) -> None:
         self.properties = properties
         self.topics = topics
@@ -80,9 +84,9 @@ class KafkaSource:
         self.deserializer = deserializer
         self.starting = starting
         self.stopping = stopping
-        self.boundedness = (
-            Boundedness.CONTINUOUS_UNBOUNDED if stopping is None else Boundedness.BOUNDED
-        )
+        #: BOUNDED with `set_bounded`; CONTINUOUS_UNBOUNDED otherwise, also with
+        #: `set_unbounded`, whose stopping offsets end the partitions (and the source) too
+        self.boundedness = boundedness
 
     @staticmethod
     def builder() -> KafkaSourceBuilder:
@@ -207,6 +211,7 @@ class KafkaSourceReader:
         self._discovery_error: BaseException | None = None
         self._stop = threading.Event()
         self._closed = False
+        self._listener: SplitListener | None = None
         self._add([self._resolve(s) for s in splits])
         self._discovery: threading.Thread | None = None
         interval = source.discovery_interval_s
@@ -243,9 +248,21 @@ class KafkaSourceReader:
                 self._stops[s.key] = s.stopping_offset
             if s.skip_before_timestamp is not None:
                 self._skips[s.key] = s.skip_before_timestamp
-        active = [TopicPartition(s.topic, s.partition, s.offset) for s in splits if not s.finished]
+        active = [s for s in splits if not s.finished]
         if active:
-            self._consumer.incremental_assign(active)
+            self._consumer.incremental_assign(
+                [TopicPartition(s.topic, s.partition, s.offset) for s in active]
+            )
+            if self._listener is not None:
+                for s in active:
+                    self._listener.add_split(s.key)
+
+    def report_splits(self, listener: SplitListener) -> None:
+        """Report the partitions being read to `listener`, now and as they are added or
+        finish (SplitReportingReader: per-partition watermarks)."""
+        self._listener = listener
+        for key in self._reading:
+            listener.add_split(key)
 
     def _discover(self, interval_s: float) -> None:
         """Background thread: every `interval_s`, list the partitions with a consumer of its
@@ -293,6 +310,8 @@ class KafkaSourceReader:
         messages = self._consumer.consume(max_records, POLL_TIMEOUT_S)
         values: list[Any] = []
         timestamps: list[int] = []
+        runs: list[tuple[tuple[str, int], int]] = []  # (partition, end): SplitRecords
+        run_key = None
         value_only = self._value_only
         deserialize = self._source.deserializer.deserialize
         reading, stops, skips = self._reading, self._stops, self._skips
@@ -317,6 +336,10 @@ class KafkaSourceReader:
                     reading[key] = offset + 1
                     continue
                 del skips[key]
+            if key != run_key:
+                if values:
+                    runs.append((run_key, len(values)))
+                run_key = key
             if value_only is not None:
                 values.append(value_only(m.value()))
             else:
@@ -325,8 +348,10 @@ class KafkaSourceReader:
             reading[key] = offset + 1
             if stop is not None and offset + 1 >= stop:
                 finished.add(key)
+        if values:
+            runs.append((run_key, len(values)))
         self._finish(finished)
-        return TimestampedRecords(values, timestamps)
+        return SplitRecords(values, timestamps, runs)
 
     def _raise_error(self, m: Any) -> None:
         from confluent_kafka import KafkaError
@@ -353,6 +378,8 @@ class KafkaSourceReader:
         if finished:
             for key in finished:
                 self._done[key] = reading.pop(key)
+                if self._listener is not None:
+                    self._listener.finish_split(key)
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in finished])
 
     def snapshot_splits(self) -> list[KafkaPartitionSplit]:
@@ -407,6 +434,7 @@ class KafkaSourceBuilder:
         self._deserializer: KafkaRecordDeserializationSchema | None = None
         self._starting = KafkaOffsetsInitializer.earliest()
         self._stopping: KafkaOffsetsInitializer | None = None
+        self._boundedness = Boundedness.CONTINUOUS_UNBOUNDED
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> KafkaSourceBuilder:
         return self.set_property("bootstrap.servers", bootstrap_servers)
@@ -439,10 +467,12 @@ class KafkaSourceBuilder:
     def set_unbounded(
         self, stopping_offsets_initializer: KafkaOffsetsInitializer
     ) -> KafkaSourceBuilder:
-        raise NotImplementedError(
-            "set_unbounded (stop at offsets but stay a streaming source) is not supported: "
-            "use set_bounded, or no stopping offsets"
-        )
+        """Stop each partition at these offsets, as `set_bounded`, but stay a
+        CONTINUOUS_UNBOUNDED source (the job runs in STREAMING mode, also with the runtime
+        mode AUTOMATIC); the source ends when every partition reached its stopping offset."""
+        self._stopping = stopping_offsets_initializer
+        self._boundedness = Boundedness.CONTINUOUS_UNBOUNDED
+        return self
 
     def set_bounded(
         self, stopping_offsets_initializer: KafkaOffsetsInitializer
@@ -450,6 +480,7 @@ class KafkaSourceBuilder:
         """Stop each partition at these offsets (resolved when the reader starts, e.g. the
         latest offsets then), so the job ends."""
         self._stopping = stopping_offsets_initializer
+        self._boundedness = Boundedness.BOUNDED
         return self
 
     def set_value_only_deserializer(self, deserialization_schema: Any) -> KafkaSourceBuilder:
@@ -489,4 +520,5 @@ class KafkaSourceBuilder:
             self._deserializer,
             self._starting,
             self._stopping,
+            self._boundedness,
         )

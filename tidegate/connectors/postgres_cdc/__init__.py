@@ -1,0 +1,1 @@
+"""PostgreSQL change data capture: snapshot + logical replication stream (source.py)."""
