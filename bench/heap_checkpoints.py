@@ -17,7 +17,7 @@ e.g. by change tracking, plus the mean seconds per checkpoint, materializations 
 written per checkpoint (mean; incremental also the mean of changelogs and of materializations,
 which happen when the chain grows, heap_changelog.MAX_CHANGELOG_*); and the restore time.
 
-    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 30]
+    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 20]
         [--records 200000] [--fraction 0.01] [--json bench/results/heap_checkpoints.json]
 """
 
@@ -207,7 +207,7 @@ def run(keys: int, args: argparse.Namespace, root: str) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_keys_argument(ap, [1_000_000])
-    ap.add_argument("--intervals", type=int, default=30)
+    ap.add_argument("--intervals", type=int, default=20)
     ap.add_argument("--records", type=int, default=200_000, help="records per interval")
     ap.add_argument("--fraction", type=float, default=0.01, help="of the keys, per interval")
     ap.add_argument("--json", default="bench/results/heap_checkpoints.json")
