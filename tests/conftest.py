@@ -90,7 +90,7 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_incremental_checkpoints.py": {
         "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
         "test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks",
-        "test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once",
+        "test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once",
     },
     "e2e/test_ipv6.py": {
         "test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference",

@@ -1,12 +1,15 @@
-"""Incremental rocksdb checkpoints end to end on Spark: the exactly-once running count survives
-injected exceptions and a kill -9 restoring from incremental checkpoints, and a job restores
-an incremental checkpoint rescaled (2 -> 3 subtasks); output compared record by record with the
-reference. NO_CLAIM leaves the restored checkpoint's shared files alone."""
+"""Incremental checkpoints end to end on Spark, of the rocksdb backend (SST files) and of the
+hashmap backend (a changelog chain): the exactly-once running count survives injected exceptions
+and a kill -9 restoring from incremental checkpoints, and a job restores an incremental
+checkpoint rescaled (2 -> 3 subtasks); output compared record by record with the reference.
+NO_CLAIM leaves the restored checkpoint's shared files alone."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.jobs import FAILURE_SCHEDULE, RunningCount, count_job, kill_when_scheduled
 from tests.support.environments import file_sink, job_environment
@@ -20,8 +23,13 @@ from tidegate.common import JobStatus
 from tidegate.datastream import (
     EmbeddedRocksDBStateBackend,
     ExternalizedCheckpointRetention,
+    HashMapStateBackend,
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
+
+
+def chain_files(cp) -> list:
+    return [f for _, _, inc in cp.metadata.incremental_handles() for f in inc.shared]
 
 
 def reused_files(metadata: CheckpointMetadata) -> int:
@@ -30,7 +38,11 @@ def reused_files(metadata: CheckpointMetadata) -> int:
     )
 
 
-def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, tmp_path):
+BACKENDS = ["rocksdb", "hashmap"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, tmp_path, backend):
     n = 30_000
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -44,7 +56,10 @@ def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once
         failure_markers=str(markers),
         configuration={"state.backend.incremental": "true"},
     )
-    env.set_state_backend(EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb")))
+    if backend == "rocksdb":
+        env.set_state_backend(EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb")))
+    else:
+        env.set_state_backend(HashMapStateBackend())  # incremental from the configuration
     client = env.execute_async("incremental exactly once")
     killer = kill_when_scheduled(client, str(markers))
     client.get_job_execution_result().result(timeout=600)
@@ -55,22 +70,28 @@ def test_an_incremental_rocksdb_job_with_exceptions_and_a_kill_9_is_exactly_once
     assert jm.stats.restarts == len(FAILURE_SCHEDULE)
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
     latest = jm.store.latest()
-    assert list(latest.metadata.incremental_handles()), "the checkpoints were not incremental"
+    handles = list(latest.metadata.incremental_handles())
+    assert handles, "the checkpoints were not incremental"
+    assert {inc.backend for _, _, inc in handles} == {backend}
+    if backend == "hashmap":  # the restores read chains with changelogs
+        assert any(f.name.startswith("changelog") for cp in jm.store.all() for f in chain_files(cp))
     # the job finished: its checkpoints and every shared file it owned are deleted
     shared = Path(jm.storage.job_dir) / "shared"
     assert not shared.exists() or sorted(os.listdir(shared)) == []
 
 
-def rescalable_job(out: Path, checkpoints: Path, n: int, parallelism: int, config: dict):
+def rescalable_job(
+    out: Path, checkpoints: Path, n: int, parallelism: int, config: dict, backend: str = "rocksdb"
+):
     """numbers (2 subtasks) -> key_by -> running count (`parallelism`) -> FileSink."""
-    rocksdb = {"state.backend.type": "rocksdb", "state.backend.incremental": "true"}
+    incremental = {"state.backend.type": backend, "state.backend.incremental": "true"}
     env = job_environment(
         "spark",
         checkpoints,
         parallelism=parallelism,
         interval_ms=150,
         restarts=3,
-        config={**rocksdb, **config},
+        config={**incremental, **config},
     )
     config_ = env.get_checkpoint_config()
     config_.set_num_retained_checkpoints(2)
@@ -84,10 +105,11 @@ def rescalable_job(out: Path, checkpoints: Path, n: int, parallelism: int, confi
     return env
 
 
-def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark, tmp_path, backend):
     n = 24_000
     local = {"state.backend.rocksdb.localdir": str(tmp_path / "rocksdb")}
-    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local)
+    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, local, backend)
     client = first.execute_async("incremental at 2")
     jm = client.jobmaster
     wait_for_checkpoints(client, 4)
@@ -101,12 +123,15 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     client.cancel().result()
     jm.done.wait()
     assert client.get_job_status().result() is JobStatus.CANCELED
-    # every checkpoint but one right after a compaction reuses SST files of the one before
+    # a checkpoint reuses files of the one before (rocksdb: SST files, unless a compaction
+    # rewrote them all; hashmap: the chain up to its new changelog)
     assert any(reused_files(cp.metadata) > 0 for cp in jm.store.all())
     restored_dir = resolve_checkpoint_path(jm.storage.job_dir)
     metadata = read_checkpoint_metadata(restored_dir)
     handles = list(metadata.incremental_handles())
     assert {(uid, subtask) for uid, subtask, _ in handles} == {("count", 0), ("count", 1)}
+    if backend == "hashmap":  # the rescaled restore applies changelogs
+        assert all(inc.shared[-1].name.startswith("changelog") for _, _, inc in handles)
     shared_before = metadata.references(restored_dir).paths
     assert shared_before and all(os.path.exists(p) for p in shared_before)
 
@@ -116,6 +141,7 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
         n,
         3,
         {**local, "execution.state-recovery.path": restored_dir},
+        backend,
     )
     client2 = second.execute_async("incremental at 3")
     client2.get_job_execution_result().result(timeout=600)

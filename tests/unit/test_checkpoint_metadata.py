@@ -24,6 +24,7 @@ from tidegate.checkpoint.metadata import (
 )
 from tidegate.state.checksums import checksum_of
 from tidegate.state.handles import (
+    HEAP_CHANGELOG,
     ChannelStateHandle,
     IncrementalFile,
     IncrementalHandle,
@@ -151,9 +152,9 @@ def test_decoding_something_else_says_it_is_not_a_tidegate_checkpoint(document):
 
 
 def test_decoding_a_newer_version_asks_to_upgrade():
-    # version 3 is that of checkpoints with incremental keyed state (read below)
-    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 2, **content())
-    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 4.*upgrade tidegate"):
+    # versions 3 and 4 are those of checkpoints with incremental keyed state (read below)
+    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 3, **content())
+    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 5.*upgrade tidegate"):
         decode_metadata(data, PATH)
 
 
@@ -171,6 +172,28 @@ def test_metadata_with_incremental_keyed_state_is_version_3_and_read_back():
     assert decode_metadata(data, PATH) == incremental
     assert decode_metadata(data, PATH).is_incremental
     assert json.loads(encode_metadata(sample()))["version"] == FORMAT_VERSION
+
+
+def test_metadata_with_a_hashmap_changelog_chain_is_version_4_and_read_back():
+    inc = IncrementalHandle(
+        backend_id="b1", base_checkpoint_id=3, key_group_range=range(0, 128),
+        max_parallelism=128, state_kinds={"count": "value"},
+        shared=(
+            IncrementalFile(name="materialized-3", file="../shared/m.state", size=9,
+                            uploaded=False),
+            IncrementalFile(name="changelog-4", file="../shared/c.state", size=5, uploaded=True),
+        ),
+        private=(), backend=HEAP_CHANGELOG,
+    )  # fmt: skip
+    handle = StateHandle(file="a.state", size=30, index=INDEX, incremental=inc)
+    chain = sample(operators={"op": OperatorMetadata("op", 1, {0: handle})})
+    data = encode_metadata(chain)
+    assert json.loads(data)["version"] == 4  # a version-3 reader would take them for RocksDB's
+    assert decode_metadata(data, PATH) == chain
+    document = json.loads(data)
+    document["operators"]["op"]["subtasks"]["0"]["incremental"]["backend"] = "lsm"
+    with pytest.raises(CorruptCheckpointError, match="unknown incremental state 'lsm'"):
+        decode_metadata(raw(**document), PATH)
 
 
 def test_decoding_version_1_says_it_is_an_unsupported_pre_release_format():

@@ -8,6 +8,7 @@ functions they use (upload_snapshot, the store with its registry, delete_shared_
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -18,12 +19,14 @@ from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
 from tidegate.checkpoint.verification import verify_checkpoint
 from tidegate.common.configuration import Configuration
-from tidegate.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from tidegate.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, resolve_state_backend
 from tidegate.deploy.restore import keyed_restore_handle
 from tidegate.deploy.shared_state import check_references, delete_shared_files
+from tidegate.state import heap_changelog
 from tidegate.state.handles import StateHandle
 from tidegate.state.heap import HeapKeyedStateBackend
+from tidegate.state.heap_incremental import HeapIncrementalSnapshot
 from tidegate.state.incremental_handles import resolve
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -31,7 +34,9 @@ from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.rocksdb_restore import restore_keyed_incremental
 from tidegate.state.shared_registry import SharedStateRegistry
-from tidegate.state.snapshot_format import write_state_file
+from tidegate.state.snapshot_format import read_key_groups, write_state_file
+from tidegate.state_processor.incremental import rewrite_canonical
+from tidegate.state_processor.snapshot import SnapshotView
 
 M = 128
 COUNT = ValueStateDescriptor("count")
@@ -47,7 +52,10 @@ class Job:
         #: task-local recovery (test_local_incremental_recovery): a LocalStateStore or None
         self.local = None
 
-    def backend(self, kg: range = range(M)) -> RocksDBKeyedStateBackend:
+    def backend(self, kg: range = range(M), heap: bool = False) -> Any:
+        """An incremental keyed backend: rocksdb, or hashmap with `heap`."""
+        if heap:
+            return HeapKeyedStateBackend(M, kg, incremental=True)
         backend = RocksDBKeyedStateBackend(M, kg, self.options, incremental=True)
         self.backends.append(backend)
         return backend
@@ -57,9 +65,11 @@ class Job:
         directory = self.storage.create_checkpoint_dir(cid)
         subtasks = {}
         for i, backend in enumerate(backends):
-            inc = upload_snapshot(
-                backend.snapshot(), self.storage, directory, f"op-{i}", cid, self.local
-            )
+            snapshot = backend.snapshot(cid)
+            if isinstance(snapshot, HeapIncrementalSnapshot):
+                inc = snapshot.upload(self.storage, directory, f"op-{i}", cid)
+            else:
+                inc = upload_snapshot(snapshot, self.storage, directory, f"op-{i}", cid, self.local)
             with self.storage.create_artifact(directory, f"op-{i}", ".state") as f:
                 index = write_state_file(f, None, None)
             subtasks[i] = StateHandle(
@@ -343,3 +353,187 @@ def test_the_configured_backend_creates_incremental_keyed_backends(tmp_path):
         assert keyed.tracker is not None
     finally:
         keyed.dispose()
+
+
+# the hashmap backend's incremental checkpoints (state/heap_changelog.py) ----------------------
+TAGS = MapStateDescriptor("tags", None, None)
+SEEN = ListStateDescriptor("seen", None)
+
+
+def names(metadata: CheckpointMetadata, subtask: int = 0) -> list[tuple[str, bool]]:
+    inc = metadata.operators["op"].subtasks[subtask].incremental
+    return [(f.name, bool(f.uploaded)) for f in inc.shared]
+
+
+def everything(backend) -> dict:
+    return {name: dict(backend.entries(name)) for name in ("count", "tags", "seen")}
+
+
+def change_heap(backend, keys, tag: str) -> None:
+    """Updates of every kind: a value, a map entry put and removed, a list appended in place."""
+    count, tags, seen = (
+        backend.get_state(COUNT),
+        backend.get_map_state(TAGS),
+        backend.get_list_state(SEEN),
+    )
+    for k in keys:
+        backend.current_key = k
+        count.update((count.value() or 0) + 1)
+        tags.put(tag, k)
+        tags.remove("gone")
+        seen.add(tag)
+
+
+def restore_heap(job: Job, metadata, kg: range, reusable: bool, before: int = 1):
+    again = HeapKeyedStateBackend(M, kg, incremental=True)
+    restore_keyed_incremental(again, restored(job, metadata, kg, reusable, before))
+    return again
+
+
+def test_a_heap_checkpoint_after_touching_one_percent_of_keys_writes_one_percent(job):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(20_000), "a")
+    first = job.snapshot(1, [backend])
+    assert names(first) == [("materialized-1", True)]
+    change_heap(backend, range(0, 20_000, 100), "b")
+    second = job.snapshot(2, [backend])
+    assert names(second) == [("materialized-1", False), ("changelog-2", True)]
+    assert uploaded_bytes(second) < 0.05 * uploaded_bytes(first)  # 1% + per key group framing
+    assert everything(restore_heap(job, second, range(M), False)) == everything(backend)
+
+
+def test_a_heap_changelog_holds_every_change_since_the_last_completed_checkpoint(job):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(3000), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 3000, 7), "b")
+    job.snapshot(2, [backend], notify=False)  # the backend does not learn 2 completed
+    change_heap(backend, range(0, 3000, 11), "c")
+    count = backend.get_state(COUNT)
+    for k in range(0, 3000, 13):  # removals
+        backend.current_key = k
+        count.clear()
+    savepoint = backend.snapshot()  # a savepoint: full, and the changes stay for checkpoints
+    assert {name for name, _ in savepoint.tables.items()} == {"count", "tags", "seen"}
+    third = job.snapshot(3, [backend])
+    assert names(third) == [("materialized-1", False), ("changelog-3", True)]
+    assert everything(restore_heap(job, third, range(M), False)) == everything(backend)
+    # the rocksdb backend restores the chain too
+    rocks = job.backend()
+    restore_keyed_incremental(rocks, restored(job, third, range(M), False, 1))
+    assert everything(rocks) == everything(backend)
+    change_heap(backend, range(5), "d")
+    fourth = job.snapshot(4, [backend])
+    assert names(fourth) == [
+        ("materialized-1", False),
+        ("changelog-3", False),
+        ("changelog-4", True),
+    ]
+    assert everything(restore_heap(job, fourth, range(M), False)) == everything(backend)
+    assert job.referenced() == job.shared_files()  # changelog-2 is deleted
+
+
+def test_a_heap_chain_is_materialized_again_when_it_grows(job, monkeypatch):
+    monkeypatch.setattr(heap_changelog, "MAX_CHANGELOG_FILES", 2)
+    backend = job.backend(heap=True)
+    change_heap(backend, range(2000), "a")
+    chains = []
+    for cid in range(1, 6):
+        change_heap(backend, range(cid, 2000, 50), str(cid))
+        chains.append([name for name, _ in names(job.snapshot(cid, [backend]))])
+    assert chains == [
+        ["materialized-1"],
+        ["materialized-1", "changelog-2"],
+        ["materialized-1", "changelog-2", "changelog-3"],
+        ["materialized-4"],
+        ["materialized-4", "changelog-5"],
+    ]
+    assert job.referenced() == job.shared_files()  # the old chain is gone
+    latest = job.store.latest().metadata
+    assert everything(restore_heap(job, latest, range(M), False)) == everything(backend)
+
+
+@pytest.mark.parametrize("new_parallelism", [3, 1])
+def test_a_heap_chain_restores_rescaled(job, new_parallelism):
+    old = [job.backend(key_group_range(i, 2, M), heap=True) for i in range(2)]
+    keys = range(6000)
+    for backend in old:
+        change_heap(backend, [k for k in keys if _owns(backend, k)], "a")
+    job.snapshot(1, old)
+    for backend in old:
+        change_heap(backend, [k for k in keys[::9] if _owns(backend, k)], "b")
+    metadata = job.snapshot(2, old)
+    expected = {name: {} for name in ("count", "tags", "seen")}
+    for backend in old:
+        for name, entries in everything(backend).items():
+            expected[name].update(entries)
+    found = {name: {} for name in expected}
+    for i in range(new_parallelism):
+        kg = key_group_range(i, new_parallelism, M)
+        new = restore_heap(job, metadata, kg, True, 2)
+        for name, entries in everything(new).items():
+            assert all(_owns(new, k) for k in entries)
+            found[name].update(entries)
+        # a rescaled subtask starts a chain of its own
+        assert new.snapshot(3).materialized
+    assert found == expected
+
+
+def test_a_restored_heap_backend_extends_the_chain_of_a_checkpoint_the_job_owns(job):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(3000), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 3000, 10), "b")
+    second = job.snapshot(2, [backend])
+    again = restore_heap(job, second, range(M), True)
+    change_heap(again, range(5), "c")
+    third = job.snapshot(3, [again])
+    assert third.operators["op"].subtasks[0].incremental.base_checkpoint_id == 2
+    assert names(third) == [
+        ("materialized-1", False),
+        ("changelog-2", False),
+        ("changelog-3", True),
+    ]
+    assert everything(restore_heap(job, third, range(M), False)) == everything(again)
+    # a restore the job does not own writes a materialization of its own
+    other = restore_heap(job, third, range(M), False)
+    assert other.snapshot(4).materialized
+
+
+def test_the_state_processor_reads_a_heap_chain_and_rewrites_it_canonical(job, tmp_path):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(2000), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 2000, 3), "b")
+    job.snapshot(2, [backend])
+    view = SnapshotView.open(job.storage.checkpoint_dir(2))
+    (source,) = view.incremental_sources("op")
+    expected = {name: {} for name in ("count", "tags", "seen")}
+    for _kg, data in source.key_groups():
+        for name, (_kind, entries) in data.items():
+            expected[name].update(entries)
+    assert expected == everything(backend)
+    # a savepoint writer's rewrite: one canonical state file, read like any other
+    _subtask, handle = rewrite_canonical(source, "op-0", str(tmp_path), view.filesystems)
+    assert handle.incremental is None
+    canonical = HeapKeyedStateBackend(M, range(M))
+    with open(tmp_path / handle.file, "rb") as f:
+        canonical.restore(read_key_groups(f, handle.index, range(M)))
+    assert everything(canonical) == everything(backend)
+
+
+def test_a_damaged_file_of_a_heap_chain_is_named_by_verification(job):
+    backend = job.backend(heap=True)
+    change_heap(backend, range(500), "a")
+    job.snapshot(1, [backend])
+    change_heap(backend, range(0, 500, 5), "b")
+    metadata = job.snapshot(2, [backend])
+    directory = job.storage.checkpoint_dir(2)
+    changelog = metadata.operators["op"].subtasks[0].incremental.shared[-1]
+    with open(resolve(directory, changelog.file), "r+b") as f:
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ChecksumMismatchError, match=f"shared state file {changelog.file}"):
+        verify_checkpoint(metadata, directory).raise_for_problems()

@@ -33,7 +33,12 @@ from tidegate.checkpoint.errors import (
     UnsupportedFormatVersionError,
 )
 from tidegate.state.checksums import checksum_of, is_known_checksum
-from tidegate.state.handles import ChannelStateHandle, IncrementalHandle, StateHandle
+from tidegate.state.handles import (
+    HEAP_CHANGELOG,
+    ChannelStateHandle,
+    IncrementalHandle,
+    StateHandle,
+)
 from tidegate.state.incremental_handles import checkpoint_references
 from tidegate.state.shared_registry import CheckpointReferences
 
@@ -42,7 +47,10 @@ FORMAT_VERSION = 2
 #: the version of a checkpoint with incremental keyed state (rocksdb): a version-2 reader would
 #: not see that state, so it must refuse the file; full checkpoints and savepoints stay version 2
 INCREMENTAL_FORMAT_VERSION = 3
-READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION)
+#: the version of a checkpoint with incremental hashmap state (a changelog chain): a version-3
+#: reader would take its files for RocksDB files, so it must refuse the file
+CHANGELOG_FORMAT_VERSION = 4
+READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION, CHANGELOG_FORMAT_VERSION)
 METADATA_FILE_NAME = "_metadata"
 
 #: keys every document has besides the envelope, with their JSON types (checked when decoding,
@@ -166,12 +174,16 @@ class CheckpointMetadata:
 
     @property
     def is_incremental(self) -> bool:
-        """Holds incremental RocksDB state (format version 3): shares files with others."""
+        """Holds incremental keyed state (format version 3, or 4 with hashmap changelog
+        chains): shares files with others."""
         return any(self.incremental_handles())
 
     @property
     def format_version(self) -> int:
-        return INCREMENTAL_FORMAT_VERSION if self.is_incremental else FORMAT_VERSION
+        backends = {inc.backend for _, _, inc in self.incremental_handles()}
+        if HEAP_CHANGELOG in backends:
+            return CHANGELOG_FORMAT_VERSION
+        return INCREMENTAL_FORMAT_VERSION if backends else FORMAT_VERSION
 
     @property
     def completed_or_triggered_ms(self) -> int:
@@ -342,7 +354,7 @@ def _check_version(version: Any, path: str) -> None:
         )
     if version in READABLE_VERSIONS:
         return
-    if version > INCREMENTAL_FORMAT_VERSION:
+    if version > max(READABLE_VERSIONS):
         hint = "it was written by a newer tidegate: upgrade tidegate to restore it"
     elif version == 1:
         hint = (
@@ -353,8 +365,8 @@ def _check_version(version: Any, path: str) -> None:
         hint = "this version is not supported"
     raise UnsupportedFormatVersionError(
         f"{path} uses checkpoint format version {version}, but this tidegate reads "
-        f"version {FORMAT_VERSION}; {hint} (it also reads version {INCREMENTAL_FORMAT_VERSION}: "
-        "checkpoints with incremental keyed state)."
+        f"version {FORMAT_VERSION}; {hint} (it also reads versions {INCREMENTAL_FORMAT_VERSION} "
+        f"and {CHANGELOG_FORMAT_VERSION}: checkpoints with incremental keyed state)."
     )
 
 

@@ -21,7 +21,7 @@ from tidegate.checkpoint.errors import (
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.checksums import is_known_checksum, read_checksum
-from tidegate.state.handles import StateHandle
+from tidegate.state.handles import HEAP_CHANGELOG, StateHandle
 
 #: files read at the same time when a checkpoint is verified
 VERIFY_THREADS = 8
@@ -123,13 +123,15 @@ def checkpoint_artifacts(
 
 
 def _incremental_artifacts(uid: str, subtask: int, handle: StateHandle) -> list[Artifact]:
-    """The RocksDB files of an incremental keyed-state handle (shared ones are in `shared/`)."""
+    """The files of an incremental keyed-state handle (shared ones are in `shared/`): RocksDB
+    files, or the state files of a hashmap chain."""
     inc = handle.incremental
     if inc is None:
         return []
+    shared = "shared state file" if inc.backend == HEAP_CHANGELOG else "shared RocksDB file"
     return [
         Artifact(kind, uid, subtask, f.file, f.size, f.checksum)
-        for kind, files in (("shared RocksDB file", inc.shared), ("RocksDB file", inc.private))
+        for kind, files in ((shared, inc.shared), ("RocksDB file", inc.private))
         for f in files
     ]
 

@@ -28,10 +28,30 @@ class HashMapStateBackend:
     """Keyed state in Python dicts on the heap of each worker; snapshots are written per key
     group to the checkpoint storage. Fast; state must fit in memory."""
 
+    #: checkpoints write only the entries changed since the last completed checkpoint, into
+    #: a chain of files rematerialized when it grows (savepoints stay canonical); None: the
+    #: configuration's `state.backend.incremental` (default false)
+    enable_incremental_checkpointing: bool | None = None
+
+    def is_incremental_checkpoints_enabled(self) -> bool:
+        return bool(self.enable_incremental_checkpointing)
+
+    def with_configuration(self, configuration: Configuration) -> HashMapStateBackend:
+        """This backend, with `state.backend.incremental` if it leaves it None."""
+        if self.enable_incremental_checkpointing is not None:
+            return self
+        return replace(self, enable_incremental_checkpointing=_incremental(configuration))
+
     def create_keyed_state_backend(
         self, max_parallelism: int, key_group_range: range, **_scope: Any
     ) -> HeapKeyedStateBackend:
-        return HeapKeyedStateBackend(max_parallelism, key_group_range)
+        return HeapKeyedStateBackend(
+            max_parallelism, key_group_range, incremental=self.is_incremental_checkpoints_enabled()
+        )
+
+
+def _incremental(configuration: Configuration) -> bool:
+    return configuration.get_boolean(STATE_BACKEND_INCREMENTAL, False)
 
 
 @dataclass(frozen=True)
@@ -77,9 +97,7 @@ class EmbeddedRocksDBStateBackend:
             if getattr(self, name) is None and configuration.get_string(key) is not None
         }
         if self.enable_incremental_checkpointing is None:
-            changes["enable_incremental_checkpointing"] = configuration.get_boolean(
-                STATE_BACKEND_INCREMENTAL, False
-            )
+            changes["enable_incremental_checkpointing"] = _incremental(configuration)
         return replace(self, **changes) if changes else self
 
     def rocksdb_options(self) -> RocksDBOptions:
@@ -139,8 +157,9 @@ STATE_BACKENDS = tuple(_BY_TYPE.values())
 
 
 def resolve_state_backend(backend: Any, configuration: Configuration) -> Any:
-    """The job's backend: the one set on the environment, else `state.backend.type`'s; a
-    rocksdb backend takes the memory settings it leaves None from the configuration."""
+    """The job's backend: the one set on the environment, else `state.backend.type`'s; it
+    takes the settings it leaves None (incremental checkpoints, rocksdb's memory settings)
+    from the configuration."""
     if backend is None:
         name = (configuration.get_string(STATE_BACKEND_TYPE) or "hashmap").strip().lower()
         if name not in _BY_TYPE:
@@ -149,9 +168,7 @@ def resolve_state_backend(backend: Any, configuration: Configuration) -> Any:
                 "default) or 'rocksdb'"
             )
         backend = _BY_TYPE[name]()
-    if isinstance(backend, EmbeddedRocksDBStateBackend):
-        backend = backend.with_configuration(configuration)
-    return backend
+    return backend.with_configuration(configuration)
 
 
 __all__ = [

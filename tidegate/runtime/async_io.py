@@ -171,9 +171,11 @@ class AsyncWaitOperator(StreamOperator):
         self._emit_ready()
 
     # checkpoints -----------------------------------------------------------------------------
-    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:
+    def snapshot_state(
+        self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False
+    ) -> OperatorSnapshot | None:
         self._state.update(self._queue.elements())
-        return super().snapshot_state(checkpoint_id, timestamp_ms)
+        return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     # completions (on the task's thread) -------------------------------------------------------
     def _post_drain(self) -> None:

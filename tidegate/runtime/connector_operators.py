@@ -108,12 +108,12 @@ class SourceOperator(StreamOperator):
                 wg.flush()
         return batch
 
-    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False):
         splits = self.reader.snapshot_splits()
         self._splits_state.update(splits)
         if isinstance(self.reader, CheckpointListeningReader):
             self._snapshots[checkpoint_id] = list(splits)
-        return super().snapshot_state(checkpoint_id, timestamp_ms)
+        return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         super().notify_checkpoint_complete(checkpoint_id)
@@ -184,12 +184,12 @@ class SinkOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         self.writer.write_batch(records)
 
-    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int):
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False):
         for c in self.writer.prepare_commit(checkpoint_id):
             self.pending.append((checkpoint_id, c))
         index = self.ctx.subtask_index
         self._state.update([(index, cid, c) for cid, c in self.pending])
-        return super().snapshot_state(checkpoint_id, timestamp_ms)
+        return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [c for cid, c in self.pending if cid <= checkpoint_id]

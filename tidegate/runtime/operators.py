@@ -199,20 +199,25 @@ class StreamOperator:
             self.keyed_backend.dispose()
 
     # checkpoints ----------------------------------------------------------------------------
-    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> OperatorSnapshot | None:
+    def snapshot_state(
+        self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False
+    ) -> OperatorSnapshot | None:
+        """The synchronous phase; a savepoint's keyed state is always a full snapshot."""
         if self.stores_watermark:
             snapshot_watermark(self.operator_state, self.ctx.subtask_index, self.current_watermark)
         fn = self.function
         if hasattr(fn, "snapshot_state") and hasattr(fn, "initialize_state"):
             fn.snapshot_state(SnapshotContext(checkpoint_id, timestamp_ms))
-        keyed = self.keyed_backend.snapshot() if self.keyed_backend is not None else None
+        keyed = None
+        if self.keyed_backend is not None:
+            keyed = self.keyed_backend.snapshot(None if savepoint else checkpoint_id)
         operator = self.operator_state.snapshot() or None
         if keyed is None and operator is None:
             return None
         return OperatorSnapshot(keyed, operator)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if hasattr(self.keyed_backend, "notify_checkpoint_complete"):  # incremental rocksdb
+        if hasattr(self.keyed_backend, "notify_checkpoint_complete"):  # incremental checkpoints
             self.keyed_backend.notify_checkpoint_complete(checkpoint_id)
         if hasattr(self.function, "notify_checkpoint_complete"):
             self.function.notify_checkpoint_complete(checkpoint_id)

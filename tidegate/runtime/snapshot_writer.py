@@ -1,6 +1,6 @@
 """The asynchronous phase of a subtask's snapshot: write what the synchronous phase captured
-(one state file per stateful operator, SST uploads for incremental RocksDB, the channel state
-of an unaligned checkpoint) and return the handles the acknowledgement carries. Runs on the
+(one state file per stateful operator, the new files of incremental checkpoints, the channel
+state of an unaligned checkpoint) and return the handles the acknowledgement carries. Runs on the
 slot's snapshot executor while the task keeps processing records."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from tidegate.runtime.restore import CHANNEL_STATE_KEY
 from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.handles import ChannelStateHandle, StateHandle, file_safe
+from tidegate.state.heap_incremental import HeapIncrementalSnapshot
 from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.snapshot_format import write_state_file
 
@@ -59,14 +60,16 @@ def _write_operator_state(
 ) -> StateHandle:
     """One operator's state file (and SST uploads); its handle for `_metadata`."""
     stem = f"{file_safe(uid)}-{subtask}"
-    # incremental rocksdb (not savepoints): the state file holds no keyed state
+    # incremental checkpoints (not savepoints): the state file holds no keyed state
     incremental = target is None and getattr(snap.keyed, "tracker", None) is not None
     with env.storage.create_artifact(directory, stem, ".state") as f:
         if env.local_state is not None and target is None:
             _mirror_locally(env, f, checkpoint_id)
         index = write_state_file(f, None if incremental else snap.keyed, snap.operator)
     uploaded = None
-    if incremental:  # SST files to shared/ (last: a failure deletes its uploads)
+    if incremental and isinstance(snap.keyed, HeapIncrementalSnapshot):  # a hashmap chain
+        uploaded = snap.keyed.upload(env.storage, directory, stem, checkpoint_id)
+    elif incremental:  # SST files to shared/ (last: a failure deletes its uploads)
         uploaded = upload_snapshot(
             snap.keyed, env.storage, directory, stem, checkpoint_id, env.local_state
         )

@@ -424,7 +424,10 @@ class StreamTask:
         started = time.perf_counter()
         # Step 1: synchronous phase — capture every operator's state between two batches.
         try:
-            snapshots = [(op.uid, op.snapshot_state(cid, barrier.timestamp_ms)) for op in self.ops]
+            savepoint = barrier.options.is_savepoint
+            snapshots = [
+                (op.uid, op.snapshot_state(cid, barrier.timestamp_ms, savepoint)) for op in self.ops
+            ]
         except Exception as e:
             if self.handler is not None:
                 self._apply(self.handler.abort_current(f"snapshot failed: {e}"))

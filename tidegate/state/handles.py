@@ -19,6 +19,10 @@ from typing import Any
 from tidegate.state.snapshot_format import StateFileIndex
 
 INCREMENTAL_HANDLE_VERSION = 1
+#: `IncrementalHandle.backend`: RocksDB files (SST files shared, the rest private)
+ROCKSDB_FILES = "rocksdb"
+#: `IncrementalHandle.backend`: the hashmap backend's chain of state files (state/heap_changelog)
+HEAP_CHANGELOG = "hashmap"
 
 
 def file_safe(name: str) -> str:
@@ -88,7 +92,9 @@ class IncrementalFile(StoredFile):
 
 @dataclass(frozen=True)
 class IncrementalHandle:
-    """The RocksDB files of one subtask's incremental checkpoint (state/rocksdb_incremental)."""
+    """The files of one subtask's incremental checkpoint: RocksDB files
+    (state/rocksdb_incremental) or the hashmap backend's materialized state file and changelog
+    files (state/heap_changelog), as `backend` says."""
 
     #: the RocksDB instance the files belong to (its uploads are shared by its checkpoints)
     backend_id: str
@@ -100,6 +106,8 @@ class IncrementalHandle:
     shared: tuple[IncrementalFile, ...]
     private: tuple[IncrementalFile, ...]
     version: int = INCREMENTAL_HANDLE_VERSION
+    #: what the files are: ROCKSDB_FILES or HEAP_CHANGELOG
+    backend: str = ROCKSDB_FILES
 
     @property
     def files(self) -> tuple[IncrementalFile, ...]:
@@ -122,10 +130,14 @@ class IncrementalHandle:
             "state_kinds": dict(self.state_kinds),
             "shared": [f.to_json() for f in self.shared],
             "private": [f.to_json() for f in self.private],
+            **({} if self.backend == ROCKSDB_FILES else {"backend": self.backend}),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IncrementalHandle:
+        backend = str(data.get("backend", ROCKSDB_FILES))
+        if backend not in (ROCKSDB_FILES, HEAP_CHANGELOG):
+            raise ValueError(f"unknown incremental state {backend!r} (a newer tidegate wrote it)")
         return cls(
             backend_id=str(data["backend_id"]),
             base_checkpoint_id=_optional_int(data.get("base_checkpoint_id")),
@@ -135,6 +147,7 @@ class IncrementalHandle:
             shared=tuple(IncrementalFile.from_json(f) for f in data.get("shared", ())),
             private=tuple(IncrementalFile.from_json(f) for f in data.get("private", ())),
             version=int(data.get("version", INCREMENTAL_HANDLE_VERSION)),
+            backend=backend,
         )
 
 

@@ -21,8 +21,21 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from tidegate.state.handles import HEAP_CHANGELOG
+from tidegate.state.heap_changelog import (
+    ChangeLog,
+    KeyedStateChanges,
+    capture_changes,
+    needs_materialization,
+)
+from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
 from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.rocksdb_incremental import (
+    IncrementalKeyedStateHandle,
+    IncrementalTracker,
+    shared_base,
+)
 from tidegate.state.snapshot_format import KeyedStateSnapshot, KeyGroupData
 from tidegate.state.ttl.factory import snapshot_transformers
 
@@ -39,12 +52,15 @@ class NoKeyContextError(RuntimeError):
 class _KeyedState:
     """Base of the heap states: a view of one table, scoped to the backend's current key."""
 
-    __slots__ = ("_backend", "_name", "_table")
+    __slots__ = ("_backend", "_changed", "_name", "_table")
 
     def __init__(self, backend: HeapKeyedStateBackend, name: str, table: dict[Any, Any]) -> None:
         self._backend = backend
         self._name = name
         self._table = table
+        #: incremental checkpoints: the keys changed since the last snapshot (None: off); every
+        #: change adds its key here, inline (a method call would cost more than the change)
+        self._changed = backend.change_set(name)
 
     def _key(self) -> Any:
         key = self._backend.current_key
@@ -57,7 +73,9 @@ class _KeyedState:
 
     def clear(self) -> None:
         """Remove the current key's entry."""
-        self._table.pop(self._key(), None)
+        key = self._key()
+        if self._table.pop(key, _ABSENT) is not _ABSENT and self._changed is not None:
+            self._changed.add(key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r})"
@@ -77,6 +95,8 @@ class HeapValueState(_KeyedState):
             self._table.pop(key, None)
         else:
             self._table[key] = value
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapListState(_KeyedState):
@@ -96,6 +116,8 @@ class HeapListState(_KeyedState):
             self._table[key] = [value]
         else:
             elements.append(value)
+        if self._changed is not None:
+            self._changed.add(key)
 
     def add_all(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -105,6 +127,8 @@ class HeapListState(_KeyedState):
             elements.extend(new)
         elif new:
             self._table[key] = new
+        if self._changed is not None:
+            self._changed.add(key)
 
     def update(self, values: Iterable[Any]) -> None:
         key = self._key()
@@ -113,6 +137,8 @@ class HeapListState(_KeyedState):
             self._table[key] = new
         else:
             self._table.pop(key, None)
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapMapState(_KeyedState):
@@ -133,6 +159,8 @@ class HeapMapState(_KeyedState):
             self._table[current] = {key: value}
         else:
             user_map[key] = value
+        if self._changed is not None:
+            self._changed.add(current)
 
     def put_all(self, dict_value: Mapping[Any, Any]) -> None:
         current = self._key()
@@ -141,6 +169,8 @@ class HeapMapState(_KeyedState):
             user_map.update(dict_value)
         elif dict_value:
             self._table[current] = dict(dict_value)
+        if self._changed is not None:
+            self._changed.add(current)
 
     def remove(self, key: Any) -> None:
         current = self._key()
@@ -149,6 +179,8 @@ class HeapMapState(_KeyedState):
             user_map.pop(key, None)
             if not user_map:
                 del self._table[current]
+            if self._changed is not None:
+                self._changed.add(current)
 
     def contains(self, key: Any) -> bool:
         return key in self._map()
@@ -228,6 +260,8 @@ class HeapReducingState(_MergingState):
         current = self._writable(key)
         new = value if current is _ABSENT else self._function(current, value)
         self._table[key] = new
+        if self._changed is not None:
+            self._changed.add(key)
         return new
 
 
@@ -246,6 +280,8 @@ class HeapAggregatingState(_MergingState):
         if accumulator is _ABSENT:
             accumulator = self._function.create_accumulator()
         self._table[key] = self._function.add(value, accumulator)
+        if self._changed is not None:
+            self._changed.add(key)
 
 
 class HeapKeyedStateBackend(KeyedStateRegistry):
@@ -253,6 +289,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
 
     The runtime sets `current_key` before each record and timer and resets it to None after.
     State objects are created once per name (in `open()`) and reused for every record.
+    With `incremental`, checkpoints write only what changed (state/heap_changelog.py).
     """
 
     STATE_CLASSES = {
@@ -263,7 +300,9 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         StateKind.AGGREGATING: HeapAggregatingState,
     }
 
-    def __init__(self, max_parallelism: int, key_group_range: range) -> None:
+    def __init__(
+        self, max_parallelism: int, key_group_range: range, *, incremental: bool = False
+    ) -> None:
         check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
@@ -278,16 +317,31 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         #: memoises key -> key group across snapshots (the async phase's main cost)
         self._key_groups = KeyGroupAssigner(max_parallelism)
         self._restored_key_groups: set[int] = set()
+        #: incremental checkpoints: the chain of files written (None: full snapshots) ...
+        self.tracker = IncrementalTracker() if incremental else None
+        #: ... the keys changed since its base, per checkpoint ...
+        self._changes = ChangeLog() if incremental else None
+        #: ... and since the last checkpoint, per state (the state objects add to these sets)
+        self._change_sets: dict[str, set[Any]] | None = {} if incremental else None
+
+    def change_set(self, name: str) -> set[Any] | None:
+        """The set the state objects of `name` add changed keys to (None: not tracked)."""
+        if self._change_sets is None:
+            return None
+        return self._change_sets.setdefault(name, set())
+
+    def _table_of(self, name: str) -> dict[Any, Any]:
+        return self._tables.setdefault(name, {})
 
     def _create_state(self, name: str, cls: type[Any], *args: Any) -> Any:
-        return cls(self, name, self._tables.setdefault(name, {}), *args)
+        return cls(self, name, self._table_of(name), *args)
 
     def table(self, name: str) -> dict[Any, Any]:
         """The live `{key: value}` dict of registered state `name`.
 
         For built-in operators' hot loops, which may skip the per-call key check of the state
-        objects. Only for value state semantics: the dict's values must be replaced, not changed
-        in place (a snapshot may hold them).
+        objects. Only for reading: changes must go through the state objects (a snapshot may
+        hold the values, and incremental checkpoints see only the changes made there).
         """
         if name not in self._states:
             raise KeyError(f"state {name!r} is not registered; call get_state() first")
@@ -305,13 +359,33 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             return iter([(key, value.copy()) for key, value in table.items()])
         return iter(list(table.items()))
 
-    def snapshot(self) -> KeyedStateSnapshot:
-        """The synchronous phase of a checkpoint: a consistent copy, made cheaply.
+    def snapshot(
+        self, checkpoint_id: int | None = None
+    ) -> KeyedStateSnapshot | HeapIncrementalSnapshot:
+        """The synchronous phase of a snapshot: a consistent copy, made cheaply.
 
-        A shallow copy of each table, plus copies of the lists and dicts of list and map state
-        (changed in place by `add`/`put`). No hashing and no serialization: `write` does those.
+        Full (a savepoint, `checkpoint_id` None, or full checkpoints): a shallow copy of each
+        table, plus copies of the lists and dicts of list and map state (changed in place by
+        `add`/`put`). With incremental checkpoints, a checkpoint copies only the entries
+        changed since the last completed checkpoint, unless the chain of files needs a new
+        materialization (heap_changelog). No hashing and no serialization: `write` does those.
         """
-        self._snapshots_taken += 1  # a new epoch for copy-on-write of reducing/aggregating values
+        if checkpoint_id is None or self.tracker is None or self._changes is None:
+            return self._full_snapshot()
+        base_id, base = self.tracker.current_base()
+        chain = chain_of(base)
+        changed = self._changes.capture(checkpoint_id, self._change_sets or {})
+        kinds = {name: kind.value for name, kind in self._kinds.items()}
+        if needs_materialization(chain):
+            content: Any = self._full_snapshot()
+        else:
+            tables = {name: (kinds[name], table) for name, table in self._tables.items()}
+            containers = [name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS]
+            values, removed = capture_changes(tables, changed, containers)
+            content = self._in_flight(KeyedStateChanges(self._snapshot_of(values), removed))
+        return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
+
+    def _full_snapshot(self) -> KeyedStateSnapshot:
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         for name, table in self._tables.items():
             kind = self._kinds[name]
@@ -319,7 +393,10 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
                 tables[name] = (kind.value, {key: v.copy() for key, v in table.items()})
             else:
                 tables[name] = (kind.value, table.copy())
-        snapshot = KeyedStateSnapshot(
+        return self._in_flight(self._snapshot_of(tables))
+
+    def _snapshot_of(self, tables: dict[str, tuple[str, dict[Any, Any]]]) -> KeyedStateSnapshot:
+        return KeyedStateSnapshot(
             self.max_parallelism,
             self.key_group_range,
             tables,
@@ -327,8 +404,11 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
             value_types=self._value_types,
         )
-        # Values are shared with the snapshot until it is written (and dropped): only then
-        # must reducing/aggregating values be copied before they are changed in place.
+
+    def _in_flight(self, snapshot: Any) -> Any:
+        """Values are shared with `snapshot` until it is written (and dropped): only then
+        must reducing/aggregating values be copied before they are changed in place."""
+        self._snapshots_taken += 1  # a new epoch for copy-on-write of reducing/aggregating values
         with self._in_flight_lock:
             self.snapshots_in_flight += 1
         weakref.finalize(snapshot, self._snapshot_released)
@@ -351,4 +431,24 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             self._claim_restored_key_group(kg)
             for name, (kind, entries) in data.items():
                 self._check_restored_entries(kg, name, kind, entries)
-                self._tables.setdefault(name, {}).update(entries)
+                self._table_of(name).update(entries)
+
+    def continue_chain(self, h: IncrementalKeyedStateHandle) -> None:
+        """After restoring exactly the hashmap chain `h` (all of this subtask's key groups)
+        of a checkpoint the job owns: the next checkpoints extend its chain instead of
+        materializing again."""
+        whole = h.key_groups == self.key_group_range == h.handle.key_group_range
+        if self.tracker is None or self._changes is None or not h.reusable or not whole:
+            return
+        if h.handle.backend == HEAP_CHANGELOG:
+            self.tracker.seed(h.checkpoint_id, shared_base(h.checkpoint_dir, h.handle))
+            self._changes.reset()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.tracker is not None and self._changes is not None:
+            self.tracker.notify_complete(checkpoint_id)
+            self._changes.notify_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.tracker is not None:
+            self.tracker.notify_aborted(checkpoint_id)

@@ -149,8 +149,12 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         return (entry for _, entries in decode_entries(kind, items) for entry in entries.items())
 
     # snapshots ---------------------------------------------------------------------------------
-    def snapshot(self) -> RocksDBKeyedStateSnapshot | KeyedStateSnapshot:
-        """The synchronous phase: hard-link the database's files (flushing memtables first)."""
+    def snapshot(
+        self, checkpoint_id: int | None = None
+    ) -> RocksDBKeyedStateSnapshot | KeyedStateSnapshot:
+        """The synchronous phase: hard-link the database's files (flushing memtables first).
+        The same for a checkpoint (`checkpoint_id`) and a savepoint (None): the asynchronous
+        phase decides whether it is uploaded incrementally."""
         if not self._kinds:  # no state yet: nothing to copy
             return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, {})
         path = self.instance.checkpoint()

@@ -123,7 +123,7 @@ def upload_incremental(
             )
     except BaseException:
         for path in uploaded:
-            _delete_quietly(storage, path)
+            delete_quietly(storage, path)
         raise
     tracker.record(checkpoint_id, files)
     return IncrementalHandle(
@@ -166,7 +166,7 @@ def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) ->
     return out
 
 
-def _delete_quietly(storage: Any, path: str) -> None:
+def delete_quietly(storage: Any, path: str) -> None:
     with contextlib.suppress(OSError, ValueError, CheckpointError):  # best effort
         storage.delete_file(path)
 

@@ -8,6 +8,9 @@
   key group, big-endian, so a key-group range is a contiguous run of keys).
 - any other backend (hashmap): the downloaded database is read key group by key group and fed
   to `backend.restore`, like a canonical state file.
+- a hashmap chain (heap_incremental), into any backend: read key group by key group the same
+  way; a hashmap backend with incremental checkpoints that restored exactly one whole handle
+  of a checkpoint the job owns extends that chain (`continue_chain`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
+from tidegate.state.handles import HEAP_CHANGELOG
 from tidegate.state.heap import StateKind
+from tidegate.state.heap_incremental import read_changelog_key_groups
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, download, shared_base
 from tidegate.state.rocksdb_instance import CF_PREFIX, RocksDBOptions, open_read_only
 from tidegate.state.snapshot_format import KeyGroupData, describe_key_groups
@@ -98,8 +103,13 @@ def _copy_range(backend: Any, path: str, h: IncrementalKeyedStateHandle) -> None
 def read_incremental_key_groups(
     h: IncrementalKeyedStateHandle, options: RocksDBOptions | None = None
 ) -> Iterator[tuple[int, KeyGroupData]]:
-    """The key groups `h` contributes, canonical (for backends other than rocksdb and tools)."""
+    """The key groups `h` contributes, canonical (for backends other than rocksdb and tools;
+    a hashmap chain for every backend)."""
     from tidegate.state.rocksdb_snapshot import RocksDBKeyedStateSnapshot
+
+    if h.handle.backend == HEAP_CHANGELOG:
+        yield from read_changelog_key_groups(h)
+        return
 
     tmp = tempfile.mkdtemp(prefix="tidegate-incremental-")
     try:
@@ -119,8 +129,11 @@ def read_incremental_key_groups(
 
 
 def restore_keyed_incremental(backend: Any, handles: list[IncrementalKeyedStateHandle]) -> None:
-    """Restore incremental handles into any keyed backend."""
-    if hasattr(backend, "restore_incremental"):
+    """Restore incremental handles into any keyed backend: RocksDB files into a rocksdb
+    backend directly; a hashmap chain, or RocksDB files into another backend, as key groups."""
+    if hasattr(backend, "restore_incremental") and all(
+        h.handle.backend != HEAP_CHANGELOG for h in handles
+    ):
         backend.restore_incremental(handles)
         return
     for h in handles:
@@ -133,3 +146,5 @@ def restore_keyed_incremental(backend: Any, handles: list[IncrementalKeyedStateH
                 f"{describe_key_groups(backend.key_group_range)}"
             )
         backend.restore(read_incremental_key_groups(h))
+    if hasattr(backend, "continue_chain") and len(handles) == 1:
+        backend.continue_chain(handles[0])

@@ -166,10 +166,7 @@ class KeyedStateSnapshot:
         groups: list[KeyGroupData] = [{} for _ in range(m)]
         for name, (kind, table) in self.tables.items():
             type_info = self.value_types.get(name)
-            if type_info is not None and batch_codec(type_info) is not None:
-                by_group: list[dict[Any, Any]] = [TypedTable(name, type_info) for _ in range(m)]
-            else:
-                by_group = [{} for _ in range(m)]
+            by_group = [group_table(name, type_info) for _ in range(m)]
             transform = self.transformers.get(name)
             items = table.items() if transform is None else transform_entries(table, transform)
             for key, value in items:
@@ -186,6 +183,14 @@ class KeyedStateSnapshot:
     def write(self, out: BinaryIO) -> StateFileIndex:
         """Write this snapshot as a complete state file (keyed state only)."""
         return write_state_file(out, self, None)
+
+
+def group_table(name: str, type_info: Any) -> dict[Any, Any]:
+    """An empty `{key: value}` of state `name` in one key group: a TypedTable (one encoded
+    column) if the state declares a type with a batch codec, else a plain dict."""
+    if type_info is not None and batch_codec(type_info) is not None:
+        return TypedTable(name, type_info)
+    return {}
 
 
 def check_owned_key_group(

@@ -288,9 +288,9 @@ class WindowOperator(StreamOperator):
         if timer is not None:
             self.timers.delete(*timer, window)
 
-    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int) -> Any:
+    def snapshot_state(self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False) -> Any:
         self.contents.on_snapshot()  # before the keyed snapshot shares the accumulators
-        return super().snapshot_state(checkpoint_id, timestamp_ms)
+        return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def on_watermark(self, watermark: int) -> None:
         self.timers.advance_watermark(watermark)
