@@ -12,6 +12,7 @@ from tidegate.common.serialization import SimpleStringSchema
 from tidegate.connectors.base import Boundedness, SplitReportingReader
 from tidegate.connectors.kafka import sink as sink_module
 from tidegate.connectors.kafka.offsets import end_offset
+from tidegate.connectors.kafka.transactions import ids_to_fence
 from tidegate.datastream.connectors.kafka import (
     DeliveryGuarantee,
     KafkaOffsetResetStrategy,
@@ -464,6 +465,40 @@ def test_closing_a_writer_aborts_its_open_transaction(kafka):
     assert "later" in seen
     if not kafka.is_tansu:  # Tansu shows aborted records too
         assert seen == ["later"]
+
+
+def test_a_lingering_writer_of_a_failed_attempt_cannot_open_a_transaction_after_the_restore(
+    kafka,
+):
+    """A writer of a failed attempt whose slot has not stopped yet goes on writing after the
+    next attempt fenced its ids (in another process: its pre-commits stay in its own): it
+    must not get a producer the fence did not reach, whose transaction nothing would abort
+    (read_committed consumers would stall behind it for good)."""
+    from confluent_kafka import KafkaException
+
+    topic = kafka.create_topic()
+    s = sink(kafka, topic)
+    s.recover(0, 1, 0, [])
+    zombie = s.create_writer(0, 1, 0)
+    for checkpoint in (1, 2):  # two ids hold pre-committed transactions
+        zombie.write_batch([f"pre-{checkpoint}"])
+        zombie.prepare_commit(checkpoint)
+    held = {k: v for k, v in sink_module._PRECOMMITTED.items() if k.startswith(f"{topic}-tx")}
+    for txn_id in ids_to_fence(s.prefix, [0], s.pool_size):  # the next attempt's recover
+        s.fence(txn_id)
+    # fenced: the producer's fatal error (confluent-kafka reports it from flush as a
+    # SystemError, its delivery report failing with the fatal error set)
+    with pytest.raises((KafkaException, SystemError)):
+        zombie.write_batch(["zombie"])  # on the third id
+        zombie.prepare_commit(3)
+    for txn_id in held:
+        sink_module._PRECOMMITTED.pop(txn_id, None)
+    zombie.close()
+    current = s.create_writer(0, 1, 1)
+    current.write_batch(["current"])
+    s.create_committer().commit(current.prepare_commit(4))
+    current.close()
+    assert "current" in values(read_topic(kafka, topic))
 
 
 def test_records_are_written_with_their_stream_records_timestamps(kafka):

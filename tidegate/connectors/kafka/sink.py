@@ -267,31 +267,43 @@ class TransactionalWriter:
         self._began = 0.0
         self._errors: list[str] = []
         self._marker = marker_group(sink.prefix, subtask_index, uuid.uuid4().hex[:12])
+        # Every id of the pool is initialised now, while this attempt is surely current: a
+        # writer of a failed attempt that lingers (its slot not yet stopped) can then only use
+        # producers the next attempt's `recover` fenced. Were an id first initialised later,
+        # after that fence, it would take the newest epoch and could leave a transaction open
+        # that nothing aborts, stalling read_committed consumers.
+        for slot in range(sink.pool_size):
+            txn_id = transactional_id(sink.prefix, subtask_index, slot)
+            if txn_id not in _PRECOMMITTED:
+                self._producers[slot] = self._new_producer(txn_id)
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
             self._errors.append(str(err))
 
-    def _begin(self) -> Any:
+    def _new_producer(self, txn_id: str) -> Any:
         from confluent_kafka import Producer
 
+        producer = Producer(
+            self._sink.producer_config(
+                **{
+                    "transactional.id": txn_id,
+                    "transaction.timeout.ms": self._sink.transaction_timeout_ms,
+                }
+            )
+        )
+        producer.init_transactions(30)
+        return producer
+
+    def _begin(self) -> Any:
         prefix = self._sink.prefix
         for slot in range(self._sink.pool_size):
             txn_id = transactional_id(prefix, self._index, slot)
             if txn_id in _PRECOMMITTED:
                 continue
             producer = self._producers.get(slot)
-            if producer is None:
-                producer = Producer(
-                    self._sink.producer_config(
-                        **{
-                            "transactional.id": txn_id,
-                            "transaction.timeout.ms": self._sink.transaction_timeout_ms,
-                        }
-                    )
-                )
-                producer.init_transactions(30)
-                self._producers[slot] = producer
+            if producer is None:  # an id an earlier attempt in this process had pre-committed
+                producer = self._producers[slot] = self._new_producer(txn_id)
             producer.begin_transaction()
             self._slot, self._began = slot, time.monotonic()
             return producer
