@@ -1,7 +1,7 @@
 """Latency of the keyed count (W1) at p=2: event creation -> processed by the last operator, and
 -> visible at the sink (its commit), at 10 / 50 / 90 % of the maximum throughput.
 
-    .venv/bin/python bench/latency.py [--quick] [--seconds S] [--runner spark|local] [--out FILE]
+    PYTHONPATH=. .venv/bin/python bench/latency.py [--quick] [--seconds S] [--runner spark|local]
 
 The job is bench/jobs.py's keyed count with events stamped with their creation time
 (bench/stamped.py): a source creating `(index, created_ns)` on a fixed schedule (open loop: an
@@ -106,6 +106,12 @@ def run(
         return read_latency_logs(os.path.join(work_dir, "latency"))
 
     result = run_job(params, runner=args.runner, spark=spark, work_root=work_root, collect=collect)
+    ours = os.path.join(REPO, "tidegate")
+    if any(code != ours for code in result["slot_code"]):
+        raise RuntimeError(
+            f"the slots ran tidegate from {result['slot_code']}, not {ours}: run the benchmark "
+            f"with PYTHONPATH={REPO} (Spark's workers import the installed tidegate otherwise)"
+        )
     logs = result.pop("collected")
     triggers = [c["timestamp_ms"] for c in result["checkpoints"]]
     out = {
