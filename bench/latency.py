@@ -340,9 +340,10 @@ def plot(report: dict[str, Any]) -> str:
     throughput.series["max records/s (1 s checkpoints)"] = [
         (report["max"].get(t) or {}).get("steady_rate") for t in timeouts
     ]
-    return svg.render(
-        [by_load, trade, throughput], "tidegate latency: keyed count, p=2 (bench/latency.py)"
-    )
+    panels = [by_load, trade]
+    if report["max"]:  # measured (not given with --max-rate)
+        panels.append(throughput)
+    return svg.render(panels, "tidegate latency: keyed count, p=2 (bench/latency.py)")
 
 
 # printing ---------------------------------------------------------------------------------------
