@@ -46,6 +46,7 @@ def test_valid_timeouts_pass_unchanged():
 
 def test_the_environment_takes_flinks_values_and_refuses_others():
     env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.get_buffer_timeout() == 10
     assert env.set_buffer_timeout(-1).get_buffer_timeout() == -1
     assert env.set_buffer_timeout(0).get_buffer_timeout() == 0
     with pytest.raises(ValueError, match=r"execution\.buffer-timeout"):
