@@ -133,6 +133,8 @@ def run(
         "checkpoints": len(triggers),
         "alignment_ms_median": _median([c.get("alignment_ms") for c in result["checkpoints"]]),
         "sync_ms_median": _median([c.get("sync_ms") for c in result["checkpoints"]]),
+        "async_ms_median": _median([c.get("async_ms") for c in result["checkpoints"]]),
+        "duration_ms_median": _median([c.get("duration_ms") for c in result["checkpoints"]]),
     }
     if logs is not None:
         out.update(latency_stats(logs, args.warmup, triggers))
