@@ -319,7 +319,8 @@ def build_env(
         env.set_restart_strategy(RestartStrategies.no_restart())
 
     if params.pipeline == "keyed-stamped":
-        source: Any = stamped.ScheduledSource(params.records, params.rate)
+        latency_dir = os.path.join(work_dir, "latency")
+        source: Any = stamped.ScheduledSource(params.records, params.rate, latency_dir)
     elif params.records is None or params.rate is not None:
         source = DataGeneratorSource(identity, count=params.records, records_per_second=params.rate)
     else:

@@ -161,6 +161,8 @@ def latency_stats(
         "window_rate": len(pairs) / ((hi - lo) / 1e9) if hi > lo else None,
         "processing": _summary_ms(processing),
         "visible": _summary_ms(visible) if logs.visible else None,
+        #: events per source poll that returned any (the whole run)
+        "events_per_poll": logs.polls[1] / logs.polls[0] if logs.polls and logs.polls[0] else None,
     }
     p99 = percentile(processing, 0.99)
     if triggers_ms and p99 is not None:
@@ -353,7 +355,7 @@ def _header(first: str) -> None:
     print(
         f"{first:<22}{'rec/s':>9}{'proc p50':>10}{'p99':>8}{'max':>8}"
         f"{'vis p50':>9}{'p99':>8}{'max':>8}{'@ckpt':>7}{'p99 away':>9}{'align':>7}"
-        f"{'cores':>6}{'other':>6}{'load':>6}  ok"
+        f"{'cores':>6}{'other':>6}{'ev/poll':>8}{'load':>6}  ok"
     )
 
 
@@ -367,7 +369,8 @@ def _row(name: str, r: dict[str, Any]) -> None:
         f"{'-' if near is None else f'{near:.0%}':>7}"
         f"{_f(r.get('processing_p99_away_from_checkpoints_ms')):>9}"
         f"{_f(r.get('alignment_ms_median')):>7}{_f(r.get('own_cores')):>6}"
-        f"{_f(r.get('other_cores')):>6}{r['load_before']:>6.1f}  {_ok(r)}"
+        f"{_f(r.get('other_cores')):>6}{_f(r.get('events_per_poll')):>8}"
+        f"{r['load_before']:>6.1f}  {_ok(r)}"
     )
 
 

@@ -46,8 +46,10 @@ class ScheduledSource:
 
     boundedness = Boundedness.BOUNDED
 
-    def __init__(self, count: int, rate: float | None) -> None:
-        self.count, self.rate = count, rate
+    def __init__(self, count: int, rate: float | None, log_dir: str | None = None) -> None:
+        """`log_dir`: where each reader writes, on close, how many polls returned events and
+        how many events they returned (`polls-<subtask>.txt`)."""
+        self.count, self.rate, self.log_dir = count, rate, log_dir
 
     def create_splits(self, parallelism: int) -> list[ScheduledSplit]:
         ranges = split_range(0, self.count - 1, parallelism)
@@ -57,15 +59,25 @@ class ScheduledSource:
         self, splits: list[ScheduledSplit], subtask_index: int, parallelism: int
     ) -> ScheduledReader:
         rate = None if self.rate is None else self.rate / parallelism
-        return ScheduledReader(splits, parallelism, rate)
+        log = None if self.log_dir is None else f"{self.log_dir}/polls-{subtask_index}.txt"
+        return ScheduledReader(splits, parallelism, rate, log)
 
 
 class ScheduledReader:
-    def __init__(self, splits: list[ScheduledSplit], stride: int, rate: float | None) -> None:
+    def __init__(
+        self,
+        splits: list[ScheduledSplit],
+        stride: int,
+        rate: float | None,
+        log_path: str | None = None,
+    ) -> None:
         self.splits = [s for s in splits if s.emitted < s.count]
         self.stride = stride
         self.interval_ns = None if rate is None else 1e9 / rate
         self.t0: int | None = None
+        self.log_path = log_path
+        #: polls that returned events, and the events they returned
+        self.polls = self.events = 0
 
     def poll_batch(self, max_records: int) -> list[tuple[int, int]] | None:
         if not self.splits:
@@ -89,6 +101,9 @@ class ScheduledReader:
             created = [t0 + int((start + k) * interval) for k in range(n)]
         stride, sub = self.stride, split.subtask
         batch = [((start + k) * stride + sub, c) for k, c in enumerate(created)]
+        if n:
+            self.polls += 1
+            self.events += n
         split = replace(split, emitted=start + n)
         if split.emitted >= split.count:
             self.splits.pop(0)
@@ -101,6 +116,10 @@ class ScheduledReader:
 
     def close(self) -> None:
         self.splits = []
+        if self.log_path is not None:
+            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+            with open(self.log_path, "w") as f:
+                f.write(f"{self.polls} {self.events}\n")
 
 
 # the keyed count on stamped events (bench/jobs.py's W1 with the stamp carried along) ----------
@@ -204,6 +223,8 @@ class LatencyLogs:
     created: list[int]
     processed: list[int]
     visible: list[tuple[int, int]]  # (created, visible) of committed records
+    #: the source's polls that returned events, and those events (None: not logged)
+    polls: tuple[int, int] | None = None
 
 
 def read_latency_logs(directory: str, attempt: int = 0) -> LatencyLogs:
@@ -232,4 +253,13 @@ def read_latency_logs(directory: str, attempt: int = 0) -> LatencyLogs:
                 for line in f:
                     _s, _a, _cid, start, end, at = map(int, line.split())
                     visible.extend((c, at) for c in created[start:end])
-    return LatencyLogs(created_all, processed_all, visible)
+    polls = None
+    poll_logs = [name for name in names if name.startswith("polls-")]
+    if poll_logs:
+        totals = [0, 0]
+        for name in poll_logs:
+            with open(os.path.join(directory, name)) as f:
+                for i, value in enumerate(f.read().split()):
+                    totals[i] += int(value)
+        polls = (totals[0], totals[1])
+    return LatencyLogs(created_all, processed_all, visible, polls)
