@@ -25,7 +25,13 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench.common import job_arguments, report_header, start, write_report  # noqa: E402
+from bench.common import (  # noqa: E402
+    job_arguments,
+    percentile,
+    report_header,
+    start,
+    write_report,
+)
 from bench.jobs import JobParams  # noqa: E402
 from bench.measure import bare_loop, run_job  # noqa: E402
 
@@ -43,13 +49,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def describe(result: dict[str, Any]) -> dict[str, Any]:
     # checkpoint 1..n-1 (the last is the final checkpoint of the bounded job, always aligned)
     cps = [c for c in result["checkpoints"] if c.get("sync_ms") is not None][:-1]
@@ -58,7 +57,7 @@ def describe(result: dict[str, Any]) -> dict[str, Any]:
         "completed": result["completed_checkpoints"],
         "failed": result["failed_checkpoints"],
         "duration_median_ms": statistics.median(durations) if durations else None,
-        "duration_p90_ms": pct(durations, 0.9),
+        "duration_p90_ms": percentile(sorted(durations), 0.9),
         "duration_max_ms": max(durations) if durations else None,
         "alignment_median_ms": statistics.median([c["alignment_ms"] for c in cps]) if cps else None,
         "start_delay_median_ms": (

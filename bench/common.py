@@ -80,6 +80,14 @@ def print_ratios(unit: str, results: dict[str, dict[str, Any]], base: str, other
         print(f"{case:<{width}}{b:>14,.0f}{o:>14,.0f}{o / b:>8.2f}")
 
 
+def percentile(ordered: list[float], q: float) -> float | None:
+    """The `q` quantile (0..1) of `ordered` (sorted ascending): the value below which a
+    fraction `q` of them lie; None for no values."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def du_bytes(path: str) -> int:
     out = subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout
     return int(out.split()[0]) if out else 0

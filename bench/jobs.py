@@ -27,6 +27,7 @@ from typing import Any
 
 import cloudpickle
 
+from bench import stamped
 from tidegate.common import Configuration, Encoder, RestartStrategies, Types, WatermarkStrategy
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
@@ -35,8 +36,10 @@ from tidegate.datastream.connectors.number_seq import NumberSequenceSource
 
 
 def register_by_value() -> None:
-    """Pickle this module's functions and classes by value (slots cannot import `bench`)."""
+    """Pickle this module's (and bench/stamped.py's) functions and classes by value (slots
+    cannot import `bench`)."""
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(stamped)
 
 
 # sinks ---------------------------------------------------------------------------------------
@@ -243,7 +246,10 @@ def slow(x: Any, seconds: float) -> Any:
 # jobs -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobParams:
-    pipeline: str  # "stateless" | "keyed" | "keyed-ts" (keyed, records with timestamps)
+    #: "stateless" | "keyed" | "keyed-ts" (keyed, records with timestamps) | "keyed-stamped"
+    #: (keyed, events stamped with their creation time on a schedule, latencies logged:
+    #: bench/stamped.py; needs `records`)
+    pipeline: str
     parallelism: int
     checkpoint_ms: int | None  # None: checkpointing off
     sink: str  # "file" | "count"
@@ -257,6 +263,8 @@ class JobParams:
     slow_us: int = 0
     #: keyed pipelines: the pairs declare Types.TUPLE([INT, LONG]) (typed frames, not pickle)
     typed: bool = False
+    #: execution.buffer-timeout (ms; -1: send only full buffers)
+    buffer_timeout_ms: int = 10
 
     @property
     def label(self) -> str:
@@ -265,7 +273,11 @@ class JobParams:
             ck += f" {self.alignment}"
         slow_stage = f" slow {self.slow_us}us" if self.slow_us else ""
         typed = " typed" if self.typed else ""
-        return f"{self.pipeline}{typed} p={self.parallelism} {ck} sink={self.sink}{slow_stage}"
+        timeout = f" buffer {self.buffer_timeout_ms}ms" if self.buffer_timeout_ms != 10 else ""
+        return (
+            f"{self.pipeline}{typed} p={self.parallelism} {ck} sink={self.sink}{slow_stage}"
+            f"{timeout}"
+        )
 
     def expected_sink_records(self) -> int | None:
         """Records the sink must have committed when the job finished (exactly once)."""
@@ -292,6 +304,7 @@ def build_env(
     if spark is not None:
         env.set_spark_session(spark)
     env.set_parallelism(params.parallelism)
+    env.set_buffer_timeout(params.buffer_timeout_ms)
     if params.checkpoint_ms:
         env.enable_checkpointing(params.checkpoint_ms)
     if params.alignment != "aligned":
@@ -305,7 +318,10 @@ def build_env(
     else:
         env.set_restart_strategy(RestartStrategies.no_restart())
 
-    if params.records is None or params.rate is not None:
+    if params.pipeline == "keyed-stamped":
+        latency_dir = os.path.join(work_dir, "latency")
+        source: Any = stamped.ScheduledSource(params.records, params.rate, latency_dir)
+    elif params.records is None or params.rate is not None:
         source = DataGeneratorSource(identity, count=params.records, records_per_second=params.rate)
     else:
         source = NumberSequenceSource(0, params.records - 1)
@@ -316,6 +332,9 @@ def build_env(
         pair_type = Types.TUPLE([Types.INT(), Types.LONG()]) if params.typed else None
         ds = ds.map(functools.partial(to_pair, keys=params.keys), pair_type).uid("pair")
         ds = ds.key_by(first).reduce(add_counts).uid("count")
+    elif params.pipeline == "keyed-stamped":
+        ds = ds.map(functools.partial(stamped.stamped_pair, keys=params.keys)).uid("pair")
+        ds = ds.key_by(first).reduce(stamped.add_stamped_counts).uid("count")
     else:
         raise ValueError(f"unknown pipeline {params.pipeline!r}")
     if params.slow_us:
@@ -332,6 +351,8 @@ def build_env(
         inner = CountSink(out)
     else:
         raise ValueError(f"unknown sink {params.sink!r}")
+    if params.pipeline == "keyed-stamped":
+        inner = stamped.LatencySink(inner, os.path.join(work_dir, "latency"))
     ds.sink_to(TimedSink(inner, os.path.join(work_dir, "markers"))).uid("sink")
     return env
 

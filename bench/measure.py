@@ -12,6 +12,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -186,8 +187,11 @@ def run_job(
     poll_s: float = 0.02,
     timeout_s: float = 900.0,
     keep_output: bool = False,
+    collect: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
-    """Run one bounded job to the end; return its timings, checkpoints and correctness check."""
+    """Run one bounded job to the end; return its timings, checkpoints and correctness check
+    (and under "collected", what `collect(work directory)` returns, read before it is removed).
+    """
     work_dir = tempfile.mkdtemp(prefix="job-", dir=work_root)
     env = build_env(params, runner=runner, work_dir=work_dir, spark=spark)
     load_before = os.getloadavg()[0]
@@ -245,6 +249,8 @@ def run_job(
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
+    if collect is not None:
+        result["collected"] = collect(work_dir)
     if not keep_output:
         shutil.rmtree(work_dir, ignore_errors=True)
     return result

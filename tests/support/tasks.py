@@ -15,7 +15,7 @@ def task_environment(
     *,
     control: Any = None,
     executor: Executor | None = None,
-    buffer_timeout_s: float = 0.001,
+    buffer_timeout_s: float | None = 0.001,
 ) -> TaskEnvironment:
     return TaskEnvironment(
         attempt=0,

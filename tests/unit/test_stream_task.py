@@ -78,12 +78,36 @@ def add(a, b):
     return (a[0], a[1] + b[1])
 
 
+class CountingGate(InputGate):
+    """An input gate that counts the task's non-blocking looks into it (an idle loop that
+    spins shows as many)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.polls = 0
+
+    def get(self, timeout):
+        if timeout == 0:
+            self.polls += 1
+        return super().get(timeout)
+
+
 class Harness:
-    def __init__(self, tmp_path: Path, checkpoint_base: Path | None = None) -> None:
-        self.gate, self.out = InputGate(1_000), InputGate(1_000)
+    def __init__(
+        self,
+        tmp_path: Path,
+        checkpoint_base: Path | None = None,
+        buffer_timeout_s: float | None = 0.001,
+    ) -> None:
+        self.gate, self.out = CountingGate(1_000), InputGate(1_000)
         self.driver = Driver()
         self.storage = CheckpointStorage(str(checkpoint_base or tmp_path / "chk"), "job")
-        env = task_environment(self.storage, control=self.driver, executor=InlineExecutor())
+        env = task_environment(
+            self.storage,
+            control=self.driver,
+            executor=InlineExecutor(),
+            buffer_timeout_s=buffer_timeout_s,
+        )
         op = OperatorSpec(
             op_id=1,
             uid="sum",
@@ -217,3 +241,24 @@ def test_every_completed_alignment_acknowledges_once_in_checkpoint_order(tmp_pat
     assert [a.checkpoint_id for a in acks(h.driver)] == list(range(1, checkpoints + 2))
     totals = [h.state_in(a)["k"][1] for a in acks(h.driver)]
     assert totals == [sum(range(1, min(c, checkpoints) + 1)) for c in range(1, checkpoints + 2)]
+
+
+def test_buffer_timeout_zero_sends_each_batch_at_once_and_the_idle_task_does_not_spin(tmp_path):
+    h = Harness(tmp_path, buffer_timeout_s=0.0).start()
+    h.script((0, [("a", 1)]))
+    assert h.out.get(WAIT_S) == (False, (0, [("a", 1)]))
+    polls = h.gate.polls
+    time.sleep(0.3)  # idle: the loop waits on its gate (IDLE_POLL_S) instead of polling it
+    assert h.gate.polls - polls < 100
+    h.finish(final_checkpoint=1)
+
+
+def test_buffer_timeout_minus_one_holds_a_partial_buffer_until_the_next_event(tmp_path):
+    h = Harness(tmp_path, buffer_timeout_s=None).start()
+    h.script((0, [("a", 1)]), (1, [("b", 2)]))
+    time.sleep(0.3)  # idle with a partly filled buffer: it stays (only full ones go)
+    assert h.out.get(0) is None
+    h.script((0, CheckpointBarrier(1, 0)), (1, CheckpointBarrier(1, 0)))
+    assert h.out.get(WAIT_S) == (False, (0, [("a", 1), ("b", 2)]))  # sent before the barrier
+    assert h.out.get(WAIT_S) == (False, (0, CheckpointBarrier(1, 0)))
+    h.finish(final_checkpoint=2)

@@ -62,6 +62,7 @@ from tidegate.deploy.jobmaster import JobMaster
 from tidegate.deploy.python_deps import PythonDependencies, script_directory
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
+from tidegate.runtime.buffer_timeout import check_millis
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.plan import JobGraph
 
@@ -177,11 +178,10 @@ class StreamExecutionEnvironment:
         return self
 
     def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
-        """How long a partly filled batch of records may wait before it is sent downstream (ms;
-        0: after every record batch of an operator), the key `execution.buffer-timeout`."""
-        if int(timeout_millis) < 0:
-            raise ValueError(f"the buffer timeout must be >= 0 ms, got {timeout_millis}")
-        self._config.set_integer(BUFFER_TIMEOUT_MS, int(timeout_millis))
+        """The longest a partly filled output buffer waits before it is sent downstream (ms;
+        0: after every batch a subtask processes; -1: only when full), the key
+        `execution.buffer-timeout` (runtime/buffer_timeout.py)."""
+        self._config.set_integer(BUFFER_TIMEOUT_MS, check_millis(timeout_millis))
         return self
 
     def get_buffer_timeout(self) -> int:
@@ -330,7 +330,7 @@ class StreamExecutionEnvironment:
             configuration=cfg.to_dict(),
             filesystems=filesystems,
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
-            buffer_timeout_ms=cfg.get_integer(BUFFER_TIMEOUT_MS, 10),
+            buffer_timeout_ms=check_millis(cfg.get_integer(BUFFER_TIMEOUT_MS, 10)),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
             job_id=cfg.get_string(JOB_ID),

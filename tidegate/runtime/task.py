@@ -37,6 +37,7 @@ from tidegate.runtime.barriers import (
     TriggerCheckpoint,
     Unblock,
 )
+from tidegate.runtime.buffer_timeout import BufferTimeout
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.events import (
     CancelCheckpointMarker,
@@ -101,7 +102,7 @@ class StreamTask:
         self.control = env.control
         self.local_state = env.local_state
         self.batch_size = env.batch_size
-        self.buffer_timeout_s = env.buffer_timeout_s
+        self.buffer_timeout = BufferTimeout(env.buffer_timeout_s)
         handler_cls = SingleCheckpointBarrierHandler if env.exactly_once else TrackingBarrierHandler
         self.handler = handler_cls(num_channels) if num_channels else None
         self.open_channels = num_channels
@@ -255,7 +256,7 @@ class StreamTask:
                 self._finish_input()
                 self.control.send(SourceFinished(self.attempt, self.subtask_id))
             elif not batch:
-                self._flush()
+                self._idle_flush()
                 msg = self._wait(0.005)
                 if msg is not None:
                     self._on_control(msg[1])
@@ -278,8 +279,8 @@ class StreamTask:
             else:
                 got = get(0)
                 if got is None:
-                    self._flush()
-                    wait = self.buffer_timeout_s
+                    self._idle_flush()
+                    wait = self.buffer_timeout.idle_wait_s
                     if deadline is not None:
                         wait = max(min(wait, deadline - time.monotonic()), 0.0)
                     if timer_wait is not None:
@@ -307,8 +308,12 @@ class StreamTask:
 
     def _maybe_flush(self) -> None:
         now = time.monotonic()
-        if now - self._last_flush >= self.buffer_timeout_s:
+        if self.buffer_timeout.flush_due(now, self._last_flush):
             self._flush(now)
+
+    def _idle_flush(self) -> None:
+        if self.buffer_timeout.flush_when_idle:
+            self._flush()
 
     def _flush(self, now: float | None = None) -> None:
         for w in self.writers:

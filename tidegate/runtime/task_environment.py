@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.runtime.buffer_timeout import BufferTimeout
 from tidegate.runtime.deployment import Deployment
 from tidegate.state.local_recovery import LocalStateStore
 
@@ -22,8 +23,8 @@ class TaskEnvironment:
     exactly_once: bool
     #: records a source polls at a time
     batch_size: int
-    #: how long a record writer may hold a partly filled batch
-    buffer_timeout_s: float
+    #: how long a record writer may hold a partly filled batch (None: until it is full)
+    buffer_timeout_s: float | None
     #: the attempt restored from a checkpoint or savepoint
     is_restored: bool
     #: the control connection to the driver (runtime.control.ControlClient)
@@ -55,7 +56,7 @@ class TaskEnvironment:
             max_parallelism=deployment.graph.max_parallelism,
             exactly_once=deployment.exactly_once,
             batch_size=deployment.batch_size,
-            buffer_timeout_s=deployment.buffer_timeout_ms / 1000,
+            buffer_timeout_s=BufferTimeout.of_millis(deployment.buffer_timeout_ms).timeout_s,
             is_restored=deployment.restored_checkpoint_id is not None,
             control=control,
             storage=storage,
