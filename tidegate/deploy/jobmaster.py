@@ -62,10 +62,9 @@ from tidegate.deploy.storage_checks import remove_checks, write_attempt_checks
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.failures import JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics
+from tidegate.metrics.startup import StartupTimeline
 from tidegate.runtime.deployment import Deployment
-from tidegate.runtime.messages import (
-    SlotMetrics,
-)
+from tidegate.runtime.messages import RegisterSlot, SlotMetrics
 from tidegate.runtime.network import advertised_address
 from tidegate.runtime.plan import JobGraph
 from tidegate.state.shared_registry import SharedStateRegistry
@@ -85,6 +84,8 @@ class JobStats:
     checkpoints: CheckpointStatsTracker
     metrics: JobMetrics
     timeline: JobTimeline = field(default_factory=JobTimeline)
+    #: when each attempt reached each step of its start-up (metrics/startup.py)
+    startup: StartupTimeline = field(default_factory=StartupTimeline)
     restarts: int = 0
 
     @property
@@ -404,6 +405,16 @@ class JobMaster:
 
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
+        startup = self.stats.startup
+        startup.attempt_started(self.attempt)
+        spark = None
+        if self.spec.runner != "local":  # first: a new session takes seconds to start
+            from tidegate.deploy.spark_session import get_spark
+
+            spark = self.spec.spark_session or get_spark(
+                self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
+            )
+            startup.mark(self.attempt, "session_ready")
         graph, plan, restored_id = self._plan_restore(restore)
         # each slot proves it sees the checkpoint storage and the paths of its sinks
         previous, self._storage_checks = (
@@ -416,18 +427,14 @@ class JobMaster:
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         self.preferred_hosts = None
-        if self.spec.runner == "local":
+        if spark is None:
             slots = runners.start_local(payload, graph.num_slots, on_end)
         else:
-            from tidegate.deploy.spark_session import get_spark
-
-            spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, graph.num_slots, self.spec.configuration
-            )
             self.preferred_hosts = self.local_state_hosts.preferred(graph.num_slots)
             slots = runners.start_spark(
                 spark, payload, graph.num_slots, on_end, self.preferred_hosts
             )
+        startup.mark(attempt, "stage_submitted")
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()
@@ -496,6 +503,8 @@ class JobMaster:
             return
         if isinstance(message, SlotLost):
             self.output.slot_ended(message.attempt, message.slot)
+        elif isinstance(message, RegisterSlot):
+            self.stats.startup.slot_registered(message.attempt, message.slot, message.startup)
         self.events.put(message)
 
     def _settle_stop(self, outcome: JobStatus | None) -> None:
@@ -562,6 +571,7 @@ class JobMaster:
 
     def update_metrics(self, msg: SlotMetrics) -> None:
         self.stats.metrics.update(msg)
+        self.stats.startup.slot_ready(msg.attempt, msg.slot, msg.tasks_created)
 
 
 def _claimed_checkpoint(metadata: CheckpointMetadata, directory: str) -> CompletedCheckpoint:
