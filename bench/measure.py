@@ -186,10 +186,13 @@ def run_job(
     poll_s: float = 0.02,
     timeout_s: float = 900.0,
     keep_output: bool = False,
+    configuration: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run one bounded job to the end; return its timings, checkpoints and correctness check."""
+    """Run one bounded job to the end; return its timings, checkpoints and correctness check
+    (`configuration`: more settings of the job, e.g. `spark.*` for the session it starts)."""
     work_dir = tempfile.mkdtemp(prefix="job-", dir=work_root)
     env = build_env(params, runner=runner, work_dir=work_dir, spark=spark)
+    env.configure(Configuration().add_all(configuration or {}))
     load_before = os.getloadavg()[0]
     cpu = CpuMonitor()
     submitted = time.time()
@@ -241,6 +244,9 @@ def run_job(
         "failed_checkpoints": jm.stats.failed_checkpoints,
         "restarts": jm.stats.restarts,
         "checkpoints": checkpoints,
+        "submitted": submitted,
+        "first_record": sink["first"],
+        "startup": jm.stats.startup.to_json(),
         **cores,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -335,6 +341,9 @@ def run_recovery(
                 "to_first_record_s": since_kill(first_new),
                 "to_metrics_rising_s": since_kill(metrics_rising),
                 "transitions": [(round(t - killed, 4), s, a) for t, s, a in probe.transitions],
+                "killed": killed,
+                "first_record": first_new,
+                "startup": jm.stats.startup.to_json(),
             }
         )
         if first_new is None:

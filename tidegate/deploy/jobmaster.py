@@ -247,6 +247,7 @@ class JobMaster:
 
     def run(self) -> None:
         """Run the job to a terminal status (FINISHED, CANCELED or FAILED); never raises."""
+        self.stats.startup.attempt_started(self.attempt)
         try:
             self.storage.verify_writable()
             # fence off older writers first, so none completes a checkpoint after the choice
@@ -272,6 +273,7 @@ class JobMaster:
                     break
                 self.attempt += 1
                 self.stats.restarts += 1
+                self.stats.startup.attempt_started(self.attempt)
                 self._start_generation()
                 restore = self._restore_after_failure(restore)
         except JobFailure as e:
@@ -299,6 +301,7 @@ class JobMaster:
             spark = self.spec.spark_session or get_spark(
                 self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
             )
+            self.stats.startup.mark(self.attempt, "session_ready")
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
         if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
@@ -406,7 +409,6 @@ class JobMaster:
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
         startup = self.stats.startup
-        startup.attempt_started(self.attempt)
         spark = None
         if self.spec.runner != "local":  # first: a new session takes seconds to start
             from tidegate.deploy.spark_session import get_spark
