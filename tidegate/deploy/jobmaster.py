@@ -18,6 +18,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidegate.checkpoint.errors import (
     CheckpointError,
@@ -296,12 +297,7 @@ class JobMaster:
         the job runs on; a plan that cannot work fails the job saying which key to set."""
         master = driver_host = None
         if self.spec.runner != "local":
-            from tidegate.deploy.spark_session import get_spark
-
-            spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
-            )
-            self.stats.startup.mark(self.attempt, "session_ready")
+            spark = self._spark()
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
         if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
@@ -323,6 +319,17 @@ class JobMaster:
             )
         except ClusterNetworkError as e:
             raise JobFailure(str(e), recoverable=False) from None
+
+    def _spark(self) -> Any:
+        """The job's Spark session: the one it was given, or get_spark's (deploy/spark_session.py;
+        started at the first call, reused after)."""
+        from tidegate.deploy.spark_session import get_spark
+
+        spark = self.spec.spark_session or get_spark(
+            self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
+        )
+        self.stats.startup.mark(self.attempt, "session_ready")
+        return spark
 
     # attempts ---------------------------------------------------------------------------------
     def _initial_restore(self) -> Restore | None:
@@ -408,15 +415,7 @@ class JobMaster:
 
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
-        startup = self.stats.startup
-        spark = None
-        if self.spec.runner != "local":  # first: a new session takes seconds to start
-            from tidegate.deploy.spark_session import get_spark
-
-            spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
-            )
-            startup.mark(self.attempt, "session_ready")
+        spark = None if self.spec.runner == "local" else self._spark()
         graph, plan, restored_id = self._plan_restore(restore)
         # each slot proves it sees the checkpoint storage and the paths of its sinks
         previous, self._storage_checks = (
@@ -436,7 +435,7 @@ class JobMaster:
             slots = runners.start_spark(
                 spark, payload, graph.num_slots, on_end, self.preferred_hosts
             )
-        startup.mark(attempt, "stage_submitted")
+        self.stats.startup.mark(attempt, "stage_submitted")
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()
