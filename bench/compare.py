@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import jobs
-from bench.common import REPO, report_header, write_report
+from bench.common import REPO, report_header, run_process, write_report
 from bench.jobs import JobParams
 from bench.measure import bare_loop, run_job
 from tidegate.metrics.startup import process_start_time
@@ -70,20 +70,6 @@ def tidegate_child(args: argparse.Namespace) -> dict[str, Any]:
     out["steady_s"] = big["steady_s"]
     out["exactly_once_ok"] = big["exactly_once_ok"]
     return out
-
-
-def run_process(command: list[str], timeout: float) -> dict[str, Any]:
-    """Run `command` off the repository; its last JSON line, or the error."""
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.getenv("PYTHONPATH")]))
-    )
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=env, cwd=tempfile.gettempdir()
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
-    return json.loads(lines[-1])
 
 
 def run_tidegate(args: argparse.Namespace, runner: str) -> dict[str, Any]:

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import jobs
-from bench.common import REPO, report_header, write_report
+from bench.common import REPO, report_header, run_process, write_report
 from bench.jobs import JobParams
 from bench.measure import run_job, run_recovery
 from tidegate.metrics.startup import process_start_time
@@ -138,21 +137,7 @@ def run_child(
         str(args.rate),
         *(["--java-options", java_options] if java_options else []),
     ]
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
-    )
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=args.timeout,
-        env=env,
-        cwd=tempfile.gettempdir(),
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"variant": variant, "error": f"exit {done.returncode}: {done.stderr[-2000:]}"}
-    return json.loads(lines[-1])
+    return {"variant": variant, **run_process(command, args.timeout)}
 
 
 def write_cds_archive(args: argparse.Namespace) -> None:
