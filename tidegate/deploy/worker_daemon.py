@@ -3,15 +3,15 @@
 
 Spark forks every Python worker from its daemon; the modules the daemon imported before forking
 are already there in each worker, so a slot (of the first attempt, and of every restart, whose
-workers are new forks) starts without importing tidegate's runtime again (~0.3-0.7 s of CPU per
+workers are new forks) starts without importing tidegate's runtime again (~0.3-0.5 s of CPU per
 worker). The imported modules start no thread (forking a process with threads is unsafe: PySpark
 imports its own worker module after the fork for this reason).
 """
 
 from __future__ import annotations
 
-# the slots' entry point and runtime, and the API user functions' pickles refer to
-import tidegate.datastream
+# the slots' entry point and runtime (not the whole datastream API: importing all of it, with
+# every connector, cost the first start more than it saved a restart, bench/startup.py)
 import tidegate.deploy.runners
 import tidegate.runtime.slot  # noqa: F401
 
