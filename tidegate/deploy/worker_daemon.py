@@ -10,8 +10,8 @@ imports its own worker module after the fork for this reason).
 
 from __future__ import annotations
 
-# the slots' entry point and runtime (not the whole datastream API: importing all of it, with
-# every connector, cost the first start more than it saved a restart, bench/startup.py)
+# the slots' entry point and runtime; not the whole datastream API with every connector (its
+# import on top slowed the first start in bench/startup.py more than it sped up restarts)
 import tidegate.deploy.runners
 import tidegate.runtime.slot  # noqa: F401
 
