@@ -14,7 +14,7 @@ that fails, Bytewax is skipped with the reason. Each engine runs in a new proces
   JVM) to the job's end, as `python job.py` takes it; for tidegate on Spark also the same job
   again in the same process (`warm`: the session reused).
 
-    python bench/compare.py                          # ~1.5 min on 2 cores
+    python bench/compare.py                          # ~2 min on 2 cores
     python bench/compare.py --records 2000000        # shorter
     python bench/compare.py --no-bytewax
 """
