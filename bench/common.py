@@ -9,6 +9,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,21 @@ def start(args: argparse.Namespace) -> Any:
     from tidegate.deploy.spark_session import get_spark
 
     return get_spark("local[4]", 4)
+
+
+def run_process(command: list[str], timeout: float) -> dict[str, Any]:
+    """Run a benchmark process (`command`) off the repository, with the repository on its
+    PYTHONPATH: the last JSON line it printed, or {"error": ...} if it failed."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.getenv("PYTHONPATH")]))
+    )
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=env, cwd=tempfile.gettempdir()
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
+    return json.loads(lines[-1])
 
 
 def report_header(args: argparse.Namespace) -> dict[str, Any]:

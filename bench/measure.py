@@ -188,12 +188,15 @@ def run_job(
     timeout_s: float = 900.0,
     keep_output: bool = False,
     collect: Callable[[str], Any] | None = None,
+    configuration: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one bounded job to the end; return its timings, checkpoints and correctness check
-    (and under "collected", what `collect(work directory)` returns, read before it is removed).
+    (and under "collected", what `collect(work directory)` returns, read before it is removed;
+    `configuration`: more settings of the job, e.g. `spark.*` for the session it starts).
     """
     work_dir = tempfile.mkdtemp(prefix="job-", dir=work_root)
     env = build_env(params, runner=runner, work_dir=work_dir, spark=spark)
+    env.configure(Configuration().add_all(configuration or {}))
     load_before = os.getloadavg()[0]
     cpu = CpuMonitor()
     submitted = time.time()
@@ -245,6 +248,9 @@ def run_job(
         "failed_checkpoints": jm.stats.failed_checkpoints,
         "restarts": jm.stats.restarts,
         "checkpoints": checkpoints,
+        "submitted": submitted,
+        "first_record": sink["first"],
+        "startup": jm.stats.startup.to_json(),
         **cores,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -341,6 +347,9 @@ def run_recovery(
                 "to_first_record_s": since_kill(first_new),
                 "to_metrics_rising_s": since_kill(metrics_rising),
                 "transitions": [(round(t - killed, 4), s, a) for t, s, a in probe.transitions],
+                "killed": killed,
+                "first_record": first_new,
+                "startup": jm.stats.startup.to_json(),
             }
         )
         if first_new is None:

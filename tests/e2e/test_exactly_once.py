@@ -66,6 +66,34 @@ def test_kill_9_of_slot_processes_loses_and_duplicates_nothing(runner, tmp_path,
     assert len(killer.killed) == 2, "both kills must have fired"
     assert client.jobmaster.stats.restarts >= 2
     check_exactly_once(committed_lines(tmp_path / "out"), n, parallelism)
+    check_startup_timeline(client.jobmaster, runner, parallelism)
+
+
+def check_startup_timeline(jm, runner: str, parallelism: int) -> None:
+    """Every attempt's start-up steps were recorded in order, a restart's from its failure;
+    on Spark the slots ran in workers forked by tidegate's daemon (deploy/worker_daemon.py)."""
+    attempts = jm.stats.startup.attempts()
+    assert [a.attempt for a in attempts] == list(range(jm.attempt + 1))
+    for a in attempts:
+        assert (a.failed is None) == (a.attempt == 0)
+        assert (a.session_ready is None) == (runner == "local")
+        assert sorted(a.slots) == list(range(parallelism))
+        phases = a.phases()
+        steps = ["stage_submitted", "task_started", "running"]
+        if runner == "spark":
+            steps.append("session_ready")
+        assert all(phases[k] is not None and phases[k] >= 0 for k in steps), a
+        assert all(s.task_started <= s.job_loaded for s in a.slots.values()), a
+        if a.failed is not None:
+            assert phases["restart"] >= 0
+    last = attempts[-1].phases()  # its slots' final metrics name when their tasks began
+    assert last["tasks_created"] is not None and last["tasks_created"] >= 0
+    if runner == "spark":
+        for pid in jm.slot_pids.values():  # reused workers: alive after the job
+            with open(f"/proc/{pid}/stat") as f:
+                parent = f.read().rsplit(")", 1)[1].split()[1]
+            with open(f"/proc/{parent}/cmdline", "rb") as f:
+                assert b"tidegate.deploy.worker_daemon" in f.read()
 
 
 @pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])

@@ -159,6 +159,7 @@ class JobAttempt:
                 jm.slot_addresses = dict(addresses)
                 jm.server.broadcast(self.attempt, SlotAddresses(dict(addresses)))
                 jm.status = JobStatus.RUNNING
+                jm.stats.startup.mark(self.attempt, "running")
                 log.info("attempt %d running: all %d slots registered", self.attempt, len(pids))
             case StartCheckpointing():
                 self._start_coordinator()
@@ -244,6 +245,7 @@ class JobAttempt:
                 return JobStatus.CANCELED
             case AttemptOutcome.FAILED:
                 assert failure is not None
+                self.jm.stats.startup.attempt_failed()
                 self.jm.error = JobFailure(
                     failure.message, failure.detail, recoverable=failure.recoverable
                 )

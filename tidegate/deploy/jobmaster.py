@@ -18,6 +18,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidegate.checkpoint.errors import (
     CheckpointError,
@@ -62,10 +63,9 @@ from tidegate.deploy.storage_checks import remove_checks, write_attempt_checks
 from tidegate.metrics.checkpoint_stats import CheckpointStatsTracker
 from tidegate.metrics.failures import JobTimeline
 from tidegate.metrics.job_metrics import JobMetrics
+from tidegate.metrics.startup import StartupTimeline
 from tidegate.runtime.deployment import Deployment
-from tidegate.runtime.messages import (
-    SlotMetrics,
-)
+from tidegate.runtime.messages import RegisterSlot, SlotMetrics
 from tidegate.runtime.network import advertised_address
 from tidegate.runtime.plan import JobGraph
 from tidegate.state.shared_registry import SharedStateRegistry
@@ -85,6 +85,8 @@ class JobStats:
     checkpoints: CheckpointStatsTracker
     metrics: JobMetrics
     timeline: JobTimeline = field(default_factory=JobTimeline)
+    #: when each attempt reached each step of its start-up (metrics/startup.py)
+    startup: StartupTimeline = field(default_factory=StartupTimeline)
     restarts: int = 0
 
     @property
@@ -246,6 +248,7 @@ class JobMaster:
 
     def run(self) -> None:
         """Run the job to a terminal status (FINISHED, CANCELED or FAILED); never raises."""
+        self.stats.startup.attempt_started(self.attempt)
         try:
             self.storage.verify_writable()
             # fence off older writers first, so none completes a checkpoint after the choice
@@ -271,6 +274,7 @@ class JobMaster:
                     break
                 self.attempt += 1
                 self.stats.restarts += 1
+                self.stats.startup.attempt_started(self.attempt)
                 self._start_generation()
                 restore = self._restore_after_failure(restore)
         except JobFailure as e:
@@ -293,11 +297,7 @@ class JobMaster:
         the job runs on; a plan that cannot work fails the job saying which key to set."""
         master = driver_host = None
         if self.spec.runner != "local":
-            from tidegate.deploy.spark_session import get_spark
-
-            spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
-            )
+            spark = self._spark()
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
         if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
@@ -319,6 +319,17 @@ class JobMaster:
             )
         except ClusterNetworkError as e:
             raise JobFailure(str(e), recoverable=False) from None
+
+    def _spark(self) -> Any:
+        """The job's Spark session: the one it was given, or get_spark's (deploy/spark_session.py;
+        started at the first call, reused after)."""
+        from tidegate.deploy.spark_session import get_spark
+
+        spark = self.spec.spark_session or get_spark(
+            self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
+        )
+        self.stats.startup.mark(self.attempt, "session_ready")
+        return spark
 
     # attempts ---------------------------------------------------------------------------------
     def _initial_restore(self) -> Restore | None:
@@ -404,6 +415,7 @@ class JobMaster:
 
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
+        spark = None if self.spec.runner == "local" else self._spark()
         graph, plan, restored_id = self._plan_restore(restore)
         # each slot proves it sees the checkpoint storage and the paths of its sinks
         previous, self._storage_checks = (
@@ -416,18 +428,14 @@ class JobMaster:
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         self.preferred_hosts = None
-        if self.spec.runner == "local":
+        if spark is None:
             slots = runners.start_local(payload, graph.num_slots, on_end)
         else:
-            from tidegate.deploy.spark_session import get_spark
-
-            spark = self.spec.spark_session or get_spark(
-                self.spec.spark_master, graph.num_slots, self.spec.configuration
-            )
             self.preferred_hosts = self.local_state_hosts.preferred(graph.num_slots)
             slots = runners.start_spark(
                 spark, payload, graph.num_slots, on_end, self.preferred_hosts
             )
+        self.stats.startup.mark(attempt, "stage_submitted")
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()
@@ -496,6 +504,8 @@ class JobMaster:
             return
         if isinstance(message, SlotLost):
             self.output.slot_ended(message.attempt, message.slot)
+        elif isinstance(message, RegisterSlot):
+            self.stats.startup.slot_registered(message.attempt, message.slot, message.startup)
         self.events.put(message)
 
     def _settle_stop(self, outcome: JobStatus | None) -> None:
@@ -562,6 +572,7 @@ class JobMaster:
 
     def update_metrics(self, msg: SlotMetrics) -> None:
         self.stats.metrics.update(msg)
+        self.stats.startup.slot_ready(msg.attempt, msg.slot, msg.tasks_created)
 
 
 def _claimed_checkpoint(metadata: CheckpointMetadata, directory: str) -> CompletedCheckpoint:

@@ -20,6 +20,7 @@ import cloudpickle
 
 from tidegate.deploy import job_pickle
 from tidegate.deploy.python_deps import PythonDependencies, installed
+from tidegate.metrics.startup import SlotStartup, process_start_time
 
 
 def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -> bytes:
@@ -31,7 +32,12 @@ def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -
     return pickle.dumps((header, python, job_pickle.dumps(deployment)))
 
 
-def _slot_entry(payload: bytes, slot: int, host: str | None = None) -> None:
+def _slot_entry(
+    payload: bytes, slot: int, host: str | None = None, task_started: float | None = None
+) -> None:
+    """Load the deployment and run slot `slot` (`task_started`: when the runner's task began,
+    default now)."""
+    task_started = time.time() if task_started is None else task_started
     from tidegate.runtime.slot import report_load_failure, run_slot
 
     header, python, body = pickle.loads(payload)
@@ -42,12 +48,14 @@ def _slot_entry(payload: bytes, slot: int, host: str | None = None) -> None:
         except Exception as e:
             report_load_failure(header, slot, e)
             raise
-        run_slot(deployment, slot, host)
+        startup = SlotStartup(task_started, time.time(), process_start_time())
+        run_slot(deployment, slot, host, startup)
 
 
 # spark --------------------------------------------------------------------------------------
 def _spark_partition(deployment_bytes: bytes):
     def run(iterator):
+        task_started = time.time()
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
@@ -58,7 +66,7 @@ def _spark_partition(deployment_bytes: bytes):
             slot = ctx.partitionId()
             # the executor's host as Spark names it: what preferred locations are matched with
             host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
-            _slot_entry(deployment_bytes, slot, host)
+            _slot_entry(deployment_bytes, slot, host, task_started)
         return iter([])
 
     return run

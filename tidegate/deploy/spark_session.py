@@ -21,6 +21,10 @@ EXECUTOR_WAIT_S = 60.0
 #: the Spark setting naming the executors' Python (PySpark reads PYSPARK_PYTHON: spark-submit
 #: turns the setting into it, and so does tidegate for the sessions it creates)
 PYSPARK_PYTHON_CONF = "spark.pyspark.python"
+#: the embedded session's driver JVM: JIT compiler C1 only (the job's own setting wins)
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: PySpark's worker daemon with tidegate's slot code imported before it forks workers
+WORKER_DAEMON = "tidegate.deploy.worker_daemon"
 
 
 def executor_python(
@@ -92,7 +96,14 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             # a barrier stage waiting for free slots re-checks every second, not every 15 s
             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
             .config("spark.sql.shuffle.partitions", "4")
+            # the JVM only schedules the slots (records never pass through it): compiling with
+            # C1 only starts it about twice as fast (docs/spark.md, bench/startup.py)
+            .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         )
+        if master is not None and is_local_master(master):
+            # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
+            # cluster the executors' Python may lack tidegate until the job ships it
+            builder = builder.config("spark.python.daemon.module", WORKER_DAEMON)
         for key, value in (conf or {}).items():  # the job's spark.* entries win
             if key.startswith("spark.") and key != "spark.master":
                 builder = builder.config(key, value)

@@ -38,7 +38,7 @@ def job_overview(jm: Any, now: int) -> dict[str, Any]:
 
 def job_detail(jm: Any, now: int) -> dict[str, Any]:
     """`/jobs/:id`: the overview, status timestamps, vertices with their metrics, the latest
-    checkpoint, and the error that ended the latest attempt."""
+    checkpoint, the error that ended the latest attempt, and each attempt's start-up."""
     stats = jm.stats
     counts = stats.checkpoints.counts
     error = jm.error
@@ -53,6 +53,7 @@ def job_detail(jm: Any, now: int) -> dict[str, Any]:
             "last-checkpoint-age": last_checkpoint_age_ms(jm, now),
         },
         "error": None if error is None else str(error),
+        "startup": stats.startup.to_json(),
     }
 
 

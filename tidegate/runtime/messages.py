@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
+from tidegate.metrics.startup import SlotStartup
 
 SubtaskId = tuple[int, int]  # (vertex id, subtask index)
 
@@ -20,6 +21,8 @@ class RegisterSlot:
     #: locations); the machine's name on the local runner
     host: str
     data_address: tuple[str, int]
+    #: when the slot's task started and loaded the job (metrics/startup.py)
+    startup: SlotStartup | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ class SlotMetrics:
     subtasks: dict[SubtaskId, SubtaskMetrics]
     #: the slot's monotonic clock when the counters were read (rates divide by its differences)
     sampled_s: float = 0.0
+    #: when the slot had connected and created its subtasks (wall clock, metrics/startup.py)
+    tasks_created: float | None = None
 
 
 # driver -> slot

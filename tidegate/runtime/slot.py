@@ -24,6 +24,7 @@ from typing import Any
 from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
+from tidegate.metrics.startup import SlotStartup
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.frames import TypedEdge
@@ -53,9 +54,15 @@ class SlotCancelledError(Exception):
     pass
 
 
-def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None:
+def run_slot(
+    deployment: Deployment,
+    slot: int,
+    host: str | None = None,
+    startup: SlotStartup | None = None,
+) -> None:
     """Run slot `slot` of the attempt `deployment` describes, until its subtasks end (`host`:
-    its executor's host as Spark names it, None: the machine's name)."""
+    its executor's host as Spark names it, None: the machine's name; `startup`: when its task
+    started and loaded the job, reported to the driver)."""
     subtasks = deployment.graph.subtasks_in_slot(slot)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
@@ -76,7 +83,7 @@ def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None
         raise
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
-    _register(control, deployment, slot, network, host or socket.gethostname())
+    _register(control, deployment, slot, network, host or socket.gethostname(), startup)
     # from now on (the driver takes nothing before the registration) until the end, print()
     # and logging go to the driver
     output = contextlib.ExitStack()
@@ -93,7 +100,8 @@ def run_slot(deployment: Deployment, slot: int, host: str | None = None) -> None
             for vertex_id, index in subtasks
         ]
         # Step 4
-        _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled)
+        tasks_created = time.time()
+        _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
         if env.local_state is not None:
             env.local_state.remove_job()  # the job finished: no restart needs the copies
@@ -177,7 +185,12 @@ class _SlotInbox:
 
 
 def _register(
-    control: ControlClient, deployment: Deployment, slot: int, network: Any, host: str
+    control: ControlClient,
+    deployment: Deployment,
+    slot: int,
+    network: Any,
+    host: str,
+    startup: SlotStartup | None,
 ) -> None:
     # the interface that reaches the driver is the one peers can reach us on, too
     local_host = control.conn_local_host()
@@ -188,6 +201,7 @@ def _register(
             os.getpid(),
             host,
             advertised_address(network.address, local_host),
+            startup,
         )
     )
 
@@ -308,7 +322,7 @@ def typed_edges(graph: JobGraph) -> dict[int, TypedEdge]:
     return out
 
 
-def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
+def _run_tasks(tasks, control, deployment, slot, network, cancelled, tasks_created) -> None:
     errors: list[BaseException] = []
 
     def run(task: StreamTask) -> None:
@@ -341,7 +355,7 @@ def _run_tasks(tasks, control, deployment, slot, network, cancelled) -> None:
             )
             for t in tasks
         }
-        control.send(SlotMetrics(deployment.attempt, slot, metrics, now))
+        control.send(SlotMetrics(deployment.attempt, slot, metrics, now, tasks_created))
     if cancelled.is_set():  # errors then are of the cancellation (closed connections)
         raise SlotCancelledError()
     if errors:
