@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import time
 
-from tidegate.metrics.startup import (
-    AttemptStartup,
-    SlotStartup,
-    StartupTimeline,
-    process_start_time,
-)
+from tidegate.metrics.startup import AttemptStartup, StartupTimeline, process_start_time
+from tidegate.runtime.messages import SlotStartup
 
 
 def test_phases_are_the_time_from_each_step_to_the_next_the_slowest_slot_counting():

@@ -20,7 +20,8 @@ import cloudpickle
 
 from tidegate.deploy import job_pickle
 from tidegate.deploy.python_deps import PythonDependencies, installed
-from tidegate.metrics.startup import SlotStartup, process_start_time
+from tidegate.metrics.startup import process_start_time
+from tidegate.runtime.messages import SlotStartup
 
 
 def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -> bytes:

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tidegate.runtime.messages import SlotStartup
+
 #: the steps, in the order they happen
 STEPS = (
     "started",
@@ -41,17 +43,6 @@ STEPS = (
 )
 #: the steps each slot reports
 SLOT_STEPS = ("task_started", "job_loaded", "tasks_created")
-
-
-@dataclass(frozen=True, slots=True)
-class SlotStartup:
-    """One slot's start-up marks (wall-clock seconds; None: not reached yet)."""
-
-    task_started: float
-    job_loaded: float
-    #: when the worker process was created (Linux); older than the attempt in a reused worker
-    process_started: float | None = None
-    tasks_created: float | None = None
 
 
 def process_start_time() -> float | None:

@@ -6,12 +6,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
-from tidegate.metrics.startup import SlotStartup
 
 SubtaskId = tuple[int, int]  # (vertex id, subtask index)
 
 
 # slot -> driver
+@dataclass(frozen=True, slots=True)
+class SlotStartup:
+    """One slot's start-up marks, wall-clock seconds (None: not reached yet; metrics/startup.py)."""
+
+    task_started: float
+    job_loaded: float
+    #: when the worker process was created (Linux); older than the attempt in a reused worker
+    process_started: float | None = None
+    tasks_created: float | None = None
+
+
 @dataclass(frozen=True)
 class RegisterSlot:
     attempt: int

@@ -24,7 +24,6 @@ from typing import Any
 from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
-from tidegate.metrics.startup import SlotStartup
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.frames import TypedEdge
@@ -36,6 +35,7 @@ from tidegate.runtime.messages import (
     SlotFailed,
     SlotFinished,
     SlotMetrics,
+    SlotStartup,
     SubtaskMetrics,
     TriggerCheckpoint,
 )
