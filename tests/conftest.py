@@ -104,6 +104,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_restore_commits_a_pre_committed_transaction_of_a_dead_writer_exactly_once",
         "test_records_are_written_with_their_stream_records_timestamps",
         "test_a_restore_with_a_smaller_pool_and_fewer_writers_fences_every_id_the_old_run_used",
+        "test_a_lingering_writer_of_a_failed_attempt_cannot_open_a_transaction_after_the_restore",
     },
     "e2e/test_kafka_sink.py": {
         "test_exactly_once_through_exceptions",
