@@ -90,21 +90,16 @@ class CheckpointStorage:
         its parts stored (and billed) but invisible; once a new generation started, every
         upload under the job directory belongs to an older one, which may no longer write.
         Best effort: a store that cannot list uploads is logged, not fatal."""
-        list_uploads = getattr(self.fs, "list_multipart_uploads", None)
-        if list_uploads is None:
+        if not hasattr(self.fs, "list_multipart_uploads"):  # not an S3 filesystem
             return 0
         bucket, _, prefix = self._fs_path(self.job_dir).partition("/")
         aborted = 0
         try:
-            for upload in list_uploads(bucket):
-                if upload["Key"].startswith(f"{prefix}/"):
-                    self.fs.call_s3(
-                        "abort_multipart_upload",
-                        Bucket=bucket,
-                        Key=upload["Key"],
-                        UploadId=upload["UploadId"],
-                    )
-                    aborted += 1
+            for key, upload_id in self._unfinished_uploads(bucket, f"{prefix}/"):
+                self.fs.call_s3(
+                    "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id
+                )
+                aborted += 1
         except Exception as exc:
             log.warning(
                 "could not abort unfinished uploads under %s (%s: %s): their parts stay "
@@ -120,6 +115,24 @@ class CheckpointStorage:
                 self.job_dir,
             )
         return aborted
+
+    def _unfinished_uploads(self, bucket: str, prefix: str) -> list[tuple[str, str]]:
+        """(key, upload id) of every unfinished upload under `prefix`, asking S3 for that
+        prefix only and following its pages (s3fs's `list_multipart_uploads` lists the whole
+        bucket, first page only)."""
+        found: list[tuple[str, str]] = []
+        markers: dict[str, str] = {}
+        while True:
+            page = self.fs.call_s3(
+                "list_multipart_uploads", Bucket=bucket, Prefix=prefix, **markers
+            )
+            found += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
+            if not page.get("IsTruncated"):
+                return found
+            markers = {
+                "KeyMarker": page["NextKeyMarker"],
+                "UploadIdMarker": page["NextUploadIdMarker"],
+            }
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         return _join(self.job_dir, f"chk-{checkpoint_id}")
