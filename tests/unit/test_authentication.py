@@ -16,6 +16,7 @@ from multiprocessing.connection import Client, Connection
 import pytest
 
 from tests.support.ipv6 import requires_ipv6
+from tests.support.sockets import Marker, framed
 from tidegate.deploy.control_server import ControlServer
 from tidegate.runtime.auth import (
     AuthenticationFailedError,
@@ -151,21 +152,6 @@ def test_a_slot_data_listener_on_ipv6_refuses_a_wrong_secret_and_delivers_frames
 
 
 # the handshake itself (runtime/auth.py), over a socket pair --------------------------------
-class Marker:
-    """Unpickling this creates the file `path`: proof that something was unpickled."""
-
-    def __init__(self, path) -> None:
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
-def framed(payload: bytes) -> bytes:
-    """`payload` as one multiprocessing frame (4-byte big-endian length first)."""
-    return struct.pack("!i", len(payload)) + payload
-
-
 def pair() -> tuple[Connection, socket.socket]:
     """A Connection for the side under test and the raw socket of its peer."""
     ours, theirs = socket.socketpair()
