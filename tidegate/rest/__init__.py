@@ -62,10 +62,10 @@ def register_job(jm: Any, configuration: dict[str, str]) -> RestServer | None:
         _server = server
     needs = ""
     if settings.token_generated:
-        needs = f"; it requires the bearer token generated for this process, in {discovery}"
+        needs = ", which holds the bearer token generated for this process"
     elif settings.token is not None:
-        needs = f"; it requires the bearer token of {REST_TOKEN}"
-    log.info("REST API and dashboard at %s/ (discovery file %s)%s", server.url, discovery, needs)
+        needs = f"; the bearer token of {REST_TOKEN} is required"
+    log.info("REST API and dashboard at %s/ (discovery file %s%s)", server.url, discovery, needs)
     return server
 
 
