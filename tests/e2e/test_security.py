@@ -38,8 +38,8 @@ from tidegate.runtime.auth import (
 )
 from tidegate.runtime.connect import connect
 
-N = 40_000
-RATE = 3_000  # ~13 s of input: longer than the handshake deadline the silent peers wait for
+N = 45_000
+RATE = 3_000  # 15 s of input: the job outlives the handshake deadline of the silent peers
 #: all a peer without the secret ever receives: the server's 32-byte challenge, one frame
 CHALLENGE_BYTES = 4 + 32
 
@@ -102,6 +102,7 @@ def test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_o
     assert status == 400 and "not JSON" in body["errors"][0]
     huge = b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000000\r\n\r\n"
     assert sent_until_closed(rest_address, huge).startswith(b"HTTP/1.1 413")
+    assert http(job_path)[1]["state"] == "RUNNING"
 
     # a silent peer holds its connection until the handshake deadline, then it is closed
     for sock in silent:
@@ -111,7 +112,6 @@ def test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_o
         sock.close()
     assert time.monotonic() - silent_since >= HANDSHAKE_TIMEOUT_S - 1
 
-    assert http(job_path)[1]["state"] == "RUNNING"
     assert not marker.exists()
     client.get_job_execution_result().result(timeout=120)
     assert (jm.status.name, jm.attempt, jm.stats.restarts) == ("FINISHED", attempt, 0)
