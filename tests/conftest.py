@@ -61,6 +61,9 @@ SLOW: dict[str, set[str]] = {
         "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
+    "e2e/test_dead_letters.py": {
+        "test_dead_letters_are_exactly_once_through_a_kill_and_an_exception",
+    },
     "e2e/test_connected_streams.py": {
         "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
         "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",

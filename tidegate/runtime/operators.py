@@ -15,6 +15,7 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.runtime.dead_letters import DEAD_LETTER_TAG_ID, route_dead_letters
 from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 from tidegate.runtime.side_outputs import SideOutputCollector, divert_tagged, split_outputs
@@ -94,6 +95,8 @@ class StreamOperator:
     stores_watermark = False
     #: runs a process function whose `yield tag, value` outputs go to side outputs
     tagged_outputs = False
+    #: can route the records its function raises on to dead letters (runtime/dead_letters.py)
+    routes_dead_letters = False
 
     def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
         self.function = function
@@ -143,6 +146,10 @@ class StreamOperator:
         self.side_outputs = SideOutputCollector(selectors)
         if hasattr(self.function, "open"):
             self.function.open(StreamingRuntimeContext(self))
+        if DEAD_LETTER_TAG_ID in selectors:  # someone reads them: route, do not fail
+            if not self.routes_dead_letters:
+                raise TypeError(f"{self.name} cannot route records to dead letters")
+            route_dead_letters(self)
         ttl_cleanup = batch_cleanup(self.keyed_backend) if self.keyed_backend is not None else None
         if ttl_cleanup is not None:  # state TTL cleans up after each batch (state/ttl/cleanup.py)
             self.process_batch = _then(self.process_batch, ttl_cleanup)
@@ -238,6 +245,8 @@ class StreamOperator:
 
 
 class MapOperator(StreamOperator):
+    routes_dead_letters = True  # and its subclasses: filter, flat map, process, keyed reduce
+
     def __init__(self, function, call, key_selector=None, **kw) -> None:
         super().__init__(function, **kw)
         self.call = call
