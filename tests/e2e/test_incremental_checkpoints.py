@@ -15,7 +15,7 @@ from tests.e2e.jobs import FAILURE_SCHEDULE, RunningCount, count_job, kill_when_
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS, check_exactly_once
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import wait_for_checkpoints, wait_until
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.checkpoint.verification import verify_checkpoint
@@ -62,9 +62,22 @@ def test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, 
         env.set_state_backend(HashMapStateBackend())  # incremental from the configuration
     client = env.execute_async("incremental exactly once")
     killer = kill_when_scheduled(client, str(markers))
+    jm = client.jobmaster
+    # what failures leave behind, planted before the kill: the restart's sweep deletes it
+    wait_until(lambda: (markers / "restore").exists(), "the restore failure fired", job=client)
+    job_dir = Path(jm.storage.job_dir)
+    planted = [job_dir / "chk-0" / "count-0-g1-0a0b0c0d0e0f.state", job_dir / "shared" / "orphan"]
+    for path in planted:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"left by a failed attempt")
+    wait_until(
+        lambda: jm.stats.restarts >= 4 and jm.status.name == "RUNNING",
+        "the job runs again after the kill",
+        job=client,
+    )
+    assert [path for path in planted if path.exists()] == []
     client.get_job_execution_result().result(timeout=600)
     killer.join(5)
-    jm = client.jobmaster
     fired = sorted(p for p in os.listdir(markers) if p in FAILURE_SCHEDULE)
     assert fired == sorted(FAILURE_SCHEDULE), f"only {fired} fired"
     assert jm.stats.restarts == len(FAILURE_SCHEDULE)

@@ -246,6 +246,15 @@ class CheckpointStorage:
         with contextlib.suppress(FileNotFoundError):
             fs.rm_file(fs_path)
 
+    def list_files(self) -> list[str]:
+        """Every file below the job directory, relative to it (`chk-3/_metadata`, ...)."""
+        fs_dir = self._fs_path(self.job_dir).rstrip("/")
+        try:
+            listed = self.fs.find(fs_dir, withdirs=False)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(fs_dir) + 1 :] for p in listed if p.startswith(fs_dir + "/"))
+
     def list_checkpoints(self) -> list[tuple[int, str]]:
         """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
         return _completed_checkpoints(self.fs, self._fs_path(self.job_dir), self.job_dir)
