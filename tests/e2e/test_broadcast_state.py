@@ -17,7 +17,7 @@ from tests.e2e.broadcast_jobs import (
     split_state_lines,
 )
 from tests.support.output import committed_lines
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_until
 
 
 @pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
@@ -33,7 +33,7 @@ def test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions
     )
     env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
     client = env.execute_async("broadcast rules with exceptions")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
 
     assert client.jobmaster.stats.restarts == len(fail_at)
     states, events = split_state_lines(committed_lines(out))
@@ -71,8 +71,10 @@ def test_a_savepoint_restored_at_another_parallelism_puts_the_broadcast_state_on
     # A committed event line shows that its rule was in broadcast state before a completed
     # checkpoint's barrier, so on every subtask (rules reach all subtasks before the barrier).
     wait_until(every_rule_was_applied, "every rule was applied", job=client)
-    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = resolved(
+        client.stop_with_savepoint(False, str(tmp_path / "savepoints")), "the stop with a savepoint"
+    )
+    resolved(client.get_job_execution_result(), "the job to finish")
     first_states, first = split_state_lines(committed_lines(tmp_path / "out1"))
     assert 0 < len(first) < n
 
@@ -81,7 +83,7 @@ def test_a_savepoint_restored_at_another_parallelism_puts_the_broadcast_state_on
         tmp_path / "out2", chk, runner="spark", n=n, parallelism=after, rate=None, config=config
     )
     client = env.execute_async(f"rules restored at parallelism {after}")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
 
     second_states, second = split_state_lines(committed_lines(tmp_path / "out2"))
     check_rules_applied_exactly_once(first + second, n)
@@ -114,8 +116,10 @@ def test_a_job_restored_from_a_savepoint_reads_the_broadcast_state_from_the_oper
         return {int(line.split(",")[1]) % NUM_RULES for line in events} == set(range(NUM_RULES))
 
     wait_until(every_rule_was_applied, "every rule was applied", job=client)
-    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints")).result()
-    client.get_job_execution_result().result()
+    path = resolved(
+        client.stop_with_savepoint(False, str(tmp_path / "savepoints")), "the stop with a savepoint"
+    )
+    resolved(client.get_job_execution_result(), "the job to finish")
     metadata = json.loads((Path(path) / "_metadata").read_text())
     subtasks = metadata["operators"]["rules"]["subtasks"]
     assert sorted(subtasks) == ["0", "1"]

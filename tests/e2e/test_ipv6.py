@@ -11,6 +11,7 @@ from tests.e2e.jobs import count_job
 from tests.support.ipv6 import requires_ipv6
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
+from tests.support.waiting import resolved
 from tidegate.common.configuration import ADVERTISED_HOST, BIND_HOST
 
 N = 20_000
@@ -36,7 +37,7 @@ def test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference(
         configuration=config,
     )
     client = env.execute_async(f"ipv6 {bind}")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     jm = client.jobmaster
     assert jm.stats.restarts == 1
     assert jm.server.address[0] == bind

@@ -25,6 +25,7 @@ from tests.e2e.window_jobs import (
 from tests.support.environments import job_environment
 from tests.support.output import committed_lines
 from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import resolved
 from tidegate.common import Encoder, Time, Types, WatermarkStrategy
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.window import (
@@ -45,7 +46,7 @@ def test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kill
     )
     env = window_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("windows")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 3
     check_windows_exactly_once(committed_lines(tmp_path / "out"), n)
 
@@ -55,7 +56,7 @@ def test_late_elements_go_to_the_side_output_exactly_once_across_a_failure(spark
     plan = FailurePlan({0: ("raise", "T", 3_000)})
     env = late_data_job(tmp_path / "out", tmp_path / "chk", n=n, rate=1_000, plan=plan)
     client = env.execute_async("late data")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 1
     got = collections.Counter(committed_lines(tmp_path / "out"))
     expected = expected_late_lines(n)
@@ -71,7 +72,7 @@ def test_processing_time_windows_count_every_value_once_across_an_exception_and_
         tmp_path / "out", tmp_path / "chk", real=real, padding=1_500, rate=2_000
     )
     client = env.execute_async("processing-time windows")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     lines = [line.split(",") for line in committed_lines(tmp_path / "out")]
     sums = collections.Counter()
@@ -108,7 +109,10 @@ def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_
         plan=FailurePlan(),
         restore_path=restore,
     )
-    env.execute_async("windows back at parallelism 2").get_job_execution_result().result()
+    resolved(
+        env.execute_async("windows back at parallelism 2").get_job_execution_result(),
+        "the job to finish",
+    )
     runs = [committed_lines(tmp_path / run) for run in ("run1", "run2", "run3")]
     assert all(runs), "every run fired windows"
     check_windows_exactly_once([line for lines in runs for line in lines], n)

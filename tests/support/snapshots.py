@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, encode_metadata
 
 
@@ -50,6 +50,6 @@ def stop_with_savepoint(
     path."""
     wait_for_checkpoints(job, after_checkpoints)
     target = None if directory is None else str(directory)
-    path = job.stop_with_savepoint(drain, target).result()
-    job.get_job_execution_result().result()
+    path = resolved(job.stop_with_savepoint(drain, target), "the stop with a savepoint")
+    resolved(job.get_job_execution_result(), "the job to finish")
     return path
