@@ -76,6 +76,9 @@ SLOW: dict[str, set[str]] = {
         "test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_kills",
         "test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_failures",
     },
+    "e2e/test_executor_python_errors.py": {
+        "test_executors_with_the_wrong_python_fail_the_job_naming_the_settings",
+    },
     "e2e/test_exactly_once.py": {
         "test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers",
         "test_at_least_once_mode_loses_nothing_under_failures",

@@ -21,7 +21,7 @@ from tests.e2e.connector_jobs import (
     run_failing_after_checkpoint_2,
     sink_count_job,
 )
-from tests.e2e.jobs import kill_slots
+from tests.e2e.jobs import check_restarts, kill_slots
 from tests.support.references import (
     check_consistent_prefix,
     check_exactly_once,
@@ -101,7 +101,7 @@ def test_exactly_once_and_upsert_sinks_hold_the_reference_through_an_exception_a
     resolved(job.get_job_execution_result(), "the job to finish", timeout=300)
     killer.join(5)
     assert len(killer.killed) == 1
-    assert job.jobmaster.stats.restarts >= 3
+    check_restarts(job, kills=1, exceptions=(2, 3))
     check_exactly_once(_events(postgres_server, events), n, 2)
     with psycopg.connect(postgres_server.url, autocommit=True) as db:
         final = dict(db.execute(f"SELECT k, total FROM {totals}").fetchall())

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from tests.e2e.cdc_jobs import cdc_mirror_job, mirrored_state
-from tests.e2e.jobs import kill_slots
+from tests.e2e.jobs import check_restarts, kill_slots
 from tests.support.cdc import source_builder
 from tests.support.output import committed_lines
 from tests.support.waiting import resolved, wait_for_checkpoints, wait_until
@@ -135,7 +135,7 @@ def test_the_cdc_source_mirrors_a_changing_table_exactly_once_through_failures_a
     killer.join(60)
     assert len(killer.killed) == 1
     _wait_mirrored(job, out, url, table)
-    assert job.jobmaster.stats.restarts >= 2
+    check_restarts(job, kills=1, exceptions=(1, 2))
     wait_for_checkpoints(job, 1)
     resolved(job.cancel(), "the job to be cancelled")
     assert job.get_job_status().result() is JobStatus.CANCELED

@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.savepoint_jobs import retained_checkpoint, savepoint_job, split_probe_lines
+from tests.e2e.savepoint_jobs import (
+    records_read_at,
+    retained_checkpoint,
+    savepoint_job,
+    split_probe_lines,
+)
 from tests.support.output import committed_lines
-from tests.support.references import check_exactly_once
+from tests.support.references import check_counted_exactly_once, check_exactly_once
 from tests.support.snapshots import fingerprint, stop_with_savepoint
 from tests.support.waiting import resolved, wait_for_checkpoints, wait_until
 from tidegate.checkpoint.errors import (
@@ -111,14 +116,16 @@ def test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkp
     wait_until(lambda: jm.stats.records_read > 1_000, "records were read", job=client)
     checkpoint = resolved(client.trigger_checkpoint(), "the triggered checkpoint")
     wait_until(lambda: jm.stats.records_read > 5_000, "more records were read", job=client)
-    committed_at_checkpoint = len(committed_lines(out))
     path = resolved(client.trigger_savepoint(str(tmp_path / "savepoints")), "the savepoint")
-    # a savepoint counts as a checkpoint for the two-phase-commit sink: it commits
+    # a savepoint counts as a checkpoint for the two-phase-commit sink: it commits exactly
+    # the output of the records its sources had read (no periodic checkpoint runs meanwhile)
+    read = records_read_at(path, N)
     wait_until(
-        lambda: len(committed_lines(out)) > committed_at_checkpoint,
+        lambda: len(committed_lines(out)) == sum(map(len, read)),
         "the savepoint's output was committed",
         job=client,
     )
+    check_counted_exactly_once(committed_lines(out), read)
     savepoint = jm.latest_savepoint
     assert savepoint.path == path and savepoint.checkpoint_id > checkpoint.checkpoint_id
     assert jm.store.latest() == checkpoint  # savepoints are not retained checkpoints
