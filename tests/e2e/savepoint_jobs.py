@@ -18,7 +18,6 @@ from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.checkpoint.storage import resolve_checkpoint_path
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
-from tidegate.connectors.number_seq import split_range
 from tidegate.datastream import (
     CheckpointedFunction,
     ExternalizedCheckpointRetention,
@@ -27,7 +26,6 @@ from tidegate.datastream import (
 )
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.runtime.operators import StreamOperator
-from tidegate.state_processor.snapshot import SnapshotView
 
 FINISHED = "finished"
 
@@ -91,18 +89,6 @@ def savepoint_job(
         ds = ds._add("finish-probe", "Finish probe", FinishProbe).uid("finish-probe")
     ds.sink_to(file_sink(out)).uid("sink")
     return env
-
-
-def records_read_at(snapshot: str, n: int) -> list[list[int]]:
-    """The values each source split of savepoint_job (`n` numbers) had read when `snapshot`
-    (a checkpoint or savepoint) was taken: what its committed output holds exactly."""
-    bounds = split_range(0, n - 1, 2)
-    read = []
-    for _subtask, states in SnapshotView.open(snapshot).operator_state("numbers"):
-        for split in states["__splits__"][1]:
-            low, _high = bounds[int(split.split_id)]
-            read.append(list(range(low, split.next_index)))
-    return read
 
 
 def split_probe_lines(lines: list[str]) -> tuple[list[str], list[str]]:

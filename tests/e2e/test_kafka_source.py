@@ -84,7 +84,7 @@ def test_a_rescale_from_two_to_three_subtasks_moves_partitions_exactly_once(spar
     resolved(first.cancel(), "the job to be cancelled")
     assert first.get_job_status().result() is JobStatus.CANCELED
     before = committed_lines(tmp_path / "out")
-    assert 0 < len(before) < n
+    assert before  # committed before the cancel
     second = source_job(
         kafka_source(kafka, topic=topic),
         tmp_path / "out",

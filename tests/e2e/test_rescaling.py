@@ -92,8 +92,6 @@ def _first_run(tmp_path: Path, parallelism: int, max_p: int | None, snapshot: st
         resolved(client.cancel(), "the job to be cancelled")
         assert client.get_job_status().result() is JobStatus.CANCELED
         path = str(tmp_path / "chk" / jm.job_id)  # its latest retained checkpoint
-    lines = committed_lines(tmp_path / "out")
-    assert 0 < len(lines) < N
     return path, _hidden(tmp_path / "out")
 
 

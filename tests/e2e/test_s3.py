@@ -76,7 +76,6 @@ def test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_rescaled_exa
     resolved(client.cancel(), "the job to be cancelled", timeout=120)
     assert client.get_job_status().result() is JobStatus.CANCELED
     first = committed_lines(out1, filesystems=s3_server.filesystems)
-    assert 0 < len(first) < N
 
     # Step 2: a new job restored from the first one's job directory on S3, rescaled 2 -> 3
     # (its keyed state redistributed from the incremental files on S3)
