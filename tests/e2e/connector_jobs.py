@@ -46,14 +46,18 @@ def source_count_job(
     seconds_per_record: float = 0.0,
     fail_at: dict[int, int] | None = None,
     restore_path: str | None = None,
+    parse: Callable[[Any], int] | None = None,
 ) -> StreamExecutionEnvironment:
-    """source (records: int values) -> [slow map] -> [failures] -> key_by(v % NUM_KEYS) ->
-    running count -> FileSink(out); checkpoints every 200 ms, retained on cancel."""
+    """source (records: int values, or what `parse` makes them from) -> [slow map] ->
+    [failures] -> key_by(v % NUM_KEYS) -> running count -> FileSink(out); checkpoints every
+    200 ms, retained on cancel."""
     env = job_environment("spark", checkpoints, parallelism=parallelism, restore_path=restore_path)
     env.get_checkpoint_config().set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
     ds = env.from_source(source, WatermarkStrategy.no_watermarks(), "source").uid("source")
+    if parse:
+        ds = ds.map(parse).uid("parse")
     if seconds_per_record:
         ds = ds.map(SlowMap(seconds_per_record)).uid("slow")
     if fail_at:

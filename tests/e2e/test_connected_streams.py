@@ -67,18 +67,17 @@ def test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill(spark, 
     assert lines(tmp_path / "out") == expected
 
 
-def test_co_map_and_co_flat_map_read_both_inputs_exactly_once_across_an_exception(spark, tmp_path):
-    n = 2_000
-    plan = FailurePlan({0: ("raise", "record", 1_200)})
-    env = co_map_job(
-        tmp_path / "tag", tmp_path / "split", tmp_path / "chk", n=n, rate=2_000, plan=plan
-    )
-    client = env.execute_async("co-map and co-flat-map")
+def test_co_map_co_flat_map_co_process_and_broadcast_process_are_exactly_once_across_failures(
+    spark, tmp_path
+):
+    n = 3_000
+    plan = FailurePlan({0: ("raise", "record", 1_200), 1: ("kill", "record", 2_400)})
+    out = [tmp_path / name for name in ("tag", "split", "process")]
+    env = co_map_job(*out, tmp_path / "chk", n=n, rate=2_000, plan=plan)
+    client = env.execute_async("two-input functions")
     resolved(client.get_job_execution_result(), "the job to finish")
-    assert client.jobmaster.stats.restarts == 1
-    tagged, split = co_map_reference(n)
-    assert lines(tmp_path / "tag") == tagged
-    assert lines(tmp_path / "split") == split
+    assert client.jobmaster.stats.restarts == 2
+    assert [lines(o) for o in out] == list(co_map_reference(n))
 
 
 def test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_savepoint(
