@@ -201,7 +201,7 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_windows.py": {
         "test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kills",
-        "test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_a_failure",
+        "test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_failures",
         "test_processing_time_windows_and_sessions_count_every_value_once_across_an_exception_and_a_kill",
         "test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys",
     },

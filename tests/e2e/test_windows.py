@@ -1,8 +1,8 @@
 """Windows end to end on Spark: keyed tumbling, sliding, session and count windows, window_all,
 global windows with a count trigger and a count evictor, a window join and a coGroup in one
 exactly-once job, with an exception and two kill -9 injected while windows fire; late data to a
-side output and allowed lateness (late firings) across a failure; processing-time tumbling and
-session windows across an exception and a kill -9. Every window's result is compared with a
+side output and allowed lateness (late firings), and processing-time tumbling and session
+windows, each across an exception and a kill -9. Every window's result is compared with a
 reference computation: each window exactly once, none lost, none extra."""
 
 from __future__ import annotations
@@ -53,15 +53,15 @@ def test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kill
     check_windows_exactly_once(committed_lines(tmp_path / "out"), n)
 
 
-def test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_a_failure(
+def test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_failures(
     spark, tmp_path
 ):
     n = 5_000
-    plan = FailurePlan({0: ("raise", "T", 3_000)})
+    plan = FailurePlan({0: ("raise", "T", 3_000), 1: ("kill", "T", 4_000)})
     env = late_data_job(tmp_path / "out", tmp_path / "chk", n=n, rate=1_000, plan=plan)
     client = env.execute_async("late data")
     resolved(client.get_job_execution_result(), "the job to finish")
-    assert client.jobmaster.stats.restarts == 1
+    assert client.jobmaster.stats.restarts == 2
     got = collections.Counter(committed_lines(tmp_path / "out"))
     expected = expected_late_lines(n)
     assert sum(1 for line in got if line.startswith("L,")) == (n - 3_000) // 50
