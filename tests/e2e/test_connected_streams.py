@@ -71,7 +71,8 @@ def test_co_map_co_flat_map_co_process_and_broadcast_process_are_exactly_once_ac
     spark, tmp_path
 ):
     n = 3_000
-    plan = FailurePlan({0: ("raise", "record", 1_200), 1: ("kill", "record", 2_400)})
+    # both in source split [0, 1500): attempt 1 replays from before 1200, so it reaches 1400
+    plan = FailurePlan({0: ("raise", "record", 1_200), 1: ("kill", "record", 1_400)})
     out = [tmp_path / name for name in ("tag", "split", "process")]
     env = co_map_job(*out, tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("two-input functions")
