@@ -62,6 +62,7 @@ SLOW: dict[str, set[str]] = {
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
     "e2e/test_connected_streams.py": {
+        "test_co_map_co_flat_map_co_process_and_broadcast_process_are_exactly_once_across_failures",
         "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
         "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",
         "test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_savepoint",
@@ -76,15 +77,18 @@ SLOW: dict[str, set[str]] = {
         "test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_kills",
         "test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_failures",
     },
-    "e2e/test_executor_python_errors.py": {
-        "test_executors_with_the_wrong_python_fail_the_job_naming_the_settings",
-    },
     "e2e/test_exactly_once.py": {
         "test_a_hung_slot_is_detected_by_missing_heartbeats_and_the_job_recovers",
         "test_at_least_once_mode_loses_nothing_under_failures",
         "test_exceptions_in_an_operator_at_several_records_lose_and_duplicate_nothing",
         "test_kill_9_of_slot_processes_loses_and_duplicates_nothing",
         "test_typed_records_survive_kill_9_exactly_once",
+    },
+    "e2e/test_executor_python_errors.py": {
+        "test_executors_with_the_wrong_python_fail_the_job_naming_the_settings",
+    },
+    "e2e/test_file_source.py": {
+        "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
     },
     "e2e/test_failures_under_backpressure.py": {
         "test_five_failures_under_backpressure_keep_exactly_once",
@@ -146,6 +150,10 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_rescaling.py": {
         "test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once",
         "test_a_job_rescaled_from_a_snapshot_keeps_its_state_and_output_exactly_once",
+    },
+    "e2e/test_restart_strategies.py": {
+        "test_a_failure_rate_above_the_limit_fails_the_running_job",
+        "test_a_restart_strategy_restarts_a_running_job_after_its_delays_exactly_once",
     },
     "e2e/test_restore_and_bad_input.py": {
         "test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_is_kept",
