@@ -87,12 +87,12 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_executor_python_errors.py": {
         "test_executors_with_the_wrong_python_fail_the_job_naming_the_settings",
     },
-    "e2e/test_file_source.py": {
-        "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
-    },
     "e2e/test_failures_under_backpressure.py": {
         "test_five_failures_under_backpressure_keep_exactly_once",
         "test_five_failures_under_backpressure_lose_nothing_at_least_once",
+    },
+    "e2e/test_file_source.py": {
+        "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
     },
     "e2e/test_incremental_checkpoints.py": {
         "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
