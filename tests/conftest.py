@@ -174,6 +174,9 @@ SLOW: dict[str, set[str]] = {
         "test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkpoint",
         "test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed",
     },
+    "e2e/test_security.py": {
+        "test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_once",
+    },
     "e2e/test_setup.py": {
         "test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible",
     },
