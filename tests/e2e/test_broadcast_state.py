@@ -18,6 +18,8 @@ from tests.e2e.broadcast_jobs import (
 )
 from tests.support.output import committed_lines
 from tests.support.waiting import resolved, wait_until
+from tidegate.checkpoint.storage import read_checkpoint_metadata
+from tidegate.runtime.restore import RestoredChannelState
 
 
 @pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
@@ -32,7 +34,9 @@ def test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions
         out, tmp_path / "chk", runner="spark", n=n, parallelism=2, rate=3_000, fail_at=fail_at
     )
     env.get_checkpoint_config().enable_unaligned_checkpoints(unaligned)
+    env.get_checkpoint_config().set_num_retained_checkpoints(1_000)  # the restored ones stay
     client = env.execute_async("broadcast rules with exceptions")
+    in_flight = in_flight_rules_while_running(client)
     resolved(client.get_job_execution_result(), "the job to finish")
 
     assert client.jobmaster.stats.restarts == len(fail_at)
@@ -45,18 +49,45 @@ def test_rules_broadcast_to_a_keyed_stream_apply_exactly_once_despite_exceptions
         assert subtask not in by_attempt.setdefault(attempt, {}), "two reports of one subtask"
         by_attempt[attempt][subtask] = rules
     assert len(by_attempt[len(fail_at)]) == 2  # the last attempt's reports were committed
+    # Every subtask of an attempt restored the same checkpoint, and reported its broadcast
+    # state before its first record. Aligned, the copies are equal; unaligned, a copy lacks
+    # the rules in flight to its subtask at the checkpoint, which it replays first: a copy
+    # and its in-flight rules are equal.
     for attempt, reports in by_attempt.items():
-        # the rules arrive in the order 0, 1, ..., NUM_RULES - 1 over one FIFO channel, so
-        # a restored copy holds a prefix of them: a consistent cut, nothing skipped
-        for rules in reports.values():
-            assert rules == set(range(len(rules))), (attempt, reports)
-        if not unaligned:
-            # Every subtask of an attempt restored the same aligned checkpoint, so it
-            # reported the same broadcast state before its first record: the copies are equal.
-            assert len({frozenset(r) for r in reports.values()}) == 1, (attempt, reports)
-    # Unaligned: a copy may lack the rules that were in flight to its subtask at the
-    # checkpoint; they are replayed from the checkpoint's channel state, which the events
-    # show: every event's output carries its rule's factor, none was left waiting.
+        flying = in_flight.get(attempt, {})
+        copies = {frozenset(r | flying.get(s, set())) for s, r in reports.items()}
+        assert len(copies) == 1, (attempt, reports, flying)
+
+
+def in_flight_rules_while_running(client) -> dict[int, dict[int, set[int]]]:
+    """Until the job ended: by attempt, by subtask of the rules operator, the rules in the
+    in-flight records of the checkpoint the attempt restored (its files go when the job
+    finishes, so they are read as soon as the attempt restored it)."""
+    jm, found = client.jobmaster, {}
+
+    def read_new_restores() -> bool:
+        ended = jm.done.is_set()
+        for restore in jm.stats.checkpoints.restores():
+            if restore.attempt not in found:
+                assert not ended, (
+                    f"the job ended before attempt {restore.attempt}'s restore was read"
+                )
+                found[restore.attempt] = in_flight_rules(restore.external_path)
+        return ended
+
+    wait_until(read_new_restores, "the job ended")
+    return found
+
+
+def in_flight_rules(checkpoint: str) -> dict[int, set[int]]:
+    """The rules in the in-flight records a checkpoint holds for each subtask of the rules
+    operator (rules are (rule, factor) tuples, events ints; none when it is aligned)."""
+    entry = read_checkpoint_metadata(checkpoint).channel_state.get("rules")
+    found: dict[int, set[int]] = {}
+    for subtask, handle in (entry.subtasks if entry else {}).items():
+        frames = RestoredChannelState(f"{checkpoint}/{handle.file}").read()
+        found[subtask] = {r[0] for _c, records in frames for r in records if isinstance(r, tuple)}
+    return found
 
 
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)], ids=["2to3", "3to2"])
