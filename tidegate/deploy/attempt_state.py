@@ -20,8 +20,8 @@ The phases of an attempt (DESIGN §3):
      not such a consequence.
    - DRAINING: the runner ended. It can see the slots end before their last messages (sent
      just before they return) were read off the sockets, so events are handled as usual for
-     `slot_message_grace_s`, without heartbeat checks; an outcome reached meanwhile wins, else
-     the attempt fails.
+     `slot_message_grace_s` (0.5 s when the runner failed before any slot registered), without
+     heartbeat checks; an outcome reached meanwhile wins, else the attempt fails.
 4. ENDED once `EndAttempt` is out; events change nothing after it, except the bookkeeping of
    final checkpoints. `TearDown` (in any phase) returns what releases the attempt.
 """
@@ -85,6 +85,8 @@ REGISTRATION_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 60.0
 ROOT_CAUSE_WINDOW_S = 0.3
 SLOT_MESSAGE_GRACE_S = 5.0
+#: the grace when the runner failed before any slot registered
+UNREGISTERED_GRACE_S = 0.5
 #: how often heartbeats (and the registration deadline) are checked when no event arrives
 CHECK_INTERVAL_S = 1.0
 LOAD_FAILURE = "could not load the job"  # runtime/slot.py: deterministic, never restarted
@@ -337,7 +339,12 @@ class AttemptState:
                 return self._fail(f"slot {slot}{self._who(slot)} was lost: its worker process died")
             case RunnerEnded(error=error):
                 self.runner_ended, self._runner_error = True, error
-                self.phase, self.deadline = Phase.DRAINING, now + self.config.slot_message_grace_s
+                grace = self.config.slot_message_grace_s
+                if error is not None and not self.registered:
+                    # no slot ever reached the driver (e.g. the executors' Python cannot start
+                    # one): only a registration already on its way could still come
+                    grace = min(grace, UNREGISTERED_GRACE_S)
+                self.phase, self.deadline = Phase.DRAINING, now + grace
             case FailJob(reason=reason):
                 return self._fail(reason)
             case Fenced(reason=reason):
