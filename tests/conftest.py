@@ -8,11 +8,27 @@ of 12) and `pytest -m unit` are the quick loops; every test runs by default."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 TESTS = Path(__file__).parent
+
+# Property-based tests (hypothesis): by default derandomized (the same examples on every run and
+# machine, so a CI failure reproduces locally) and without a deadline (a shared 2-core CI
+# machine has slow moments). HYPOTHESIS_PROFILE=explore searches afresh with more examples.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", deadline=None, max_examples=2000, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 #: a test whose call takes longer than this (seconds) belongs in SLOW
 SLOW_S = 3.0
 #: the summary names the tests not in SLOW that took longer than this (a test's time varies by
