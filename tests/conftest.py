@@ -218,6 +218,8 @@ SLOW: dict[str, set[str]] = {
         "test_processing_time_windows_count_every_value_once_across_an_exception_and_a_kill",
         "test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys",
     },
+    "unit/test_barrier_properties.py": {"test_barrier_alignment"},
+    "unit/test_commit_properties.py": {"test_checkpoints_and_commits"},
     "unit/test_rocksdb_backend.py": {
         "test_state_larger_than_the_block_cache_and_write_buffers_works",
     },
@@ -240,6 +242,8 @@ def pytest_collection_modifyitems(config, items):
         if kind in ("unit", "e2e"):
             item.add_marker(kind)
         name = getattr(item, "originalname", item.name)
+        if name == "runTest":  # a hypothesis state machine: named by its TestCase
+            name = item.parent.name
         modules.setdefault(path.as_posix(), getattr(item, "module", None))
         if name in SLOW.get(path.as_posix(), ()):
             item.add_marker("slow")

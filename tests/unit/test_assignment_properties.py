@@ -5,6 +5,7 @@ tidegate/checkpoint/assignment.py, connectors/base.py's `writer_subtask`)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 from hypothesis import example, given, settings
@@ -31,9 +32,7 @@ FAST = settings(max_examples=100)
 def max_and_parallelisms(draw: st.DrawFn, count: int = 2) -> tuple[int, ...]:
     """A max parallelism (small ones often: the edge cases live there) and `count`
     parallelisms that fit it."""
-    max_p = draw(
-        st.one_of(st.integers(1, 300), st.integers(1, UPPER_BOUND_MAX_PARALLELISM))
-    )
+    max_p = draw(st.one_of(st.integers(1, 300), st.integers(1, UPPER_BOUND_MAX_PARALLELISM)))
     ps = [draw(st.integers(1, min(max_p, 64))) for _ in range(count)]
     return (max_p, *ps)
 
@@ -44,7 +43,7 @@ def test_the_key_group_ranges_of_the_subtasks_partition_all_key_groups_contiguou
     max_p, p = mp
     ranges = [key_group_range(i, p, max_p) for i in range(p)]
     assert ranges[0].start == 0 and ranges[-1].stop == max_p
-    for before, after in zip(ranges, ranges[1:], strict=False):
+    for before, after in itertools.pairwise(ranges):
         assert before.stop == after.start, "ranges must be contiguous and ascending"
     assert all(len(r) >= 1 and r.step == 1 for r in ranges), "every subtask owns a key group"
     assert max(map(len, ranges)) - min(map(len, ranges)) <= 1, "ranges are near-equal"
