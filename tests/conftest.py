@@ -87,6 +87,9 @@ SLOW: dict[str, set[str]] = {
         "test_a_screenshot_of_the_dashboard_is_a_real_rendering",
         "test_the_dashboard_renders_the_graph_records_and_checkpoints_of_a_running_job",
     },
+    "e2e/test_disk_full.py": {
+        "test_a_full_checkpoint_disk_fails_checkpoints_cleanly_and_loses_nothing",
+    },
     "e2e/test_event_time.py": {
         "test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_window",
         "test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_kills",
