@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.tasks import task_environment
-from tests.unit.test_incremental_snapshots import COUNT, SEEN, TAGS, Job, change_heap, fill
+from tests.unit.test_incremental_snapshots import SEEN, TAGS, Job, change_heap, fill
 from tidegate.checkpoint.errors import CheckpointIntegrityError
 from tidegate.checkpoint.metadata import (
     METADATA_FILE_NAME,
@@ -454,16 +454,19 @@ def test_a_damaged_file_of_a_hashmap_changelog_chain_is_refused_or_reads_as_writ
     check()
 
 
-def test_swapped_files_of_a_hashmap_changelog_chain_are_refused(seeds, tmp_path) -> None:
+def test_swapped_files_of_a_hashmap_changelog_chain_are_refused(seeds) -> None:
     """A materialization where a changelog belongs (or the reverse), with the sizes and
     checksums `_metadata` records for the swapped files: the chain's reader refuses it."""
     seed = seeds["hashmap incremental"]
     handle = seed.metadata.operators["op"].subtasks[0].incremental
     first, second = (resolve(seed.directory, f.file) for f in handle.shared)
     materialized, changelog = Path(first).read_bytes(), Path(second).read_bytes()
-    with Damaged(first, changelog), Damaged(second, materialized):
-        with pytest.raises(CheckpointIntegrityError, match="changelog|materiali"):
-            read_chain(seed)
+    with (
+        Damaged(first, changelog),
+        Damaged(second, materialized),
+        pytest.raises(CheckpointIntegrityError, match=r"not a (changelog|materialization)"),
+    ):
+        read_chain(seed)
 
 
 @pytest.mark.parametrize("name", SEED_NAMES)
