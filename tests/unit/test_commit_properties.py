@@ -17,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import event, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tidegate.checkpoint.assignment import assign_operator_state
 from tidegate.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfig
 from tidegate.checkpoint.metadata import CheckpointMetadata
+from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.checkpoint.pending import AckOutcome, PendingCheckpoint
 from tidegate.checkpoint.scheduling import ManualClock, ManualScheduler
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
@@ -32,6 +33,40 @@ from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.restore import RestoredOperatorState
 
 TIMEOUT_S = 10.0
+
+
+@settings(max_examples=200)
+@given(
+    tasks=st.integers(1, 5),
+    events=st.lists(st.one_of(st.integers(0, 6), st.just("discard")), max_size=20),
+)
+def test_a_pending_checkpoint_is_complete_iff_every_expected_subtask_acked_and_not_discarded(
+    tasks: int, events: list[int | str]
+) -> None:
+    """Acks (of expected subtasks, again, or of unknown ones) and a discard in any order."""
+    expected = frozenset(("op", i) for i in range(tasks))
+    pending = PendingCheckpoint(1, 0, CheckpointOptions(), expected)
+    acked: set[tuple[str, int]] = set()
+    discarded = False
+    for e in events:
+        if e == "discard":
+            pending.discard()
+            discarded = True
+            continue
+        subtask = ("op", e)
+        outcome = pending.acknowledge(subtask, {"n": e})
+        if discarded:
+            assert outcome is AckOutcome.DISCARDED
+        elif subtask not in expected:
+            assert outcome is AckOutcome.UNKNOWN
+        elif subtask in acked:
+            assert outcome is AckOutcome.DUPLICATE
+        else:
+            assert outcome is AckOutcome.SUCCESS
+            acked.add(subtask)
+        assert set(pending.acked_states) == acked  # a duplicate or late ack changes nothing
+        assert pending.not_yet_acknowledged == expected - acked
+        assert pending.is_fully_acknowledged == (acked == expected and not discarded)
 
 
 @dataclass
