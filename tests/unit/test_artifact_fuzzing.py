@@ -238,6 +238,13 @@ def damage(draw: st.DrawFn, data: bytes) -> bytes:
             return b""
 
 
+def damaged_file(paths: list[str]) -> st.SearchStrategy[tuple[str, bytes]]:
+    """One of `paths` and its content, damaged."""
+    return st.sampled_from(paths).flatmap(
+        lambda p: st.tuples(st.just(p), damage(Path(p).read_bytes()))
+    )
+
+
 def outcome(read: Callable[[], Any], path: str) -> Any:
     """What `read` returns, or the CheckpointIntegrityError it raises (checked to name the
     file); any other exception fails the test."""
@@ -441,11 +448,7 @@ def test_a_damaged_file_of_a_hashmap_changelog_chain_is_refused_or_reads_as_writ
     original = read_chain(seed)
 
     @FUZZ
-    @given(
-        st.sampled_from(chain).flatmap(
-            lambda p: st.tuples(st.just(p), damage(Path(p).read_bytes()))
-        )
-    )
+    @given(damaged_file(chain))
     def check(target: tuple[str, bytes]) -> None:
         path, damaged = target
         with Damaged(path, damaged):
@@ -479,11 +482,7 @@ def test_a_restore_refuses_a_checkpoint_with_any_damaged_file(seeds, name) -> No
     assert len(files) >= 2
 
     @FUZZ_FEWER
-    @given(
-        st.sampled_from(files).flatmap(
-            lambda p: st.tuples(st.just(p), damage(Path(p).read_bytes()))
-        )
-    )
+    @given(damaged_file(files))
     def check(target: tuple[str, bytes]) -> None:
         path, damaged = target
         with Damaged(path, damaged):
