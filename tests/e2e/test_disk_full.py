@@ -79,8 +79,9 @@ def test_a_full_checkpoint_disk_fails_checkpoints_cleanly_and_loses_nothing(
         return [c for c in history if c.status is CheckpointStatus.FAILED]
 
     wait_until(lambda: len(failed()) >= 3, "three checkpoints failed on the full disk", job=client)
-    for checkpoint in failed():
-        assert "No space left on device" in checkpoint.failure_message, checkpoint.failure_message
+    for checkpoint in failed():  # the reason, and the file that did not fit
+        message = checkpoint.failure_message
+        assert "No space left on device" in message and str(small_disk / "chk") in message, message
     os.unlink(filler)
     wait_for_checkpoints(client, 2)  # space again: checkpoints complete
 
