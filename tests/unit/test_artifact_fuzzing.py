@@ -1,8 +1,9 @@
 """Fuzzing every reader of checkpoint artifacts with damaged files (hypothesis).
 
-Seeds are real files written by the real writers: a full checkpoint (keyed and operator state,
-channel state of an unaligned checkpoint: `runtime/snapshot_writer.write_snapshot`), a savepoint,
-an incremental hashmap checkpoint (a changelog chain, `_metadata` version 4) and an incremental
+Seeds are real files written by the real writers: a full checkpoint of the hashmap backend (keyed
+and operator state, channel state of an unaligned checkpoint: `runtime/snapshot_writer.
+write_snapshot`), a savepoint of the rocksdb backend (canonical state files), an incremental
+hashmap checkpoint (a changelog chain, `_metadata` version 4) and an incremental
 RocksDB checkpoint (version 3). Each is damaged at the byte level (truncated, bits flipped, bytes
 overwritten, inserted or deleted, sections swapped, a wrong format version, replaced by random
 bytes) or, for `_metadata`, in its structure with a valid checksum (a value replaced, a key
@@ -86,8 +87,8 @@ class Seed:
         return sorted({os.path.normpath(os.path.join(root, n)) for n in names})
 
 
-def _keyed_backend() -> HeapKeyedStateBackend:
-    backend = HeapKeyedStateBackend(M, range(M))
+def _filled(backend: Any) -> Any:
+    """`backend` (hashmap or rocksdb) with value, map and list state of 300 keys."""
     fill(backend, range(300))
     tags, seen = backend.get_map_state(TAGS), backend.get_list_state(SEEN)
     for k in range(0, 300, 3):
@@ -97,7 +98,7 @@ def _keyed_backend() -> HeapKeyedStateBackend:
     return backend
 
 
-def _full_snapshot(storage: CheckpointStorage, cid: int, target: str | None) -> Seed:
+def _full_snapshot(storage: CheckpointStorage, cid: int, target: str | None, backend: Any) -> Seed:
     """What a task writes for checkpoint `cid` (savepoint into `target`): the keyed and
     operator state of one operator, and (checkpoints only) the channel state of an unaligned
     checkpoint; the `_metadata` the JobMaster then writes."""
@@ -106,7 +107,7 @@ def _full_snapshot(storage: CheckpointStorage, cid: int, target: str | None) -> 
         "offsets": ("union", [{"partition": 0, "offset": 42}]),
         "rules": ("broadcast", [("r1", "x > 3"), ("r2", None)]),
     }
-    snap = OperatorSnapshot(_keyed_backend().snapshot(), operator)
+    snap = OperatorSnapshot(backend.snapshot(), operator)
     frames = (
         None
         if target
@@ -148,25 +149,28 @@ def _full_snapshot(storage: CheckpointStorage, cid: int, target: str | None) -> 
 def seeds(tmp_path_factory) -> dict[str, Seed]:
     tmp = tmp_path_factory.mktemp("seeds")
     storage = CheckpointStorage(str(tmp / "full"), "job", generation=1)
-    found = {
-        "full": _full_snapshot(storage, 1, None),
-        "savepoint": _full_snapshot(storage, 2, str(tmp / "savepoints" / "savepoint-job-1")),
-    }
-    heap = Job(tmp / "heap")
-    backend = heap.backend(heap=True)
-    change_heap(backend, range(400), "a")
-    heap.snapshot(1, [backend])
-    change_heap(backend, range(0, 400, 7), "b")
-    found["hashmap incremental"] = Seed(heap.storage.checkpoint_dir(2), heap.snapshot(2, [backend]))
-    rocks = Job(tmp / "rocksdb")
+    heap, rocks = Job(tmp / "heap"), Job(tmp / "rocksdb")
     try:
+        # a checkpoint of the hashmap backend; a savepoint (full) of the rocksdb backend
+        full = _full_snapshot(storage, 1, None, _filled(HeapKeyedStateBackend(M, range(M))))
+        savepoint_dir = str(tmp / "savepoints" / "savepoint-job-1")
+        savepoint = _full_snapshot(storage, 2, savepoint_dir, _filled(rocks.backend()))
+        backend = heap.backend(heap=True)
+        change_heap(backend, range(400), "a")
+        heap.snapshot(1, [backend])
+        change_heap(backend, range(0, 400, 7), "b")
+        incremental_heap = Seed(heap.storage.checkpoint_dir(2), heap.snapshot(2, [backend]))
         rocksdb = rocks.backend()
         fill(rocksdb, range(300))
-        found["rocksdb incremental"] = Seed(
-            rocks.storage.checkpoint_dir(1), rocks.snapshot(1, [rocksdb])
-        )
+        incremental_rocksdb = Seed(rocks.storage.checkpoint_dir(1), rocks.snapshot(1, [rocksdb]))
     finally:
         rocks.close()
+    found = {
+        "full": full,
+        "savepoint": savepoint,
+        "hashmap incremental": incremental_heap,
+        "rocksdb incremental": incremental_rocksdb,
+    }
     versions = {
         name: json.loads(Path(s.directory, METADATA_FILE_NAME).read_bytes())["version"]
         for name, s in found.items()
