@@ -59,9 +59,9 @@ from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle
 from tidegate.state.snapshot_format import read_index, read_key_groups, read_operator_state
 
 M = 128
-FUZZ = settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=75, suppress_health_check=[HealthCheck.function_scoped_fixture])
 #: for the examples that read a whole checkpoint
-FUZZ_FEWER = settings(FUZZ, max_examples=30)
+FUZZ_FEWER = settings(FUZZ, max_examples=25)
 
 
 # ------------------------------------------------------------------------------------- seeds
