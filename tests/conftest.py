@@ -77,7 +77,11 @@ SLOW: dict[str, set[str]] = {
         "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
+    "e2e/test_dead_letters.py": {
+        "test_dead_letters_are_exactly_once_through_a_kill_and_an_exception",
+    },
     "e2e/test_connected_streams.py": {
+        "test_co_map_co_flat_map_co_process_and_broadcast_process_are_exactly_once_across_failures",
         "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
         "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",
         "test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_savepoint",
@@ -102,9 +106,15 @@ SLOW: dict[str, set[str]] = {
         "test_kill_9_of_slot_processes_loses_and_duplicates_nothing",
         "test_typed_records_survive_kill_9_exactly_once",
     },
+    "e2e/test_executor_python_errors.py": {
+        "test_executors_with_the_wrong_python_fail_the_job_naming_the_settings",
+    },
     "e2e/test_failures_under_backpressure.py": {
         "test_five_failures_under_backpressure_keep_exactly_once",
         "test_five_failures_under_backpressure_lose_nothing_at_least_once",
+    },
+    "e2e/test_file_source.py": {
+        "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
     },
     "e2e/test_incremental_checkpoints.py": {
         "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
@@ -163,6 +173,10 @@ SLOW: dict[str, set[str]] = {
         "test_a_failure_during_the_rescaled_run_restarts_it_and_stays_exactly_once",
         "test_a_job_rescaled_from_a_snapshot_keeps_its_state_and_output_exactly_once",
     },
+    "e2e/test_restart_strategies.py": {
+        "test_a_failure_rate_above_the_limit_fails_the_running_job",
+        "test_a_restart_strategy_restarts_a_running_job_after_its_delays_exactly_once",
+    },
     "e2e/test_restore_and_bad_input.py": {
         "test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_is_kept",
         "test_a_function_that_always_raises_fails_the_job_with_the_users_error",
@@ -181,6 +195,9 @@ SLOW: dict[str, set[str]] = {
         "test_a_failed_savepoint_never_fails_the_job",
         "test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkpoint",
         "test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed",
+    },
+    "e2e/test_security.py": {
+        "test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_once",
     },
     "e2e/test_setup.py": {
         "test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible",
@@ -217,8 +234,8 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_windows.py": {
         "test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kills",
-        "test_late_elements_go_to_the_side_output_exactly_once_across_a_failure",
-        "test_processing_time_windows_count_every_value_once_across_an_exception_and_a_kill",
+        "test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_failures",
+        "test_processing_time_windows_and_sessions_count_every_value_once_across_an_exception_and_a_kill",
         "test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys",
     },
     "unit/test_barrier_properties.py": {"test_barrier_alignment"},

@@ -398,6 +398,13 @@ def is_consequence(error: str) -> bool:
     return error.startswith(_CONSEQUENCES)
 
 
+#: an exception as a traceback's last line shows it (`Name: message`), and as Python reports
+#: a failed `python -m` in parentheses at a line's end, which Spark quotes ("Error from python
+#: worker") when its executors' Python cannot import tidegate's worker daemon
+_RAISED = re.compile(r"^([A-Za-z_.]+(?:Error|Exception): .*)")
+_QUOTED = re.compile(r"\(([A-Za-z_.]+(?:Error|Exception): .*)\)$")
+#: exceptions of the JVM (Spark's own, Java's) rather than of the Python worker
+_JVM_PACKAGES = ("org.", "java.", "scala.", "py4j.")
 #: what a Spark worker's error says when the executors run the wrong Python -> the problem
 _EXECUTOR_PYTHON_PROBLEMS = (
     ("No module named 'tidegate'", "the Spark executors' Python cannot import tidegate"),
@@ -416,8 +423,12 @@ def runner_error_text(error: BaseException) -> str:
     in a long Java trace), with a hint when the executors' Python is missing, of another
     version, or cannot import tidegate."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    python = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
-    found = python[-1] if python else (lines[0] if lines else type(error).__name__)
+    raised = [m.group(1) for line in lines if (m := _RAISED.match(line) or _QUOTED.search(line))]
+    python = [text for text in raised if not text.startswith(_JVM_PACKAGES)]
+    if python or raised:  # the innermost: the Python worker's own, else the JVM's
+        found = (python or raised)[-1]
+    else:
+        found = lines[0] if lines else type(error).__name__
     for marker, problem in _EXECUTOR_PYTHON_PROBLEMS:
         if marker in found:
             return f"{found} — {problem}: {_EXECUTOR_PYTHON_FIX}"
