@@ -8,11 +8,27 @@ of 12) and `pytest -m unit` are the quick loops; every test runs by default."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 TESTS = Path(__file__).parent
+
+# Property-based tests (hypothesis): by default derandomized (the same examples on every run and
+# machine, so a CI failure reproduces locally) and without a deadline (a shared 2-core CI
+# machine has slow moments). HYPOTHESIS_PROFILE=explore searches afresh with more examples.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", deadline=None, max_examples=2000, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 #: a test whose call takes longer than this (seconds) belongs in SLOW
 SLOW_S = 3.0
 #: the summary names the tests not in SLOW that took longer than this (a test's time varies by
@@ -74,6 +90,9 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_dashboard.py": {
         "test_a_screenshot_of_the_dashboard_is_a_real_rendering",
         "test_the_dashboard_renders_the_graph_records_and_checkpoints_of_a_running_job",
+    },
+    "e2e/test_disk_full.py": {
+        "test_a_full_checkpoint_disk_fails_checkpoints_cleanly_and_loses_nothing",
     },
     "e2e/test_event_time.py": {
         "test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_window",
@@ -219,6 +238,8 @@ SLOW: dict[str, set[str]] = {
         "test_processing_time_windows_and_sessions_count_every_value_once_across_an_exception_and_a_kill",
         "test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys",
     },
+    "unit/test_barrier_properties.py": {"test_barrier_alignment"},
+    "unit/test_commit_properties.py": {"test_checkpoints_and_commits"},
     "unit/test_rocksdb_backend.py": {
         "test_state_larger_than_the_block_cache_and_write_buffers_works",
     },
@@ -241,6 +262,8 @@ def pytest_collection_modifyitems(config, items):
         if kind in ("unit", "e2e"):
             item.add_marker(kind)
         name = getattr(item, "originalname", item.name)
+        if name == "runTest":  # a hypothesis state machine: named by its TestCase
+            name = item.parent.name
         modules.setdefault(path.as_posix(), getattr(item, "module", None))
         if name in SLOW.get(path.as_posix(), ()):
             item.add_marker("slow")

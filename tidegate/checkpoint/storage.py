@@ -173,7 +173,8 @@ class CheckpointStorage:
         self.check_fence(f"write a file into {directory}")
         tag = f"-g{self.generation}" if self.generation is not None else ""
         name = f"{stem}{tag}-{uuid.uuid4().hex[:12]}{suffix}"
-        return ChecksummingWriter(self.open_write(_join(directory, name)), name)
+        path = _join(directory, name)
+        return ChecksummingWriter(self.open_write(path), name, path)
 
     def open_read(self, path: str) -> BinaryIO:
         """Open a file for reading; the file is seekable."""
