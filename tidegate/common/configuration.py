@@ -18,6 +18,9 @@ ADVERTISED_HOST = "tidegate.network.advertised-host"
 BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
 BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
 QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64
+#: container allocations between young collections of Python's cyclic GC in slot processes,
+#: default 50000 (Python's: 700); 0 keeps Python's settings (runtime/collector.py)
+GC_THRESHOLD = "tidegate.python.gc-threshold"
 HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, default 50000
 #: "true": a restore skips damaged checkpoints and falls back to an older one (default false)
 RESTORE_FALLBACK = "execution.checkpointing.restore-fallback"

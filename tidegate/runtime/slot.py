@@ -26,6 +26,7 @@ from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
 from tidegate.runtime.addresses import is_wildcard
+from tidegate.runtime.collector import tuned_collector
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.frames import TypedEdge
@@ -103,7 +104,8 @@ def run_slot(
         ]
         # Step 4
         tasks_created = time.time()
-        _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
+        with tuned_collector(deployment.gc_threshold):
+            _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
         if env.local_state is not None:
             env.local_state.remove_job()  # the job finished: no restart needs the copies
