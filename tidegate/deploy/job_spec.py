@@ -10,6 +10,7 @@ from typing import Any
 from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.deploy.python_deps import PythonDependencies
+from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
 
 
@@ -130,3 +131,5 @@ class JobSpec:
     state_backend: Any = None
     #: the job's Python files and requirements, shipped to every worker (None: nothing)
     python: PythonDependencies | None = field(default=None, compare=False)
+    #: the faults a `tidegate chaos` run injects (runtime/faults.py; None: none)
+    faults: FaultPlan | None = None

@@ -24,8 +24,10 @@ from typing import Any
 from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
+from tidegate.runtime import faults
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
+from tidegate.runtime.faults import FaultyCheckpointStorage
 from tidegate.runtime.frames import TypedEdge
 from tidegate.runtime.gate import InputGate
 from tidegate.runtime.messages import (
@@ -64,6 +66,7 @@ def run_slot(
     its executor's host as Spark names it, None: the machine's name; `startup`: when its task
     started and loaded the job, reported to the driver)."""
     subtasks = deployment.graph.subtasks_in_slot(slot)
+    faults.install(deployment.faults, slot, deployment.attempt)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
     network = SlotNetwork(
@@ -80,6 +83,7 @@ def run_slot(
         )
     except BaseException:
         network.close()  # no listener thread outlives the slot in a reused worker
+        faults.uninstall()
         raise
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
@@ -126,6 +130,7 @@ def run_slot(
         network.close()
         output.close()
         control.close()
+        faults.uninstall()
 
 
 class _SlotInbox:
@@ -146,6 +151,7 @@ class _SlotInbox:
         self.cancelled = threading.Event()
 
     def on_message(self, msg: Any) -> None:
+        faults.on_message(msg)
         match msg:
             case SlotAddresses(addresses=addrs):
                 self.addresses.update(addrs)
@@ -221,7 +227,8 @@ def _check_shared_storage(
 def _task_environment(
     deployment: Deployment, control: ControlClient, executor: ThreadPoolExecutor
 ) -> TaskEnvironment:
-    storage = CheckpointStorage(
+    storage_class = CheckpointStorage if deployment.faults is None else FaultyCheckpointStorage
+    storage = storage_class(
         deployment.checkpoint_base,
         deployment.job_id,
         deployment.filesystems,
