@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 import tidegate
-from tidegate.cli.chaos_report import committed_records, summarize
+from tidegate.cli.chaos_report import ChaosSummary, committed_records, summarize
 from tidegate.cli.errors import EXIT_JOB_FAILED, CliError, verbose_option
 from tidegate.cli.run import _check_script
 from tidegate.deploy.chaos import ChaosSettings
@@ -167,12 +167,25 @@ def chaos_command(
     if not summary.passed:
         raise CliError(
             f"the output differs under faults (seed {seed}; both runs' output is in {root})",
-            None,
+            _difference_hint(summary),
             EXIT_JOB_FAILED,
         )
     click.echo("passed: every sink committed the same records under faults")
     if work_dir is None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _difference_hint(summary: ChaosSummary) -> str | None:
+    """As many records lost as made up, none duplicated: perhaps the job's output depends on
+    the order parallel inputs interleave in, which differs between any two runs."""
+    totals = summary.to_json()
+    if totals["records_duplicated"] or totals["records_lost"] != totals["records_unexpected"]:
+        return None
+    return (
+        "as many records are lost as made up: if the job's records depend on the order in "
+        "which its parallel inputs interleave, they differ between any two runs; check "
+        "such a job at parallelism 1 (docs/chaos.md)"
+    )
 
 
 def _parse_kinds(text: str) -> tuple[FaultKind, ...]:
