@@ -1,15 +1,16 @@
 """The job script `tidegate chaos` runs in tests/e2e/test_chaos.py, unchanged by the harness:
-generated numbers keyed by `value % KEYS` through a running count per key into a FileSink,
-one `key,count` line per record (the same lines in every run, whatever order the two source
+generated numbers keyed by `value % KEYS` through a running count per key into FileSinks, one
+`key,count` line per record (the same lines in every run, whatever order the two source
 readers' records arrive in). `chaos_job.py VARIANT [COUNT RATE]`:
 
-- `counts`: the count in keyed ValueState, our FileSink: exactly once under any fault;
-- `attribute`: the planted bug of a count kept in a plain Python attribute (a dict on the
-  function object) instead of managed state: a restore resets it, so after a failure the
-  counts start again from 1 (lines duplicated, higher counts lost);
-- `eager`: the planted bug of a sink that commits in its pre-commit, before the checkpoint
-  completed: a checkpoint that then fails leaves records committed that the restarted job
-  writes again (duplicated).
+- `counts`: the count in keyed ValueState into our FileSink: exactly once under any fault;
+- `planted`: three sinks, the first as in `counts`, then two planted bugs:
+  1. a sink that commits in its pre-commit, before the checkpoint completed (the counts of
+     ValueState): a checkpoint that then fails leaves records committed that the restarted job
+     writes again (duplicated);
+  2. a count kept in a plain Python attribute (a dict on the function object) instead of
+     managed state, into our FileSink: a restore resets it, so after a failure the counts start
+     again from 1 (low counts duplicated, high ones lost).
 """
 
 from __future__ import annotations
@@ -70,35 +71,40 @@ class EagerCommitWriter(FileSinkWriter):
         return committables
 
 
+def file_sink() -> FileSink:
+    return (
+        FileSink.for_row_format(NOWHERE, Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .build()
+    )
+
+
 def main(variant: str, count: int, rate: float) -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage_dir(NOWHERE)
-    sink = (
-        FileSink.for_row_format(NOWHERE, Encoder.simple_string_encoder())
-        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-        .build()
-    )
-    if variant == "eager":  # the builder builds a FileSink: the same settings, the buggy class
-        sink = EagerCommitFileSink(**{f: getattr(sink, f) for f in sink.__dataclass_fields__})
-    function = AttributeCount() if variant == "attribute" else StateCount()
     source = DataGeneratorSource(lambda i: i, count=count, records_per_second=rate)
-    (
+    keyed = (
         env.from_source(source, WatermarkStrategy.no_watermarks(), "numbers")
         .uid("numbers")
         .key_by(lambda value: value % KEYS)
-        .process(function)
-        .uid("count")
-        .sink_to(sink)
-        .uid("sink")
     )
+    counts = keyed.process(StateCount()).uid("count")
+    counts.sink_to(file_sink()).uid("sink")
+    if variant == "planted":
+        sink = file_sink()  # the builder builds a FileSink: the same settings, the buggy class
+        eager = EagerCommitFileSink(**{f: getattr(sink, f) for f in sink.__dataclass_fields__})
+        counts.sink_to(eager).uid("eager-sink")
+        keyed.process(AttributeCount()).uid("attribute-count").sink_to(file_sink()).uid(
+            "attribute-sink"
+        )
     env.execute(f"chaos test job ({variant})")
 
 
 if __name__ == "__main__":
     variant = sys.argv[1]
-    if variant not in ("counts", "attribute", "eager"):
-        sys.exit(f"unknown variant {variant!r}: counts, attribute or eager")
+    if variant not in ("counts", "planted"):
+        sys.exit(f"unknown variant {variant!r}: counts or planted")
     count, rate = (int(sys.argv[2]), float(sys.argv[3])) if len(sys.argv) > 3 else (6000, 1500)
     main(variant, count, rate)
