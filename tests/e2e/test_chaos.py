@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.chaos_job import KEYS
-from tidegate.cli.chaos_report import committed_records
+from tests.support.output import committed_lines
 
 JOB = Path(__file__).with_name("chaos_job.py")
 
@@ -58,7 +58,7 @@ def test_chaos_passes_on_our_file_sink_under_every_fault_kind(tmp_path, runner):
     assert summary["restarts"] == sum(injected.values()), output
     assert (summary["records_lost"], summary["records_duplicated"]) == (0, 0)
     assert summary["recovery_s"]["p50"] is not None
-    committed = committed_records(str(tmp_path / "work" / "faulty" / "sinks" / "0"))
+    committed = committed_lines(tmp_path / "work" / "faulty" / "sinks" / "0")
     assert Counter(committed) == expected_lines(4000)
     assert "passed: every sink committed the same records under faults" in output
 
@@ -83,5 +83,5 @@ def test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them(tmp_path)
     assert "  duplicated: " in output and "  lost: " in output
     assert "Error: the output differs under faults (seed 7;" in output
     for sink in range(3):  # without faults, even the buggy job commits the right records
-        reference = committed_records(str(tmp_path / "work" / "reference" / "sinks" / str(sink)))
+        reference = committed_lines(tmp_path / "work" / "reference" / "sinks" / str(sink))
         assert Counter(reference) == expected_lines(2000)

@@ -140,7 +140,8 @@ def chaos_command(
     faulty = _run(script, job_args, options, settings, timeout, verbose, "run under faults")
     faults_log = read_fault_log(os.path.join(settings.run_dir, "faults.jsonl"))
     for entry in faults_log:
-        echo(f"  injected: {entry['description']} (attempt {entry['attempt']})")
+        if entry["event"] == "fault":
+            echo(f"  injected: {entry['description']} (attempt {entry['attempt']})")
     if faulty["error"] is not None:
         _report_failure(faulty, faults_log, json_path)
     if len(faulty["sinks"]) != len(ref["sinks"]):
@@ -287,7 +288,11 @@ def _report_failure(
     """The job failed under faults (e.g. it ran out of restarts, or could not restore)."""
     _write_json(
         json_path,
-        {"passed": False, "error": faulty["error"], "faults_injected": len(faults_log)},
+        {
+            "passed": False,
+            "error": faulty["error"],
+            "faults_injected": sum(e["event"] == "fault" for e in faults_log),
+        },
     )
     raise CliError(
         f"the job failed under faults: {faulty['error']}",

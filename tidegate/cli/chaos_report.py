@@ -114,20 +114,23 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
 
 
-def recovery_times(attempts: Sequence[dict[str, Any]], fault_times: Sequence[float]) -> list[float]:
-    """Seconds from each failure to the restarted attempt's subtasks running again (their
-    state restored): from the last fault injected before the restart began (else from when
-    the driver handled the failure) to the attempt's `tasks_created` mark."""
-    times = []
-    for attempt in attempts:
-        end, started = attempt.get("tasks_created"), attempt.get("started")
-        if attempt["attempt"] == 0 or end is None or started is None:
-            continue
-        before = [t for t in fault_times if t <= started]
-        begin = max(before) if before else attempt.get("failed")
-        if begin is not None:
-            times.append(end - begin)
-    return times
+def recovery_times(log: Sequence[dict[str, Any]]) -> list[float]:
+    """Seconds from each attempt's first injected fault to the next attempt's subtasks running
+    again, their state restored (the last of its slots to log `running`), from a fault log
+    (runtime/faults.py)."""
+    first_fault: dict[int, float] = {}
+    running: dict[int, float] = {}
+    for entry in log:
+        attempt, at = entry["attempt"], entry["time"]
+        if entry["event"] == "fault":
+            first_fault[attempt] = min(first_fault.get(attempt, at), at)
+        else:
+            running[attempt] = max(running.get(attempt, at), at)
+    return [
+        running[attempt + 1] - at
+        for attempt, at in sorted(first_fault.items())
+        if attempt + 1 in running
+    ]
 
 
 @dataclass(frozen=True)
@@ -203,19 +206,18 @@ def summarize(
     """The summary of a chaos run from both runs' run.json, the faults the slots logged and
     each sink's (reference, faulty) committed records."""
     jobs = faulty["jobs"]
-    fault_times = [entry["time"] for entry in faults_log]
-    recovery = [t for job in jobs for t in recovery_times(job["attempts"], fault_times)]
+    injected = [entry for entry in faults_log if entry["event"] == "fault"]
     sinks = tuple(
         compare_records(_sink_name(sink), ref, got, sink["ordered"])
         for sink, (ref, got) in zip(reference["sinks"], outputs, strict=True)
     )
     return ChaosSummary(
         planned=sum(len(job["planned_faults"]) for job in jobs),
-        injected=Counter(entry["kind"] for entry in faults_log),
+        injected=Counter(entry["kind"] for entry in injected),
         restarts=sum(job["restarts"] for job in jobs),
         checkpoints_completed=sum(job["checkpoints_completed"] for job in jobs),
         checkpoints_failed=sum(job["checkpoints_failed"] for job in jobs),
-        recovery_s=tuple(recovery),
+        recovery_s=tuple(recovery_times(faults_log)),
         sinks=sinks,
     )
 

@@ -3,14 +3,15 @@ script: `StreamExecutionEnvironment` hands each job it builds to a `ChaosRun`, w
 job's sink outputs and checkpoints into the run's directory, lets it restart as often as the
 faults need, wraps its user functions' operators and plans the faults (runtime/faults.py), so
 that the user's script runs unchanged. What the run did (its sinks, the planned faults, and per
-job its restarts, checkpoints and attempts) goes to `run.json` in the run's directory.
+job its planned faults, restarts and checkpoint counts) goes to `run.json` in the run's directory.
 
 A run's directory:
 
     settings.json        what the harness asks (ChaosSettings)
     sinks/<n>/           the output of the script's n-th sink (in the order they were added)
     checkpoints/         the jobs' checkpoint storage
-    faults.jsonl         the faults the slots carried out (runtime/faults.py)
+    faults.jsonl         the faults the slots carried out, and when their subtasks ran
+                         again after each restart (runtime/faults.py)
     run.json             written by `ChaosRun.write`
 """
 
@@ -231,9 +232,5 @@ def _job_result(plan: FaultPlan | None, jm: Any) -> dict[str, Any]:
         "planned_faults": [
             {**dataclasses.asdict(f), "kind": str(f.kind), "description": f.describe()}
             for f in (plan.faults if plan is not None else ())
-        ],
-        "attempts": [
-            {"attempt": a.attempt, "failed": a.failed, **a.marks()}
-            for a in jm.stats.startup.attempts()
         ],
     }

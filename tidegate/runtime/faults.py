@@ -14,12 +14,17 @@ planned fault happens at most once, and the same seed plans the same faults. The
   checkpoint N fails in one subtask (the checkpoint is declined);
 - `commit`: a sink's commit of checkpoint N fails (`notify_checkpoint_complete`);
 - `storage-write`: writing a state file of checkpoint N fails with an I/O error part-way
-  (`FaultyCheckpointStorage`).
+  (`FaultyCheckpointStorage`);
+- `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
+  state (then the next attempt restores normally).
 
-The sites call `reach(site, checkpoint_id)`: with chaos off (`_active` is None) a site costs
-one global lookup per checkpoint, and no per-record code has a hook. Every fault carried out is
-appended, as a JSON line written and fsynced before the fault happens (a SIGKILL leaves no
-chance after), to the plan's log file, which the harness reads.
+The sites call `reach(site, checkpoint_id)` (and `restoring()`): with chaos off (`_active` is
+None) a site costs one global lookup per checkpoint or restore, and no per-record code has a
+hook. Every fault carried out is appended, as a JSON line written and fsynced before the fault
+happens (a SIGKILL leaves no chance after), to the plan's log file, which the harness reads;
+so is the moment each slot's subtasks run (restored) in each attempt (`subtasks_running`), from
+which the harness measures recovery times. A slot skips the faults the log already holds, so a
+fault happens once even when the restarted attempt would meet its site again (a restore).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class FaultKind(enum.StrEnum):
     SNAPSHOT_ASYNC = "snapshot-async"
     COMMIT = "commit"
     STORAGE_WRITE = "storage-write"
+    RESTORE = "restore"
 
 
 class Site(enum.Enum):
@@ -69,6 +75,7 @@ _WHEN = {
     FaultKind.SNAPSHOT_ASYNC: "in the asynchronous phase of checkpoint {}",
     FaultKind.COMMIT: "in the commit of checkpoint {}",
     FaultKind.STORAGE_WRITE: "writing a state file of checkpoint {}",
+    FaultKind.RESTORE: "restoring keyed state (the first restore from checkpoint {} or later)",
 }
 
 
@@ -174,7 +181,8 @@ class FaultPlan:
 
 
 def read_fault_log(path: str) -> list[dict[str, Any]]:
-    """The faults carried out, in the order they were logged ([] if none was)."""
+    """The faults carried out (`event` "fault") and the attempts' slots running (`event`
+    "running"), in the order they were logged ([] if nothing was)."""
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
@@ -185,9 +193,21 @@ class FaultInjector:
     """Carries out the faults of one slot of one attempt; thread-safe (sites are reached from
     task threads, the snapshot executor and the control connection's reader)."""
 
-    def __init__(self, plan: FaultPlan, slot: int, attempt: int) -> None:
+    def __init__(
+        self, plan: FaultPlan, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+    ) -> None:
         self.slot, self.attempt, self.log_path = slot, attempt, plan.log_path
-        self._pending = [f for f in plan.faults if f.slot == slot]
+        self.restored_checkpoint_id = restored_checkpoint_id
+        done = {
+            (e["kind"], e["checkpoint_id"], e["slot"])
+            for e in read_fault_log(plan.log_path)
+            if e["event"] == "fault"
+        }
+        self._pending = [
+            f
+            for f in plan.faults
+            if f.slot == slot and (str(f.kind), f.checkpoint_id, f.slot) not in done
+        ]
         self._lock = threading.Lock()
         #: an `exception` fault due: the next batch of a user function's operator raises it
         self.armed: Fault | None = None
@@ -204,6 +224,7 @@ class FaultInjector:
     def record(self, fault: Fault) -> None:
         """Log `fault` as carried out (before it happens: a kill leaves no time after)."""
         entry = {
+            "event": "fault",
             "kind": str(fault.kind),
             "checkpoint_id": fault.checkpoint_id,
             "slot": self.slot,
@@ -211,12 +232,30 @@ class FaultInjector:
             "time": time.time(),
             "description": fault.describe(),
         }
+        self._append(entry)
+
+    def _append(self, entry: dict[str, Any]) -> None:
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (json.dumps(entry) + "\n").encode())
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def subtasks_running(self) -> None:
+        """Log that this slot's subtasks were created, their state restored."""
+        self._append(
+            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()}
+        )
+
+    def restoring(self) -> None:
+        """Keyed state is being restored (from `restored_checkpoint_id`)."""
+        restored = self.restored_checkpoint_id
+        if restored is None:
+            return
+        fault = self._take(lambda f: f.kind is FaultKind.RESTORE and f.checkpoint_id <= restored)
+        if fault is not None:
+            self._fail(fault)
 
     def _fail(self, fault: Fault) -> None:
         self.record(fault)
@@ -288,10 +327,15 @@ class FaultInjector:
 _active: FaultInjector | None = None
 
 
-def install(plan: FaultPlan | None, slot: int, attempt: int) -> FaultInjector | None:
-    """Start injecting `plan`'s faults of `slot` in this process (nothing if `plan` is None)."""
+def install(
+    plan: FaultPlan | None, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+) -> FaultInjector | None:
+    """Start injecting `plan`'s faults of `slot` in this process (nothing if `plan` is None):
+    of attempt `attempt`, which restores checkpoint `restored_checkpoint_id` (None: none)."""
     global _active
-    _active = None if plan is None else FaultInjector(plan, slot, attempt)
+    _active = None
+    if plan is not None:
+        _active = FaultInjector(plan, slot, attempt, restored_checkpoint_id)
     return _active
 
 
@@ -307,6 +351,18 @@ def reach(site: Site, checkpoint_id: int) -> None:
     """An injection site: raises (or kills this process) if a fault is due here."""
     if _active is not None:
         _active.reach(site, checkpoint_id)
+
+
+def restoring() -> None:
+    """An injection site: keyed state is being restored."""
+    if _active is not None:
+        _active.restoring()
+
+
+def subtasks_running() -> None:
+    """The slot created its subtasks (their state restored)."""
+    if _active is not None:
+        _active.subtasks_running()
 
 
 def on_message(message: Any) -> None:

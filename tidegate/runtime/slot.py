@@ -66,7 +66,7 @@ def run_slot(
     its executor's host as Spark names it, None: the machine's name; `startup`: when its task
     started and loaded the job, reported to the driver)."""
     subtasks = deployment.graph.subtasks_in_slot(slot)
-    faults.install(deployment.faults, slot, deployment.attempt)
+    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
     network = SlotNetwork(
@@ -105,6 +105,7 @@ def run_slot(
         ]
         # Step 4
         tasks_created = time.time()
+        faults.subtasks_running()
         _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
         if env.local_state is not None:
