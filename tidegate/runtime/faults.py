@@ -64,6 +64,14 @@ class Site(enum.Enum):
     COMMIT = "commit"
 
 
+#: the kind of fault that makes each site fail
+_FAILING_AT = {
+    Site.SYNC_SNAPSHOT: FaultKind.SNAPSHOT_SYNC,
+    Site.ASYNC_SNAPSHOT: FaultKind.SNAPSHOT_ASYNC,
+    Site.COMMIT: FaultKind.COMMIT,
+}
+
+
 class InjectedFault(RuntimeError):
     """The failure `tidegate chaos` injected (its message says which and where)."""
 
@@ -266,11 +274,7 @@ class FaultInjector:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def reach(self, site: Site, checkpoint_id: int) -> None:
-        kind = {
-            Site.SYNC_SNAPSHOT: FaultKind.SNAPSHOT_SYNC,
-            Site.ASYNC_SNAPSHOT: FaultKind.SNAPSHOT_ASYNC,
-            Site.COMMIT: FaultKind.COMMIT,
-        }[site]
+        kind = _FAILING_AT[site]
         fault = self._take(lambda f: f.kind is kind and f.checkpoint_id == checkpoint_id)
         if fault is not None:
             self._fail(fault)
