@@ -35,6 +35,7 @@ from tidegate.runtime.faults import (
     FaultyOperatorFactory,
     InjectedFault,
     Site,
+    fail_metadata_write,
     plan_faults,
     read_fault_log,
 )
@@ -66,11 +67,11 @@ def test_a_bad_schedule_says_what_is_accepted(text):
 def test_the_plan_is_reproducible_and_uses_every_kind_before_any_twice():
     schedule = FaultSchedule.parse("every:2")
     kinds = tuple(FaultKind)
-    plan = plan_faults(schedule, kinds, 9, 42, ALL_SLOTS, 1.0)
-    assert plan == plan_faults(schedule, kinds, 9, 42, ALL_SLOTS, 1.0)
-    assert plan != plan_faults(schedule, kinds, 9, 43, ALL_SLOTS, 1.0)
-    assert [f.checkpoint_id for f in plan] == [2, 4, 6, 8, 10, 12, 14, 16, 18]
-    assert Counter(f.kind for f in plan[:7]) == Counter(kinds)
+    plan = plan_faults(schedule, kinds, 10, 42, ALL_SLOTS, 1.0)
+    assert plan == plan_faults(schedule, kinds, 10, 42, ALL_SLOTS, 1.0)
+    assert plan != plan_faults(schedule, kinds, 10, 43, ALL_SLOTS, 1.0)
+    assert [f.checkpoint_id for f in plan] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert Counter(f.kind for f in plan[: len(kinds)]) == Counter(kinds)
     for fault in plan:
         assert fault.slot in (0, 1)
         if fault.kind is FaultKind.EXCEPTION:
@@ -117,6 +118,21 @@ def test_a_site_fails_once_at_its_checkpoint_and_logs_it_first(tmp_path):
     again.reach(Site.SYNC_SNAPSHOT, 2)
     with pytest.raises(InjectedFault):
         again.reach(Site.ASYNC_SNAPSHOT, 6)
+
+
+def test_a_metadata_write_fault_fails_the_drivers_write_of_its_checkpoint(tmp_path):
+    plan = FaultPlan(
+        (Fault(FaultKind.METADATA_WRITE, 3, 0), Fault(FaultKind.COMMIT, 4, 0)),
+        str(tmp_path / "faults.jsonl"),
+    )
+    fail_metadata_write(None, 3, 0)
+    fail_metadata_write(plan, 2, 0)
+    fail_metadata_write(plan, 4, 0)
+    with pytest.raises(OSError, match="metadata-write on the driver writing the _metadata of"):
+        fail_metadata_write(plan, 3, 1)
+    assert [(e["kind"], e["attempt"]) for e in read_fault_log(plan.log_path)] == [
+        ("metadata-write", 1)
+    ]
 
 
 def test_a_restore_fault_fails_the_first_restore_from_its_checkpoint_or_later(tmp_path):

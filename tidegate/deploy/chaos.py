@@ -155,6 +155,7 @@ class ChaosRun:
             slots = dict.fromkeys(FaultKind, graph.num_slots) | {
                 FaultKind.EXCEPTION: max(user, default=1),
                 FaultKind.COMMIT: max(sinks, default=1),
+                FaultKind.METADATA_WRITE: 1,  # the driver's
             }
             faults = plan_faults(
                 FaultSchedule.parse(self.settings.schedule),

@@ -15,6 +15,9 @@ planned fault happens at most once, and the same seed plans the same faults. The
 - `commit`: a sink's commit of checkpoint N fails (`notify_checkpoint_complete`);
 - `storage-write`: writing a state file of checkpoint N fails with an I/O error part-way
   (`FaultyCheckpointStorage`);
+- `metadata-write`: the driver's write of checkpoint N's `_metadata` fails, after every
+  subtask acknowledged (every sink pre-committed) and before the checkpoint completed
+  (`fail_metadata_write`, called by the JobMaster);
 - `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
   state (then the next attempt restores normally).
 
@@ -53,6 +56,7 @@ class FaultKind(enum.StrEnum):
     SNAPSHOT_ASYNC = "snapshot-async"
     COMMIT = "commit"
     STORAGE_WRITE = "storage-write"
+    METADATA_WRITE = "metadata-write"
     RESTORE = "restore"
 
 
@@ -83,8 +87,11 @@ _WHEN = {
     FaultKind.SNAPSHOT_ASYNC: "in the asynchronous phase of checkpoint {}",
     FaultKind.COMMIT: "in the commit of checkpoint {}",
     FaultKind.STORAGE_WRITE: "writing a state file of checkpoint {}",
+    FaultKind.METADATA_WRITE: "writing the _metadata of checkpoint {}",
     FaultKind.RESTORE: "restoring keyed state (the first restore from checkpoint {} or later)",
 }
+#: the kinds that happen on the driver, not in a slot
+DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE})
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ class Fault:
             when = f"{self.delay_s:.2f}s after checkpoint {cid} completed"
         else:
             when = _WHEN[self.kind].format(cid)
-        return f"{self.kind} in slot {self.slot} {when}"
+        where = "on the driver" if self.kind in DRIVER_KINDS else f"in slot {self.slot}"
+        return f"{self.kind} {where} {when}"
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,43 @@ def read_fault_log(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _append(log_path: str, entry: dict[str, Any]) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _log_fault(log_path: str, fault: Fault, attempt: int) -> None:
+    entry = {
+        "event": "fault",
+        "kind": str(fault.kind),
+        "checkpoint_id": fault.checkpoint_id,
+        "slot": fault.slot,
+        "attempt": attempt,
+        "time": time.time(),
+        "description": fault.describe(),
+    }
+    _append(log_path, entry)
+
+
+def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int) -> None:
+    """The driver is about to write checkpoint `checkpoint_id`'s `_metadata` in attempt
+    `attempt`: raises OSError if `plan` has a `metadata-write` fault for it (a job never
+    finalizes one checkpoint id twice, so it happens once)."""
+    if plan is None:
+        return
+    for fault in plan.faults:
+        if fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id == checkpoint_id:
+            _log_fault(plan.log_path, fault, attempt)
+            raise OSError(
+                errno.EIO,
+                f"tidegate chaos injected a checkpoint storage write failure: {fault.describe()}",
+            )
+
+
 class FaultInjector:
     """Carries out the faults of one slot of one attempt; thread-safe (sites are reached from
     task threads, the snapshot executor and the control connection's reader)."""
@@ -231,29 +276,13 @@ class FaultInjector:
 
     def record(self, fault: Fault) -> None:
         """Log `fault` as carried out (before it happens: a kill leaves no time after)."""
-        entry = {
-            "event": "fault",
-            "kind": str(fault.kind),
-            "checkpoint_id": fault.checkpoint_id,
-            "slot": self.slot,
-            "attempt": self.attempt,
-            "time": time.time(),
-            "description": fault.describe(),
-        }
-        self._append(entry)
-
-    def _append(self, entry: dict[str, Any]) -> None:
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (json.dumps(entry) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _log_fault(self.log_path, fault, self.attempt)
 
     def subtasks_running(self) -> None:
         """Log that this slot's subtasks were created, their state restored."""
-        self._append(
-            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()}
+        _append(
+            self.log_path,
+            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()},
         )
 
     def restoring(self) -> None:
