@@ -115,9 +115,11 @@ def test_a_site_fails_once_at_its_checkpoint_and_logs_it_first(tmp_path):
     ]
     # the slot of the next attempt: the faults already logged do not happen again
     again = FaultInjector(FaultPlan(inj_plan, inj.log_path), 0, attempt=4)
-    again.reach(Site.SYNC_SNAPSHOT, 2)
-    with pytest.raises(InjectedFault):
-        again.reach(Site.ASYNC_SNAPSHOT, 6)
+    again.reach(Site.SYNC_SNAPSHOT, 7)
+    # checkpoint 6 never reached this slot's asynchronous phase: the fault happens at 8
+    with pytest.raises(InjectedFault, match="asynchronous phase of checkpoint 8"):
+        again.reach(Site.ASYNC_SNAPSHOT, 8)
+    assert read_fault_log(inj.log_path)[-1]["at_checkpoint"] == 8
 
 
 def test_a_metadata_write_fault_fails_the_drivers_write_of_its_checkpoint(tmp_path):
@@ -127,11 +129,13 @@ def test_a_metadata_write_fault_fails_the_drivers_write_of_its_checkpoint(tmp_pa
     )
     fail_metadata_write(None, 3, 0)
     fail_metadata_write(plan, 2, 0)
-    fail_metadata_write(plan, 4, 0)
-    with pytest.raises(OSError, match="metadata-write on the driver writing the _metadata of"):
-        fail_metadata_write(plan, 3, 1)
-    assert [(e["kind"], e["attempt"]) for e in read_fault_log(plan.log_path)] == [
-        ("metadata-write", 1)
+    # checkpoint 3 was never finalized (it failed before): the fault is due at the next one
+    with pytest.raises(OSError, match="driver writing the _metadata of checkpoint 4"):
+        fail_metadata_write(plan, 4, 1)
+    fail_metadata_write(plan, 5, 2)  # logged: once
+    log = read_fault_log(plan.log_path)
+    assert [(e["kind"], e["checkpoint_id"], e["at_checkpoint"], e["attempt"]) for e in log] == [
+        ("metadata-write", 3, 4, 1)
     ]
 
 
@@ -139,7 +143,7 @@ def test_a_restore_fault_fails_the_first_restore_from_its_checkpoint_or_later(tm
     plan = FaultPlan((Fault(FaultKind.RESTORE, 3, 0),), str(tmp_path / "faults.jsonl"))
     FaultInjector(plan, 0, attempt=1, restored_checkpoint_id=2).restoring()
     FaultInjector(plan, 0, attempt=1, restored_checkpoint_id=None).restoring()
-    with pytest.raises(InjectedFault, match=r"restoring keyed state \(the first restore"):
+    with pytest.raises(InjectedFault, match="restoring keyed state from checkpoint 5"):
         FaultInjector(plan, 0, attempt=2, restored_checkpoint_id=5).restoring()
     FaultInjector(plan, 0, attempt=3, restored_checkpoint_id=5).restoring()  # logged: once
     assert [e["attempt"] for e in read_fault_log(plan.log_path)] == [2]
@@ -148,7 +152,8 @@ def test_a_restore_fault_fails_the_first_restore_from_its_checkpoint_or_later(tm
 def test_an_exception_is_armed_after_its_checkpoint_completed(tmp_path):
     inj = injector(tmp_path, Fault(FaultKind.EXCEPTION, 5, 0, delay_s=0.0))
     armed = threading.Event()
-    inj._arm = lambda fault: (setattr(inj, "armed", fault), armed.set())
+    arm = inj._arm
+    inj._arm = lambda fault, at: (arm(fault, at), armed.set())
     inj.on_message(NotifyCheckpointComplete(4))
     assert inj.armed is None
     inj.on_message(NotifyCheckpointComplete(5))

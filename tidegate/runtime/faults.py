@@ -2,8 +2,10 @@
 front by a seeded, pure plan (`plan_faults`), and the injector a slot installs to carry them
 out at named sites of the runtime.
 
-A fault is tied to a checkpoint id. A job never reuses one, not even across restarts, so each
-planned fault happens at most once, and the same seed plans the same faults. The kinds:
+A fault is planned at a checkpoint id N, and happens at the first site it meets at checkpoint N
+or a later one (a checkpoint triggered while an attempt fails may never reach a site). Each
+happens at most once: a slot skips the faults the log already holds (below). The same seed
+plans the same faults. The kinds:
 
 - `exception`: a user function raises (`InjectedFault`), a random time after checkpoint N
   completed (the operators of user functions are wrapped when a chaos run builds the job:
@@ -38,6 +40,7 @@ import json
 import os
 import posixpath
 import random
+import re
 import signal
 import threading
 import time
@@ -88,7 +91,7 @@ _WHEN = {
     FaultKind.COMMIT: "in the commit of checkpoint {}",
     FaultKind.STORAGE_WRITE: "writing a state file of checkpoint {}",
     FaultKind.METADATA_WRITE: "writing the _metadata of checkpoint {}",
-    FaultKind.RESTORE: "restoring keyed state (the first restore from checkpoint {} or later)",
+    FaultKind.RESTORE: "restoring keyed state from checkpoint {}",
 }
 #: the kinds that happen on the driver, not in a slot
 DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE})
@@ -104,8 +107,14 @@ class Fault:
     #: during that checkpoint's asynchronous phase)
     delay_s: float | None = None
 
-    def describe(self) -> str:
-        cid = self.checkpoint_id
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """What identifies the fault in the log."""
+        return str(self.kind), self.checkpoint_id, self.slot
+
+    def describe(self, at: int | None = None) -> str:
+        """What happened, at checkpoint `at` (None: the planned one)."""
+        cid = self.checkpoint_id if at is None else at
         if self.delay_s is not None:
             when = f"{self.delay_s:.2f}s after checkpoint {cid} completed"
         else:
@@ -205,6 +214,15 @@ def read_fault_log(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _logged(log_path: str) -> set[tuple[str, int, int]]:
+    """The `Fault.key`s of the faults the log holds."""
+    return {
+        (e["kind"], e["checkpoint_id"], e["slot"])
+        for e in read_fault_log(log_path)
+        if e["event"] == "fault"
+    }
+
+
 def _append(log_path: str, entry: dict[str, Any]) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -214,31 +232,35 @@ def _append(log_path: str, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def _log_fault(log_path: str, fault: Fault, attempt: int) -> None:
+def _log_fault(log_path: str, fault: Fault, attempt: int, at: int) -> None:
     entry = {
         "event": "fault",
         "kind": str(fault.kind),
         "checkpoint_id": fault.checkpoint_id,
+        "at_checkpoint": at,
         "slot": fault.slot,
         "attempt": attempt,
         "time": time.time(),
-        "description": fault.describe(),
+        "description": fault.describe(at),
     }
     _append(log_path, entry)
 
 
 def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int) -> None:
     """The driver is about to write checkpoint `checkpoint_id`'s `_metadata` in attempt
-    `attempt`: raises OSError if `plan` has a `metadata-write` fault for it (a job never
-    finalizes one checkpoint id twice, so it happens once)."""
+    `attempt`: raises OSError if `plan` has a `metadata-write` fault due (at this checkpoint or
+    an earlier one) that the log does not hold yet."""
     if plan is None:
         return
+    done = _logged(plan.log_path)
     for fault in plan.faults:
-        if fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id == checkpoint_id:
-            _log_fault(plan.log_path, fault, attempt)
+        due = fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id <= checkpoint_id
+        if due and fault.key not in done:
+            _log_fault(plan.log_path, fault, attempt, checkpoint_id)
             raise OSError(
                 errno.EIO,
-                f"tidegate chaos injected a checkpoint storage write failure: {fault.describe()}",
+                "tidegate chaos injected a checkpoint storage write failure: "
+                + fault.describe(checkpoint_id),
             )
 
 
@@ -251,19 +273,12 @@ class FaultInjector:
     ) -> None:
         self.slot, self.attempt, self.log_path = slot, attempt, plan.log_path
         self.restored_checkpoint_id = restored_checkpoint_id
-        done = {
-            (e["kind"], e["checkpoint_id"], e["slot"])
-            for e in read_fault_log(plan.log_path)
-            if e["event"] == "fault"
-        }
-        self._pending = [
-            f
-            for f in plan.faults
-            if f.slot == slot and (str(f.kind), f.checkpoint_id, f.slot) not in done
-        ]
+        done = _logged(plan.log_path)
+        self._pending = [f for f in plan.faults if f.slot == slot and f.key not in done]
         self._lock = threading.Lock()
         #: an `exception` fault due: the next batch of a user function's operator raises it
         self.armed: Fault | None = None
+        self._armed_at = 0
         self._timers: list[threading.Timer] = []
 
     def _take(self, match: Callable[[Fault], bool]) -> Fault | None:
@@ -274,9 +289,10 @@ class FaultInjector:
                     return fault
         return None
 
-    def record(self, fault: Fault) -> None:
-        """Log `fault` as carried out (before it happens: a kill leaves no time after)."""
-        _log_fault(self.log_path, fault, self.attempt)
+    def record(self, fault: Fault, at: int) -> None:
+        """Log `fault` as carried out at checkpoint `at` (before it happens: a kill leaves no
+        time after)."""
+        _log_fault(self.log_path, fault, self.attempt, at)
 
     def subtasks_running(self) -> None:
         """Log that this slot's subtasks were created, their state restored."""
@@ -292,31 +308,31 @@ class FaultInjector:
             return
         fault = self._take(lambda f: f.kind is FaultKind.RESTORE and f.checkpoint_id <= restored)
         if fault is not None:
-            self._fail(fault)
+            self._fail(fault, restored)
 
-    def _fail(self, fault: Fault) -> None:
-        self.record(fault)
-        raise InjectedFault(f"tidegate chaos injected a fault: {fault.describe()}")
+    def _fail(self, fault: Fault, at: int) -> None:
+        self.record(fault, at)
+        raise InjectedFault(f"tidegate chaos injected a fault: {fault.describe(at)}")
 
-    def _kill(self, fault: Fault) -> None:
-        self.record(fault)
+    def _kill(self, fault: Fault, at: int) -> None:
+        self.record(fault, at)
         os.kill(os.getpid(), signal.SIGKILL)
 
     def reach(self, site: Site, checkpoint_id: int) -> None:
         kind = _FAILING_AT[site]
-        fault = self._take(lambda f: f.kind is kind and f.checkpoint_id == checkpoint_id)
+        fault = self._take(lambda f: f.kind is kind and f.checkpoint_id <= checkpoint_id)
         if fault is not None:
-            self._fail(fault)
+            self._fail(fault, checkpoint_id)
         if site is Site.ASYNC_SNAPSHOT:
             kill = self._take(
                 lambda f: (
                     f.kind is FaultKind.KILL
                     and f.delay_s is None
-                    and f.checkpoint_id == checkpoint_id
+                    and f.checkpoint_id <= checkpoint_id
                 )
             )
             if kill is not None:
-                self._kill(kill)
+                self._kill(kill, checkpoint_id)
 
     def on_message(self, message: Any) -> None:
         """A message from the driver: a completed checkpoint starts the timers of the faults
@@ -325,30 +341,29 @@ class FaultInjector:
             return
         cid = message.checkpoint_id
         while (
-            fault := self._take(lambda f: f.delay_s is not None and f.checkpoint_id == cid)
+            fault := self._take(lambda f: f.delay_s is not None and f.checkpoint_id <= cid)
         ) is not None:
             action = self._kill if fault.kind is FaultKind.KILL else self._arm
-            timer = threading.Timer(fault.delay_s or 0.0, action, args=(fault,))
+            timer = threading.Timer(fault.delay_s or 0.0, action, args=(fault, cid))
             timer.daemon = True
             self._timers.append(timer)
             timer.start()
 
-    def _arm(self, fault: Fault) -> None:
+    def _arm(self, fault: Fault, at: int) -> None:
         self.armed = fault
+        self._armed_at = at
 
     def fire_armed(self) -> None:
         """Called by a user function's operator before a batch while `armed` is set."""
         with self._lock:
             fault, self.armed = self.armed, None
         if fault is not None:
-            self._fail(fault)
+            self._fail(fault, self._armed_at)
 
-    def storage_fault(self, directory: str, checkpoint_dir: Callable[[int], str]) -> Fault | None:
-        """The `storage-write` fault due for a file written into `directory`, if any."""
+    def storage_fault(self, checkpoint_id: int) -> Fault | None:
+        """The `storage-write` fault due for a file of checkpoint `checkpoint_id`, if any."""
         return self._take(
-            lambda f: (
-                f.kind is FaultKind.STORAGE_WRITE and checkpoint_dir(f.checkpoint_id) == directory
-            )
+            lambda f: f.kind is FaultKind.STORAGE_WRITE and f.checkpoint_id <= checkpoint_id
         )
 
     def close(self) -> None:
@@ -439,22 +454,23 @@ class FaultyCheckpointStorage(CheckpointStorage):
 
     def open_write(self, path: str) -> Any:
         raw = super().open_write(path)
-        injector = _active
-        fault = None
-        if injector is not None:
-            fault = injector.storage_fault(posixpath.dirname(path), self.checkpoint_dir)
-        return raw if fault is None else _FailingFile(raw, injector, fault)
+        directory, injector = posixpath.dirname(path), _active
+        match = re.fullmatch(r"chk-(\d+)", posixpath.basename(directory))
+        if injector is None or match is None or directory != self.checkpoint_dir(int(match[1])):
+            return raw  # not a file of one of the job's checkpoints
+        fault = injector.storage_fault(int(match[1]))
+        return raw if fault is None else _FailingFile(raw, injector, fault, int(match[1]))
 
 
 class _FailingFile:
-    def __init__(self, raw: Any, injector: FaultInjector, fault: Fault) -> None:
-        self._raw, self._injector = raw, injector
+    def __init__(self, raw: Any, injector: FaultInjector, fault: Fault, at: int) -> None:
+        self._raw, self._injector, self._at = raw, injector, at
         self._fault: Fault | None = fault
-        self._description = fault.describe()
+        self._description = fault.describe(at)
 
     def write(self, data: Any) -> int:
         if self._fault is not None:
-            self._injector.record(self._fault)
+            self._injector.record(self._fault, self._at)
         self._fault = None
         raise OSError(
             errno.EIO,
