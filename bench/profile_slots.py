@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sink", choices=["file", "count"], default="file")
     ap.add_argument("--checkpoint-ms", type=int, default=1000, help="0: checkpointing off")
     ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (state size)")
+    ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=10.0, help="sampling duration")
     ap.add_argument("--rate", type=int, default=200, help="samples per second")
     ap.add_argument("--records", type=int, help="default: enough for warm-up + sampling")
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = tempfile.mkdtemp(prefix="profile-job-")
     rate_hint = 1_000_000 if args.sink == "count" else 600_000
     n = args.records or int(rate_hint * (args.seconds + 6))
-    params = JobParams("keyed", 2, args.checkpoint_ms or None, args.sink, n, keys=args.keys)
+    params = JobParams(
+        "keyed", args.parallelism, args.checkpoint_ms or None, args.sink, n, keys=args.keys
+    )
     spark = None
     if args.runner == "spark":
         from tidegate.deploy.spark_session import get_spark
@@ -191,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     client.cancel() if still_running else None
     jm.done.wait(60)
     report: dict[str, Any] = {
-        "params": {**vars(args), "records": n, "pipeline": f"keyed count {args.keys} keys p=2"},
+        "params": {
+            **vars(args),
+            "records": n,
+            "pipeline": f"keyed count {args.keys} keys p={args.parallelism}",
+        },
         "job_still_running_at_end_of_sampling": still_running,
         "slots": {},
     }

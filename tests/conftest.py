@@ -65,6 +65,9 @@ SLOW: dict[str, set[str]] = {
         "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
+    "e2e/test_dead_letters.py": {
+        "test_dead_letters_are_exactly_once_through_a_kill_and_an_exception",
+    },
     "e2e/test_connected_streams.py": {
         "test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill",
         "test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill",
@@ -166,6 +169,9 @@ SLOW: dict[str, set[str]] = {
         "test_a_failed_savepoint_never_fails_the_job",
         "test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkpoint",
         "test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed",
+    },
+    "e2e/test_security.py": {
+        "test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_once",
     },
     "e2e/test_setup.py": {
         "test_a_job_runs_on_spark_with_the_bundled_java_when_no_system_java_is_visible",

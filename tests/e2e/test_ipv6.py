@@ -1,7 +1,8 @@
 """IPv6 end to end: with `tidegate.network.bind-host` an IPv6 address, the driver's control
 server and every slot's data listener listen on IPv6, the slots reach the driver and each other
 over it (their advertised data addresses are `::1`), and a job with a failure and a restart
-commits exactly the reference output. `::` is the dual-stack wildcard; `::1` the loopback."""
+commits exactly the reference output. `::` is the dual-stack wildcard; `::1` the loopback. A
+slot listens only on the address it advertises, never on the wildcard."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from tests.e2e.jobs import count_job
 from tests.support.ipv6 import requires_ipv6
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
+from tests.support.sockets import listening_sockets
+from tests.support.waiting import wait_for_checkpoints, wait_until
 from tidegate.common.configuration import ADVERTISED_HOST, BIND_HOST
 
 N = 20_000
@@ -36,8 +39,13 @@ def test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference(
         configuration=config,
     )
     client = env.execute_async(f"ipv6 {bind}")
-    client.get_job_execution_result().result(timeout=300)
     jm = client.jobmaster
+    wait_until(lambda: jm.stats.restarts == 1, "the restart", job=client)
+    wait_for_checkpoints(client, 1)
+    # each slot listens only on the address it advertises (::1), even when the plan is `::`
+    slots = listening_sockets(set(jm.slot_pids.values()))
+    assert {(s.host, s.port) for s in slots} == set(jm.slot_addresses.values())
+    client.get_job_execution_result().result(timeout=300)
     assert jm.stats.restarts == 1
     assert jm.server.address[0] == bind
     # a slot advertises its end of the control connection: ::1 means both ran over IPv6

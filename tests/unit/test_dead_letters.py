@@ -42,16 +42,17 @@ def test_readable_messages_pass_and_unreadable_ones_become_dead_letters():
     assert out == [Row(x=1, y=2)]
     assert [tag for tag, _ in side] == [DEAD, DEAD]
     wrong_type, not_json = (letter for _, letter in side)
-    assert wrong_type.message == b'{"x":"a"}' and wrong_type.field == "x"
+    assert wrong_type.record == b'{"x":"a"}' and wrong_type.field == "x"
     assert "expected an integer" in wrong_type.error
     assert not_json.position == "char 1" and "not valid JSON" in not_json.error
+    assert not_json.error_type == "FormatError" and "Traceback" in not_json.traceback
 
 
 def test_messages_the_schema_skips_emit_nothing():
     schema = CsvRowDeserializationSchema.Builder(POINT).set_allow_comments(True).build()
     out, side = run(DeserializeOrDeadLetter(schema, DEAD), ["# comment", "", "1,2", "1"])
     assert out == [Row(x=1, y=2)]
-    assert [letter.message for _, letter in side] == ["1"]
+    assert [letter.record for _, letter in side] == ["1"]
 
 
 def test_other_errors_of_a_user_schema_still_fail():
@@ -67,7 +68,7 @@ def test_the_function_and_its_dead_letters_pickle():
     schema = JsonRowDeserializationSchema.builder().type_info(POINT).build()
     function = pickle.loads(cloudpickle.dumps(DeserializeOrDeadLetter(schema, DEAD)))
     assert function.schema == schema and function.dead_letter_tag == DEAD
-    letter = DeadLetter(b"x", "JSON: bad", "f", "char 0")
+    letter = DeadLetter(b"x", "JSON: bad", "FormatError", field="f", position="char 0")
     assert pickle.loads(pickle.dumps(letter)) == letter
 
 

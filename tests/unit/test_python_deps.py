@@ -42,6 +42,19 @@ def test_a_directorys_content_and_single_files_go_to_the_bundles_root(tmp_path):
     assert deps.requirements is None and not deps.empty
 
 
+def test_sockets_fifos_and_broken_links_in_a_shipped_directory_are_left_out(tmp_path):
+    # a job script in /tmp: the directory holds other programs' sockets and pipes
+    import socket
+
+    (tmp_path / "job.py").write_text("pass\n")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tmp_path / "server.sock"))
+        deps = PythonDependencies.collect([str(tmp_path)])
+    assert _names(deps.files) == ["job.py"]
+
+
 def test_a_missing_path_or_cache_directory_is_refused_with_the_working_directory(tmp_path):
     with pytest.raises(PythonDependencyError, match=r"does not exist.*working directory"):
         PythonDependencies.collect([str(tmp_path / "nope.py")])

@@ -114,7 +114,7 @@ class JobMonitor:
         self.printer.line(
             f"submitted job {spec.job_name!r} ({client.get_job_id()}): runner {spec.runner}, "
             f"parallelism {max(v.parallelism for v in spec.graph.vertices.values())}"
-            + ("" if server is None else f", dashboard {server.url}/")
+            + ("" if server is None else f", dashboard {server.dashboard_url}")
         )
         watched.thread = threading.Thread(
             target=self._watch, args=(watched,), name="tidegate-cli-status", daemon=True

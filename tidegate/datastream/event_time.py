@@ -10,6 +10,7 @@ from tidegate.common.execution_config import auto_watermark_interval
 from tidegate.common.typeinfo import as_type_info
 from tidegate.common.watermark_strategy import WatermarkStrategy
 from tidegate.datastream.output_tag import OutputTag
+from tidegate.runtime.dead_letters import DEAD_LETTER_TAG_ID
 from tidegate.runtime.timestamps import TimestampsAndWatermarksOperator
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ def assign_timestamps_and_watermarks(stream: DataStream, strategy: Any) -> DataS
     )
 
 
+#: kinds of operators whose function's failures can go to dead letters (runtime MapOperator's)
+_ROUTES_DEAD_LETTERS = ("map", "flat_map", "filter", "process", "reduce")
+
+
 def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataStream:
     if not isinstance(tag, OutputTag):
         raise TypeError(
@@ -58,6 +63,12 @@ def get_side_output(stream: DataStream, tag: Any, operator_class: type) -> DataS
             "OutputTag('name', type_info)"
         )
     upstream = stream._transformation  # the operator producing the side output
+    if tag.tag_id == DEAD_LETTER_TAG_ID and upstream.kind not in _ROUTES_DEAD_LETTERS:
+        raise TypeError(
+            f"{upstream.name} cannot route records to dead letters: only map, flat_map, "
+            "filter, process and keyed reduce operators do; do the work that may fail on a "
+            "record in one of those (e.g. parse in a map) and read its DEAD_LETTERS"
+        )
     if upstream.kind in ("source", "sink", "side_output"):
         raise TypeError(
             f"{upstream.name} has no side outputs: get_side_output applies to the stream a "

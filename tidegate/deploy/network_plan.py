@@ -7,16 +7,17 @@ caller looks up the address that routes to the master).
 * A cluster master (`spark://`, `yarn`, `k8s://`, `mesos://`): bind to all interfaces and
   advertise, in this order, `tidegate.network.advertised-host`, Spark's own `spark.driver.host`
   (when it is not a loopback address), or the address of the interface that routes to the
-  master. Slots bind to all interfaces too and advertise the interface on which they reach the
-  driver. A loopback address advertised to a cluster is refused, naming the key to set:
-  executors on other hosts would dial themselves.
+  master. A slot's plan is all interfaces too, which it narrows to the one interface on which
+  it reaches the driver (runtime/slot.py): it binds and advertises that address. A loopback
+  address advertised to a cluster is refused, naming the key to set: executors on other hosts
+  would dial themselves.
 * IPv6: a host with a colon is an IPv6 literal (brackets, as in `spark://[fd00::1]:7077`, are
   accepted and dropped). "All interfaces" is `::` (dual-stack: IPv4 peers connect too) when
   the driver binds or advertises IPv6, else `0.0.0.0`; loopback is `::1` for an IPv6 bind.
   Slots bind all interfaces, or loopback, in the family of the driver's bind.
 
 Every connection is authenticated with the job's secret (runtime/auth.py), so a listener on
-all interfaces accepts only the job's own processes.
+all interfaces accepts only the job's own processes (docs/security.md).
 """
 
 from __future__ import annotations

@@ -183,8 +183,9 @@ def _files_of(root: Path) -> Iterator[tuple[Path, str]]:
             and not (Path(directory, d) / "pyvenv.cfg").exists()
         )
         for name in sorted(files):
-            if not name.endswith((".pyc", ".pyo")):
-                file = Path(directory, name)
+            file = Path(directory, name)
+            # sockets, FIFOs and broken links (a script in /tmp) are nothing to ship
+            if not name.endswith((".pyc", ".pyo")) and file.is_file():
                 yield file, str(file.relative_to(root))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from tidegate.deploy.java import JavaUnavailableError, use_java
 from tidegate.deploy.network_plan import is_local_master
+from tidegate.runtime.addresses import LOOPBACK
 
 
 class SparkUnavailableError(RuntimeError):
@@ -25,6 +26,8 @@ PYSPARK_PYTHON_CONF = "spark.pyspark.python"
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: PySpark's worker daemon with tidegate's slot code imported before it forks workers
 WORKER_DAEMON = "tidegate.deploy.worker_daemon"
+#: where the Spark driver binds its RPC server and block manager, and the address it advertises
+_DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
 def executor_python(
@@ -43,6 +46,21 @@ def executor_python(
     if "PYSPARK_PYTHON" in environ or master is None:
         return None
     return driver_python if is_local_master(master) else None
+
+
+def loopback_driver_conf(
+    master: str | None, environ: Mapping[str, str], conf: Mapping[str, str]
+) -> dict[str, str]:
+    """The settings that keep the Spark driver's own endpoints (its RPC server and block
+    manager) on loopback in a session tidegate creates on a local master (`master` None:
+    spark-submit's, left alone): its executors run on this host, and Spark's RPC is not
+    authenticated unless `spark.authenticate` is on. Spark would otherwise bind the address of
+    the host's name (or, when that is loopback, of its first interface). Nothing when the
+    user chose: `spark.driver.host` / `spark.driver.bindAddress` set, or SPARK_LOCAL_IP."""
+    chosen = "SPARK_LOCAL_IP" in environ or any(k in conf for k in _DRIVER_ADDRESS_KEYS)
+    if master is None or not is_local_master(master) or chosen:
+        return {}
+    return dict.fromkeys(_DRIVER_ADDRESS_KEYS, LOOPBACK)
 
 
 def _task_slots(spark: Any, num_slots: int) -> int:
@@ -104,6 +122,8 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
             # cluster the executors' Python may lack tidegate until the job ships it
             builder = builder.config("spark.python.daemon.module", WORKER_DAEMON)
+        for key, value in loopback_driver_conf(master, os.environ, conf or {}).items():
+            builder = builder.config(key, value)
         for key, value in (conf or {}).items():  # the job's spark.* entries win
             if key.startswith("spark.") and key != "spark.master":
                 builder = builder.config(key, value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from tidegate.common.configuration import (
@@ -24,7 +25,8 @@ from tidegate.common.configuration import (
 from tidegate.rest.discovery import write_discovery_file
 from tidegate.rest.registry import JobRegistry
 from tidegate.rest.routes import RestApi
-from tidegate.rest.server import RestServer, is_loopback, parse_ports
+from tidegate.rest.server import RestServer, parse_ports
+from tidegate.runtime.addresses import LOOPBACK, is_loopback
 
 log = logging.getLogger("tidegate.rest")
 
@@ -44,24 +46,51 @@ def register_job(jm: Any, configuration: dict[str, str]) -> RestServer | None:
     with _lock:
         if _server is not None or not enabled:
             return _server
-        host = conf.get_string(REST_BIND_ADDRESS, "127.0.0.1") or "127.0.0.1"
-        token = conf.get_string(REST_TOKEN) or None
-        if token is None and not is_loopback(host):
-            token = secrets.token_urlsafe(24)  # per process; in the discovery file
         try:
+            settings = rest_settings(conf)
             server = RestServer(
                 RestApi(_registry, conf.get_integer(WEB_REFRESH_INTERVAL, 3000)),
-                host,
-                parse_ports(conf.get_string(REST_PORT, "8081")),
-                token,
+                settings.host,
+                settings.ports,
+                settings.token,
+                token_generated=settings.token_generated,
             )
-            discovery = write_discovery_file(server.url, token)
+            discovery = write_discovery_file(server.url, settings.token)
         except (OSError, ValueError) as e:
             log.warning("the REST API and dashboard did not start: %s", e)
             return None
         _server = server
-    log.info("REST API and dashboard at %s/ (discovery file %s)", server.url, discovery)
+    needs = ""
+    if settings.token_generated:
+        needs = ", which holds the bearer token generated for this process"
+    elif settings.token is not None:
+        needs = f"; the bearer token of {REST_TOKEN} is required"
+    log.info("REST API and dashboard at %s/ (discovery file %s%s)", server.url, discovery, needs)
     return server
+
+
+@dataclass(frozen=True)
+class RestSettings:
+    """Where the REST server listens and the token it requires (None: none)."""
+
+    host: str
+    ports: list[int]
+    token: str | None
+    #: the token is not the configured `rest.token` but generated for this process
+    token_generated: bool
+
+
+def rest_settings(conf: Configuration) -> RestSettings:
+    """The `rest.*` configuration as the server takes it: loopback by default, without a
+    token unless `rest.token` sets one; on any other address `rest.token`, else a random token
+    generated here (192 bits), since a server reachable from other hosts never runs without
+    one. A bad `rest.port` raises ValueError."""
+    host = conf.get_string(REST_BIND_ADDRESS, LOOPBACK) or LOOPBACK
+    token = conf.get_string(REST_TOKEN) or None
+    generated = token is None and not is_loopback(host)
+    if generated:
+        token = secrets.token_urlsafe(24)
+    return RestSettings(host, parse_ports(conf.get_string(REST_PORT, "8081")), token, generated)
 
 
 def running_server() -> RestServer | None:

@@ -9,7 +9,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidegate.rest.server import is_loopback
+from tidegate.runtime.addresses import is_loopback
 
 #: seconds one HTTP exchange may take before the driver counts as unreachable
 REQUEST_TIMEOUT_S = 30.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -26,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tidegate.rest.routes import Request, RestApi, RestError
+from tidegate.runtime.addresses import is_loopback
 
 log = logging.getLogger("tidegate.rest")
 
@@ -52,15 +52,6 @@ PORT_FALLBACKS = 100
 
 class RestSecurityError(ValueError):
     """The server would be reachable from other hosts without a token."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_ports(spec: str | int) -> list[int]:
@@ -122,6 +113,8 @@ class RestServer:
         host: str = "127.0.0.1",
         ports: Iterable[int] = (8081,),
         token: str | None = None,
+        *,
+        token_generated: bool = False,
     ) -> None:
         self.loopback = is_loopback(host)
         if not self.loopback and not token:
@@ -132,6 +125,8 @@ class RestServer:
         self.api = api
         self.host = host
         self.token = token
+        #: `token` was generated for this process (rest/__init__.py), not configured
+        self.token_generated = token_generated
         self._httpd = _bind(host, ports)
         self._httpd.rest = self
         self.port: int = self._httpd.server_address[1]
@@ -151,6 +146,14 @@ class RestServer:
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's address for whoever started the driver: with a generated token in
+        the URL's fragment (which browsers never send), since nobody else knows it; a
+        configured token is not repeated."""
+        fragment = f"#token={self.token}" if self.token_generated else ""
+        return f"{self.url}/{fragment}"
 
     def close(self) -> None:
         self._httpd.shutdown()

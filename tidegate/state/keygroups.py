@@ -51,7 +51,7 @@ import struct
 import uuid
 import warnings
 import zlib
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from decimal import Decimal
 from fractions import Fraction
 
@@ -369,6 +369,13 @@ class KeyGroupAssigner:
         except TypeError:
             # Unhashable: stable_hash raises an actionable error (or hashes a bytearray).
             return stable_hash(key) % self.max_parallelism
+
+    @property
+    def cached_subtask(self) -> Callable[[Hashable], int | None]:
+        """`get` of the subtask cache: `cached_subtask(key)` is `key`'s subtask or None when
+        not cached (then call `subtask`); raises TypeError for an unhashable key. A C call,
+        for loops over every record (the cache is only ever cleared in place)."""
+        return self._subtask_cache.get
 
     def subtask(self, key: Hashable) -> int:
         """The index of the subtask that owns `key` at this assigner's parallelism."""

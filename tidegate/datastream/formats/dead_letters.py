@@ -10,37 +10,27 @@ without serialisation in between:
 
     dead = OutputTag("dead-letters")
     rows = raw.process(DeserializeOrDeadLetter(schema, dead), schema.get_produced_type())
-    rows.get_side_output(dead).sink_to(...)   # DeadLetter records: message, error, field, ...
+    rows.get_side_output(dead).sink_to(...)   # DeadLetter records: record, error, field, ...
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from tidegate.common.serialization import DeserializationSchema
 from tidegate.datastream.core_functions import ProcessFunction
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.formats.base import FormatError
+from tidegate.runtime.dead_letters import DeadLetter, dead_letter
 
 __all__ = ["DeadLetter", "DeserializeOrDeadLetter"]
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    """A message that could not be read: the message as received, the error's text, and the
-    field and position the error names (None if it names none)."""
-
-    message: Any
-    error: str
-    field: str | None = None
-    position: str | None = None
-
-
 class DeserializeOrDeadLetter(ProcessFunction):
     """Emits `schema.deserialize(message)` for each message (nothing when that is None) and a
-    DeadLetter on `dead_letter_tag` for each message the schema raises FormatError on.
+    DeadLetter on `dead_letter_tag` for each message the schema raises FormatError on (the
+    message is its `record`).
 
     Build the schema without `ignore_parse_errors`, or nothing ever reaches the side output.
     Other errors (a bug in a user schema) still fail the job."""
@@ -57,6 +47,6 @@ class DeserializeOrDeadLetter(ProcessFunction):
         try:
             record = self.schema.deserialize(value)
         except FormatError as e:
-            ctx.output(self.dead_letter_tag, DeadLetter(value, str(e), e.field, e.position))
+            ctx.output(self.dead_letter_tag, dead_letter(value, "DeserializeOrDeadLetter", e))
             return None
         return None if record is None else (record,)
