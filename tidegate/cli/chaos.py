@@ -98,8 +98,8 @@ def chaos_command(
     """Check that a job commits the same output when things fail.
 
     Runs JOB.py once without faults (the reference), then again while injecting faults
-    (exceptions in user functions, SIGKILL of slot processes, failed snapshot phases, commits
-    and checkpoint storage writes), and compares the records its sinks committed: lost,
+    (exceptions in user functions, SIGKILL of slot processes, failed snapshot phases, commits,
+    checkpoint storage writes and restores), and compares the records its sinks committed: lost,
     duplicated, unexpected and (where the order is defined) reordered ones. The script runs
     unchanged: its file sinks and checkpoints are moved to the work directory. Arguments after
     `--` go to the script. Exit status 0 only when the outputs are equal.
