@@ -223,7 +223,9 @@ def _run(
     what: str,
 ) -> dict[str, Any]:
     """Run the script once as `tidegate run --chaos` in a subprocess; its run.json. Its output
-    goes to `output.log` in the run's directory (and to stderr with --verbose)."""
+    goes to `output.log` in the run's directory (and to stderr with --verbose), which starts
+    empty: a fault log left by an earlier run would stop its faults."""
+    shutil.rmtree(settings.run_dir, ignore_errors=True)
     path = settings.save()
     log_path = os.path.join(settings.run_dir, "output.log")
     package_parent = str(Path(tidegate.__file__).parents[1])
