@@ -270,6 +270,16 @@ def test_a_sink_whose_output_cannot_be_moved_is_refused(monkeypatch, tmp_path):
         chaos_job_spec(monkeypatch, ChaosRun(ChaosSettings(str(tmp_path))), ExternalSink())
 
 
+def test_a_bulk_format_file_sink_is_refused(monkeypatch, tmp_path):
+    from tidegate.common import Types
+    from tidegate.datastream.formats.parquet import ParquetBulkWriters
+
+    row = Types.ROW_NAMED(["n"], [Types.LONG()])
+    sink = FileSink.for_bulk_format("/out", ParquetBulkWriters.for_row_type(row)).build()
+    with pytest.raises(ValueError, match=r"writes a bulk format .*FileSink\.for_row_format"):
+        chaos_job_spec(monkeypatch, ChaosRun(ChaosSettings(str(tmp_path))), sink)
+
+
 def test_a_job_without_checkpoints_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(
         StreamExecutionEnvironment, "cli_overrides", {"chaos": ChaosRun(ChaosSettings("/x"))}

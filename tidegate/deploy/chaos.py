@@ -27,6 +27,7 @@ from typing import Any
 
 from tidegate.common.restart_strategy import RestartStrategies
 from tidegate.connectors.base import RedirectableSink, Sink
+from tidegate.connectors.file_sink import FileSink
 from tidegate.connectors.print_sink import PrintSink
 from tidegate.deploy.job_spec import JobSpec
 from tidegate.graph.stream_graph import StreamGraph, Transformation
@@ -104,6 +105,13 @@ class ChaosRun:
                     "external system twice. It compares sinks that write files under one "
                     "directory (FileSink, or a sink with `with_output_path`); give the job a "
                     "FileSink in place of this sink to check it"
+                )
+            if isinstance(t.connector, FileSink) and t.connector.encoder is None:
+                raise ValueError(
+                    f"tidegate chaos compares the lines of row-format files, but the sink "
+                    f"{t.describe()} writes a bulk format (e.g. Parquet), whose files differ "
+                    "between runs even with the same records; check the job with a row-format "
+                    "FileSink (FileSink.for_row_format) in its place"
                 )
             path = os.path.join(self.settings.run_dir, "sinks", str(len(self.sinks)))
             t.connector = t.connector.with_output_path(path)
