@@ -9,6 +9,8 @@
     tidegate stop JOB [--savepoint DIR] [--drain]
     tidegate check-restore JOB.py --from PATH [--parallelism N] [--allow-non-restored-state]
                            [--verify] [--json] [-- job args...]
+    tidegate chaos JOB.py [--faults N] [--seed S] [--kinds K,...] [--schedule every:N]
+                   [--json PATH] [-- job args...]
     tidegate rewrite-savepoint SRC --max-parallelism M --output DST [--parallelism P]
     tidegate transactions list|commit|abort JOB_DIR [ID...] [--postgres URL [--user NAME]]
                           [--kafka BOOTSTRAP]
@@ -23,7 +25,8 @@ found a damaged checkpoint, or check-restore found that the restore would be ref
 usage or path error (a missing script, a wrong checkpoint path, no Spark), 130 interrupted.
 
 Modules: `run` (the run command), `status` (its live status output), `checkpoints` (the
-checkpoints command), `check_restore` and `rewrite` (the offline check-restore and
+checkpoints command), `chaos` and `chaos_report` (the fault-injection harness and its
+comparison of outputs), `check_restore` and `rewrite` (the offline check-restore and
 rewrite-savepoint commands), `transactions` (sink transactions a job left open), `jobs` (the
 commands on running jobs), `errors` (error lines and exit codes), `formatting` (shared text
 helpers).
@@ -34,6 +37,7 @@ from __future__ import annotations
 import click
 
 from tidegate import __version__
+from tidegate.cli.chaos import chaos_command
 from tidegate.cli.check_restore import check_restore_command
 from tidegate.cli.checkpoints import checkpoint_detail, checkpoints_command
 from tidegate.cli.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_USAGE, CliError
@@ -79,6 +83,7 @@ def cli() -> None:
 cli.add_command(run_command)
 cli.add_command(checkpoints_command)
 cli.add_command(check_restore_command)
+cli.add_command(chaos_command)
 cli.add_command(rewrite_savepoint_command)
 cli.add_command(transactions_command)
 for command in (

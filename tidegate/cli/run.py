@@ -36,6 +36,7 @@ from tidegate.common.configuration import Configuration
 from tidegate.common.filesystems import FileSystems
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream.stream_execution_environment import StreamExecutionEnvironment
+from tidegate.deploy.chaos import ChaosRun, ChaosSettings
 
 #: a frame line of a formatted traceback (its source line, if any, follows on the next line)
 _TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')
@@ -95,6 +96,7 @@ _TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (
     metavar="SECONDS",
     help="How often to print the status line (0: only the summary).",
 )
+@click.option("--chaos", "chaos", metavar="SETTINGS", hidden=True, help="(tidegate chaos)")
 @verbose_option
 def run_command(
     job: str,
@@ -108,6 +110,7 @@ def run_command(
     restore_fallback: bool | None,
     conf: tuple[str, ...],
     status_interval: float,
+    chaos: str | None,
     verbose: bool,
 ) -> None:
     """Run a job script, with live status on stderr.
@@ -143,7 +146,16 @@ def run_command(
         printer.line(f"restoring from {kind} {metadata.checkpoint_id} in {directory}")
     monitor = JobMonitor(printer, status_interval)
     overrides = {k: v for k, v in overrides.items() if v is not None} | {"on_submit": monitor}
-    with _job_environment(script, [script, *job_args], overrides), cli_logging(printer, verbose):
+    recording: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if chaos is not None:  # a run of `tidegate chaos` (deploy/chaos.py)
+        chaos_run = ChaosRun(ChaosSettings.load(chaos))
+        overrides |= {"chaos": chaos_run, "on_submit": chaos_run.watched_by(monitor)}
+        recording = chaos_run.recording()
+    with (
+        _job_environment(script, [script, *job_args], overrides),
+        cli_logging(printer, verbose),
+        recording,
+    ):
         _execute(script, job, monitor, verbose)
 
 

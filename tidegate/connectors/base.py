@@ -18,7 +18,9 @@ readers discover new splits on their own.
 Two optional contracts concern connectors that read or write files: `UsesFileSystems` (the
 job's filesystem options reach them on every host) and `SharedPathSink` (the paths every host
 must see as one storage, which each attempt checks). A sink that names its idempotent writes
-is told the job run's id (`UsesJobId`) and its operator's uid (`UsesOperatorUid`).
+is told the job run's id (`UsesJobId`) and its operator's uid (`UsesOperatorUid`). A sink whose
+output is the files under one directory can be moved elsewhere (`RedirectableSink`: `tidegate
+chaos` runs a job twice, each run writing to a directory of its own).
 """
 
 from __future__ import annotations
@@ -301,6 +303,17 @@ class SharedPathSink(Protocol):
         before calling `recover` or `create_writer`; a slot that does not find it fails the job
         at once, without restarts (StorageNotSharedError naming its host and the path). So the
         sink and the readers of its output must ignore files whose names start with '.'."""
+        ...
+
+
+@runtime_checkable
+class RedirectableSink(Protocol):
+    """A sink whose whole output is files under one directory: those whose names (and whose
+    directories' names below it) do not start with '.' are committed, one record per line."""
+
+    def with_output_path(self, path: str) -> Sink:
+        """This sink writing under `path` instead. Called on the driver before the job is built
+        (by `tidegate chaos`, which compares the committed output of two runs of a job)."""
         ...
 
 

@@ -288,6 +288,11 @@ class FileSink:
         """This sink writing with the job's filesystem options (connectors/base.py)."""
         return replace(self, filesystems=filesystems)
 
+    def with_output_path(self, path: str) -> FileSink:
+        """This sink writing under `path` instead of its base path (connectors/base.py
+        `RedirectableSink`; lines are records only for a row format)."""
+        return replace(self, base_path=path)
+
     def shared_paths(self) -> tuple[str, ...]:
         """The base path: writers and committers on every host write under it, and the
         output is the files whose names do not start with '.' (connectors/base.py)."""

@@ -303,6 +303,9 @@ class StreamExecutionEnvironment:
         if overrides.get("configuration"):  # `tidegate run --conf`: over the script's settings
             self.configure(Configuration().add_all(overrides["configuration"]))
         parallelism = overrides.get("parallelism") or self._parallelism
+        chaos = overrides.get("chaos")  # `tidegate chaos`: its ChaosRun (deploy/chaos.py)
+        if chaos is not None:
+            chaos.redirect(self._stream_graph, parallelism)
         name = job_name or DEFAULT_JOB_NAME
         filesystems = FileSystems.from_configuration(self._config)
         graph = build_job_graph(
@@ -319,7 +322,7 @@ class StreamExecutionEnvironment:
             if isinstance(t.connector, ChecksCheckpointing):
                 t.connector.check_checkpoint_interval(checkpoint.interval_ms)
         cfg = self._config
-        return JobSpec(
+        spec = JobSpec(
             job_name=name,
             graph=graph,
             checkpoint=checkpoint,
@@ -344,6 +347,7 @@ class StreamExecutionEnvironment:
             python=self._python_dependencies(),
             **self._restore_settings(),
         )
+        return spec if chaos is None else chaos.finish(spec)
 
     def _is_batch(self) -> bool:
         """Whether the job runs in BATCH mode; refuses BATCH with an unbounded source."""

@@ -68,6 +68,7 @@ from tidegate.deploy.snapshot_requests import (
     SnapshotRequest,
     StopFailed,
 )
+from tidegate.runtime.faults import fail_metadata_write
 from tidegate.runtime.messages import (
     CancelSlot,
     DrainSources,
@@ -320,6 +321,7 @@ class JobAttempt:
         if not pending.is_savepoint:
             check_references(jm.shared_registry, metadata, directory)
         try:
+            fail_metadata_write(jm.spec.faults, pending.checkpoint_id, self.attempt)
             jm.storage.write_metadata(directory, metadata)
         except FencedWriterError as e:  # the checkpoint must not complete here: stop the job
             jm.events.put(Fenced(self.attempt, str(e)))

@@ -11,6 +11,7 @@ from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.deploy.python_deps import PythonDependencies
 from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
+from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
 
 
@@ -133,3 +134,5 @@ class JobSpec:
     state_backend: Any = None
     #: the job's Python files and requirements, shipped to every worker (None: nothing)
     python: PythonDependencies | None = field(default=None, compare=False)
+    #: the faults a `tidegate chaos` run injects (runtime/faults.py; None: none)
+    faults: FaultPlan | None = None

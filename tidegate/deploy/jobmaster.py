@@ -507,6 +507,7 @@ class JobMaster:
             log_level=logging.getLogger().getEffectiveLevel(),
             storage_checks=self._storage_checks,
             heartbeat_timeout_s=self.spec.heartbeat_timeout_ms / 1000,
+            faults=self.spec.faults,
         )
 
     def _on_slot_message(self, message: object) -> None:

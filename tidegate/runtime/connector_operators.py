@@ -13,6 +13,7 @@ from tidegate.connectors.base import (
     UsesOperatorUid,
     writer_subtask,
 )
+from tidegate.runtime import faults
 from tidegate.runtime.operators import OperatorRuntime, StreamOperator
 from tidegate.runtime.records import TimestampedBatch
 from tidegate.runtime.timestamps import WatermarkGeneration
@@ -194,6 +195,7 @@ class SinkOperator(StreamOperator):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [c for cid, c in self.pending if cid <= checkpoint_id]
         if ready:
+            faults.reach(faults.Site.COMMIT, checkpoint_id)
             self.committer.commit(ready)
             self.pending = [(cid, c) for cid, c in self.pending if cid > checkpoint_id]
 

@@ -9,6 +9,7 @@ from typing import Any
 from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
+from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
 
 
@@ -49,3 +50,5 @@ class Deployment:
     #: a connection whose peer stays silent this long fails (runtime/connect.py): a slot cut
     #: off from its driver ends on its own; the job's heartbeat timeout
     heartbeat_timeout_s: float = 50.0
+    #: the faults a `tidegate chaos` run injects (runtime/faults.py; None: none)
+    faults: FaultPlan | None = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
+from tidegate.runtime import faults
 from tidegate.state.channel_state import read_channel_state
 from tidegate.state.local_incremental import with_local_copies
 from tidegate.state.local_recovery import LocalStateStore
@@ -62,6 +63,7 @@ class RestoredOperatorState:
 
         A rescaled subtask reads parts of several old subtasks' files: they are downloaded in
         parallel (I/O overlaps) and loaded one after another in the planned order."""
+        faults.restoring()
         incremental = [h for h in self.keyed if isinstance(h, IncrementalKeyedStateHandle)]
         inc_reads = (0, 0)
         if incremental:  # rocksdb incremental checkpoints (state/rocksdb_restore.py)

@@ -25,10 +25,12 @@ from typing import Any
 from tidegate.checkpoint.shared_storage import verify_check
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
+from tidegate.runtime import faults
 from tidegate.runtime.addresses import is_wildcard
 from tidegate.runtime.collector import tuned_collector
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
+from tidegate.runtime.faults import FaultyCheckpointStorage
 from tidegate.runtime.frames import TypedEdge
 from tidegate.runtime.gate import InputGate
 from tidegate.runtime.messages import (
@@ -84,6 +86,7 @@ def run_slot(
     except BaseException:
         control.close()
         raise
+    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network, host or socket.gethostname(), startup)
@@ -104,6 +107,7 @@ def run_slot(
         ]
         # Step 4
         tasks_created = time.time()
+        faults.subtasks_running()
         with tuned_collector(deployment.gc_threshold):
             _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
@@ -130,6 +134,7 @@ def run_slot(
         network.close()
         output.close()
         control.close()
+        faults.uninstall()
 
 
 class _SlotInbox:
@@ -150,6 +155,7 @@ class _SlotInbox:
         self.cancelled = threading.Event()
 
     def on_message(self, msg: Any) -> None:
+        faults.on_message(msg)
         match msg:
             case SlotAddresses(addresses=addrs):
                 self.addresses.update(addrs)
@@ -232,7 +238,8 @@ def _check_shared_storage(
 def _task_environment(
     deployment: Deployment, control: ControlClient, executor: ThreadPoolExecutor
 ) -> TaskEnvironment:
-    storage = CheckpointStorage(
+    storage_class = CheckpointStorage if deployment.faults is None else FaultyCheckpointStorage
+    storage = storage_class(
         deployment.checkpoint_base,
         deployment.job_id,
         deployment.filesystems,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidegate.runtime import faults
 from tidegate.runtime.operators import OperatorSnapshot
 from tidegate.runtime.restore import CHANNEL_STATE_KEY
 from tidegate.runtime.task_environment import TaskEnvironment
@@ -30,6 +31,7 @@ def write_snapshot(
     """(the handles by operator uid, the bytes of channel state written). `key_group_ranges`:
     the keyed operators' key groups; `target`: a savepoint's own directory (None: the
     checkpoint's); `frames`: the in-flight frames of an unaligned checkpoint."""
+    faults.reach(faults.Site.ASYNC_SNAPSHOT, checkpoint_id)
     directory = target or env.storage.checkpoint_dir(checkpoint_id)
     state: dict[str, StateHandle | ChannelStateHandle] = {}
     for uid, snap in snapshots:

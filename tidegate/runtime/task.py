@@ -29,7 +29,7 @@ from collections import deque
 from typing import Any
 
 from tidegate.checkpoint.options import CheckpointOptions
-from tidegate.runtime import two_input
+from tidegate.runtime import faults, two_input
 from tidegate.runtime.barriers import (
     AbortCheckpoint,
     SingleCheckpointBarrierHandler,
@@ -429,6 +429,7 @@ class StreamTask:
         started = time.perf_counter()
         # Step 1: synchronous phase — capture every operator's state between two batches.
         try:
+            faults.reach(faults.Site.SYNC_SNAPSHOT, cid)
             savepoint = barrier.options.is_savepoint
             snapshots = [
                 (op.uid, op.snapshot_state(cid, barrier.timestamp_ms, savepoint)) for op in self.ops

@@ -1,0 +1,487 @@
+"""Fault injection for `tidegate chaos` (cli/chaos.py): which faults a run gets, decided up
+front by a seeded, pure plan (`plan_faults`), and the injector a slot installs to carry them
+out at named sites of the runtime.
+
+A fault is planned at a checkpoint id N, and happens at the first site it meets at checkpoint N
+or a later one (a checkpoint triggered while an attempt fails may never reach a site). Each
+happens at most once: a slot skips the faults the log already holds (below). The same seed
+plans the same faults. The kinds:
+
+- `exception`: a user function raises (`InjectedFault`), a random time after checkpoint N
+  completed (the operators of user functions are wrapped when a chaos run builds the job:
+  `FaultyOperatorFactory`);
+- `kill`: the slot's Python process SIGKILLs itself, either while checkpoint N is in its
+  asynchronous phase or a random time after N completed;
+- `snapshot-sync` / `snapshot-async`: the synchronous or asynchronous snapshot phase of
+  checkpoint N fails in one subtask (the checkpoint is declined);
+- `commit`: a sink's commit of checkpoint N fails (`notify_checkpoint_complete`);
+- `storage-write`: writing a state file of checkpoint N fails with an I/O error part-way
+  (`FaultyCheckpointStorage`);
+- `metadata-write`: the driver's write of checkpoint N's `_metadata` fails, after every
+  subtask acknowledged (every sink pre-committed) and before the checkpoint completed
+  (`fail_metadata_write`, called by the JobMaster);
+- `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
+  state (then the next attempt restores normally).
+
+The sites call `reach(site, checkpoint_id)` (and `restoring()`): with chaos off (`_active` is
+None) a site costs one global lookup per checkpoint or restore, and no per-record code has a
+hook. Every fault carried out is appended, as a JSON line written and fsynced before the fault
+happens (a SIGKILL leaves no chance after), to the plan's log file, which the harness reads;
+so is the moment each slot's subtasks run (restored) in each attempt (`subtasks_running`), from
+which the harness measures recovery times. A slot skips the faults the log already holds, so a
+fault happens once even when the restarted attempt would meet its site again (a restore).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import json
+import os
+import posixpath
+import random
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.runtime.messages import NotifyCheckpointComplete
+
+
+class FaultKind(enum.StrEnum):
+    EXCEPTION = "exception"
+    KILL = "kill"
+    SNAPSHOT_SYNC = "snapshot-sync"
+    SNAPSHOT_ASYNC = "snapshot-async"
+    COMMIT = "commit"
+    STORAGE_WRITE = "storage-write"
+    METADATA_WRITE = "metadata-write"
+    RESTORE = "restore"
+
+
+class Site(enum.Enum):
+    """Where the runtime calls `reach`."""
+
+    SYNC_SNAPSHOT = "sync snapshot"
+    ASYNC_SNAPSHOT = "async snapshot"
+    COMMIT = "commit"
+
+
+#: the kind of fault that makes each site fail
+_FAILING_AT = {
+    Site.SYNC_SNAPSHOT: FaultKind.SNAPSHOT_SYNC,
+    Site.ASYNC_SNAPSHOT: FaultKind.SNAPSHOT_ASYNC,
+    Site.COMMIT: FaultKind.COMMIT,
+}
+
+
+class InjectedFault(RuntimeError):
+    """The failure `tidegate chaos` injected (its message says which and where)."""
+
+
+#: when a fault not tied to a delay happens, by kind
+_WHEN = {
+    FaultKind.KILL: "in the asynchronous phase of checkpoint {}",
+    FaultKind.SNAPSHOT_SYNC: "in the synchronous phase of checkpoint {}",
+    FaultKind.SNAPSHOT_ASYNC: "in the asynchronous phase of checkpoint {}",
+    FaultKind.COMMIT: "in the commit of checkpoint {}",
+    FaultKind.STORAGE_WRITE: "writing a state file of checkpoint {}",
+    FaultKind.METADATA_WRITE: "writing the _metadata of checkpoint {}",
+    FaultKind.RESTORE: "restoring keyed state from checkpoint {}",
+}
+#: the kinds that happen on the driver, not in a slot
+DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE})
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    checkpoint_id: int
+    #: the slot (parallel index) it happens in
+    slot: int
+    #: `exception` and `kill`: seconds after checkpoint `checkpoint_id` completed (None: a kill
+    #: during that checkpoint's asynchronous phase)
+    delay_s: float | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """What identifies the fault in the log."""
+        return str(self.kind), self.checkpoint_id, self.slot
+
+    def describe(self, at: int | None = None) -> str:
+        """What happened, at checkpoint `at` (None: the planned one)."""
+        cid = self.checkpoint_id if at is None else at
+        if self.delay_s is not None:
+            when = f"{self.delay_s:.2f}s after checkpoint {cid} completed"
+        else:
+            when = _WHEN[self.kind].format(cid)
+        where = "on the driver" if self.kind in DRIVER_KINDS else f"in slot {self.slot}"
+        return f"{self.kind} {where} {when}"
+
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """At which checkpoints faults happen: `at` the given ids, `every` N-th checkpoint (N, 2N,
+    ...), or at `random` checkpoints, each with probability `rate`."""
+
+    mode: str
+    checkpoints: tuple[int, ...] = ()
+    every: int = 0
+    rate: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSchedule:
+        """`at:3,7`, `every:2` or `random:0.3`; ValueError saying what is wrong."""
+        mode, _, value = text.partition(":")
+        try:
+            if mode == "at":
+                ids = tuple(sorted({int(v) for v in value.split(",")}))
+                if ids and ids[0] >= 1:
+                    return cls("at", checkpoints=ids)
+            elif mode == "every" and int(value) >= 1:
+                return cls("every", every=int(value))
+            elif mode == "random" and 0 < float(value) <= 1:
+                return cls("random", rate=float(value))
+        except ValueError:
+            pass
+        raise ValueError(
+            f"bad schedule {text!r}: use at:N[,M...] (checkpoint ids >= 1), every:N (N >= 1) "
+            "or random:RATE (a probability per checkpoint, 0 < RATE <= 1)"
+        )
+
+    def checkpoint_ids(self, count: int, rng: random.Random) -> list[int]:
+        """The checkpoint ids of `count` faults, ascending (one id may carry several)."""
+        if self.mode == "at":
+            return [self.checkpoints[i % len(self.checkpoints)] for i in range(count)]
+        if self.mode == "every":
+            return [self.every * (i + 1) for i in range(count)]
+        ids, checkpoint = [], 0
+        while len(ids) < count:
+            checkpoint += 1
+            if rng.random() < self.rate:
+                ids.append(checkpoint)
+        return ids
+
+
+def plan_faults(
+    schedule: FaultSchedule,
+    kinds: Sequence[FaultKind],
+    count: int,
+    seed: int,
+    slots: Mapping[FaultKind, int],
+    interval_s: float,
+) -> tuple[Fault, ...]:
+    """`count` faults at the schedule's checkpoints, their kinds taken from `kinds` in a seeded
+    shuffled cycle (every kind once before any twice), each in a random slot of the
+    `slots[kind]` that have its site; delays within one checkpoint interval. Pure: the same
+    arguments give the same plan."""
+    if not kinds:
+        raise ValueError("no fault kinds to plan")
+    rng = random.Random(seed)
+    ids = schedule.checkpoint_ids(count, rng)
+    sequence: list[FaultKind] = []
+    while len(sequence) < count:
+        sequence.extend(rng.sample(list(kinds), len(kinds)))
+    faults = []
+    for checkpoint_id, kind in zip(ids, sequence, strict=False):
+        slot = rng.randrange(max(slots.get(kind, 1), 1))
+        delay = None
+        if kind is FaultKind.EXCEPTION or (kind is FaultKind.KILL and rng.random() < 0.5):
+            delay = round(rng.uniform(0.1, 0.9) * interval_s, 3)
+        faults.append(Fault(kind, checkpoint_id, slot, delay))
+    return tuple(faults)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What a chaos run's slots inject (in `Deployment.faults`) and where they log it."""
+
+    faults: tuple[Fault, ...]
+    #: a local file every slot appends a JSON line to for each fault it carries out
+    log_path: str
+
+
+def read_fault_log(path: str) -> list[dict[str, Any]]:
+    """The faults carried out (`event` "fault") and the attempts' slots running (`event`
+    "running"), in the order they were logged ([] if nothing was)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _logged(log_path: str) -> set[tuple[str, int, int]]:
+    """The `Fault.key`s of the faults the log holds."""
+    return {
+        (e["kind"], e["checkpoint_id"], e["slot"])
+        for e in read_fault_log(log_path)
+        if e["event"] == "fault"
+    }
+
+
+def _append(log_path: str, entry: dict[str, Any]) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _log_fault(log_path: str, fault: Fault, attempt: int, at: int) -> None:
+    entry = {
+        "event": "fault",
+        "kind": str(fault.kind),
+        "checkpoint_id": fault.checkpoint_id,
+        "at_checkpoint": at,
+        "slot": fault.slot,
+        "attempt": attempt,
+        "time": time.time(),
+        "description": fault.describe(at),
+    }
+    _append(log_path, entry)
+
+
+def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int) -> None:
+    """The driver is about to write checkpoint `checkpoint_id`'s `_metadata` in attempt
+    `attempt`: raises OSError if `plan` has a `metadata-write` fault due (at this checkpoint or
+    an earlier one) that the log does not hold yet."""
+    if plan is None:
+        return
+    done = _logged(plan.log_path)
+    for fault in plan.faults:
+        due = fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id <= checkpoint_id
+        if due and fault.key not in done:
+            _log_fault(plan.log_path, fault, attempt, checkpoint_id)
+            raise OSError(
+                errno.EIO,
+                "tidegate chaos injected a checkpoint storage write failure: "
+                + fault.describe(checkpoint_id),
+            )
+
+
+class FaultInjector:
+    """Carries out the faults of one slot of one attempt; thread-safe (sites are reached from
+    task threads, the snapshot executor and the control connection's reader)."""
+
+    def __init__(
+        self, plan: FaultPlan, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+    ) -> None:
+        self.slot, self.attempt, self.log_path = slot, attempt, plan.log_path
+        self.restored_checkpoint_id = restored_checkpoint_id
+        done = _logged(plan.log_path)
+        self._pending = [f for f in plan.faults if f.slot == slot and f.key not in done]
+        self._lock = threading.Lock()
+        #: an `exception` fault due: the next batch of a user function's operator raises it
+        self.armed: Fault | None = None
+        self._armed_at = 0
+        self._timers: list[threading.Timer] = []
+
+    def _take(self, match: Callable[[Fault], bool]) -> Fault | None:
+        with self._lock:
+            for fault in self._pending:
+                if match(fault):
+                    self._pending.remove(fault)
+                    return fault
+        return None
+
+    def record(self, fault: Fault, at: int) -> None:
+        """Log `fault` as carried out at checkpoint `at` (before it happens: a kill leaves no
+        time after)."""
+        _log_fault(self.log_path, fault, self.attempt, at)
+
+    def subtasks_running(self) -> None:
+        """Log that this slot's subtasks were created, their state restored."""
+        _append(
+            self.log_path,
+            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()},
+        )
+
+    def restoring(self) -> None:
+        """Keyed state is being restored (from `restored_checkpoint_id`)."""
+        restored = self.restored_checkpoint_id
+        if restored is None:
+            return
+        fault = self._take(lambda f: f.kind is FaultKind.RESTORE and f.checkpoint_id <= restored)
+        if fault is not None:
+            self._fail(fault, restored)
+
+    def _fail(self, fault: Fault, at: int) -> None:
+        self.record(fault, at)
+        raise InjectedFault(f"tidegate chaos injected a fault: {fault.describe(at)}")
+
+    def _kill(self, fault: Fault, at: int) -> None:
+        self.record(fault, at)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def reach(self, site: Site, checkpoint_id: int) -> None:
+        kind = _FAILING_AT[site]
+        fault = self._take(lambda f: f.kind is kind and f.checkpoint_id <= checkpoint_id)
+        if fault is not None:
+            self._fail(fault, checkpoint_id)
+        if site is Site.ASYNC_SNAPSHOT:
+            kill = self._take(
+                lambda f: (
+                    f.kind is FaultKind.KILL
+                    and f.delay_s is None
+                    and f.checkpoint_id <= checkpoint_id
+                )
+            )
+            if kill is not None:
+                self._kill(kill, checkpoint_id)
+
+    def on_message(self, message: Any) -> None:
+        """A message from the driver: a completed checkpoint starts the timers of the faults
+        due a while after it."""
+        if not isinstance(message, NotifyCheckpointComplete):
+            return
+        cid = message.checkpoint_id
+        while (
+            fault := self._take(lambda f: f.delay_s is not None and f.checkpoint_id <= cid)
+        ) is not None:
+            action = self._kill if fault.kind is FaultKind.KILL else self._arm
+            timer = threading.Timer(fault.delay_s or 0.0, action, args=(fault, cid))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+
+    def _arm(self, fault: Fault, at: int) -> None:
+        self.armed = fault
+        self._armed_at = at
+
+    def fire_armed(self) -> None:
+        """Called by a user function's operator before a batch while `armed` is set."""
+        with self._lock:
+            fault, self.armed = self.armed, None
+        if fault is not None:
+            self._fail(fault, self._armed_at)
+
+    def storage_fault(self, checkpoint_id: int) -> Fault | None:
+        """The `storage-write` fault due for a file of checkpoint `checkpoint_id`, if any."""
+        return self._take(
+            lambda f: f.kind is FaultKind.STORAGE_WRITE and f.checkpoint_id <= checkpoint_id
+        )
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+#: the injector of the slot running in this process (None: chaos is off)
+_active: FaultInjector | None = None
+
+
+def install(
+    plan: FaultPlan | None, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+) -> FaultInjector | None:
+    """Start injecting `plan`'s faults of `slot` in this process (nothing if `plan` is None):
+    of attempt `attempt`, which restores checkpoint `restored_checkpoint_id` (None: none)."""
+    global _active
+    _active = None
+    if plan is not None:
+        _active = FaultInjector(plan, slot, attempt, restored_checkpoint_id)
+    return _active
+
+
+def uninstall() -> None:
+    """The slot ended: a reused worker process runs its next slot without its faults."""
+    global _active
+    if _active is not None:
+        _active.close()
+    _active = None
+
+
+def reach(site: Site, checkpoint_id: int) -> None:
+    """An injection site: raises (or kills this process) if a fault is due here."""
+    if _active is not None:
+        _active.reach(site, checkpoint_id)
+
+
+def restoring() -> None:
+    """An injection site: keyed state is being restored."""
+    if _active is not None:
+        _active.restoring()
+
+
+def subtasks_running() -> None:
+    """The slot created its subtasks (their state restored)."""
+    if _active is not None:
+        _active.subtasks_running()
+
+
+def on_message(message: Any) -> None:
+    """The slot received `message` from the driver."""
+    if _active is not None:
+        _active.on_message(message)
+
+
+@dataclass(frozen=True)
+class FaultyOperatorFactory:
+    """Creates a user function's operator (with `make_operator`) whose batches first check for
+    an armed `exception` fault: wraps the operator, not its per-record loop, and only in a
+    chaos run (the job is built with these factories only then)."""
+
+    make_operator: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        operator = self.make_operator(*args, **kwargs)
+        injector = _active
+        if injector is None:
+            return operator
+        for name in ("process_batch", "process_batch1", "process_batch2"):
+            inner = getattr(operator, name, None)
+            if inner is not None:
+                setattr(operator, name, _checked(inner, injector))
+        return operator
+
+
+def _checked(process: Callable[[list], Any], injector: FaultInjector) -> Callable[[list], Any]:
+    def process_batch(records: list) -> Any:
+        if injector.armed is not None:
+            injector.fire_armed()
+        return process(records)
+
+    return process_batch
+
+
+class FaultyCheckpointStorage(CheckpointStorage):
+    """The slot's checkpoint storage in a chaos run: a file of a checkpoint with a due
+    `storage-write` fault fails with EIO at its first write (a partial, empty file stays)."""
+
+    def open_write(self, path: str) -> Any:
+        raw = super().open_write(path)
+        directory, injector = posixpath.dirname(path), _active
+        match = re.fullmatch(r"chk-(\d+)", posixpath.basename(directory))
+        if injector is None or match is None or directory != self.checkpoint_dir(int(match[1])):
+            return raw  # not a file of one of the job's checkpoints
+        fault = injector.storage_fault(int(match[1]))
+        return raw if fault is None else _FailingFile(raw, injector, fault, int(match[1]))
+
+
+class _FailingFile:
+    def __init__(self, raw: Any, injector: FaultInjector, fault: Fault, at: int) -> None:
+        self._raw, self._injector, self._at = raw, injector, at
+        self._fault: Fault | None = fault
+        self._description = fault.describe(at)
+
+    def write(self, data: Any) -> int:
+        if self._fault is not None:
+            self._injector.record(self._fault, self._at)
+        self._fault = None
+        raise OSError(
+            errno.EIO,
+            f"tidegate chaos injected a checkpoint storage write failure: {self._description}",
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._raw.close()
