@@ -31,11 +31,14 @@ class WindowTimers:
     def __init__(
         self,
         backend: Any,
-        on_timer: OnTimer,
+        on_timer: OnTimer | None,
         flush: Callable[[], None],
         clock: Callable[[], int] = processing_time_ms,
+        *,
+        derived: Callable[[int, TimeDomain], None] | None = None,
     ) -> None:
         self._on_timer = on_timer
+        self._derived = derived
         self._flush = flush
         self._backend = backend
         self._windows = backend.get_map_state(MapStateDescriptor(WINDOW_TIMERS_STATE))
@@ -43,7 +46,11 @@ class WindowTimers:
         for key, timers in backend.entries(WINDOW_TIMERS_STATE):
             for (domain, timestamp), windows in timers.items():
                 self._registered.update((domain, timestamp, key, w) for w in windows)
-        self.internal = InternalTimerService(backend, self._fire, clock)
+        if derived is None:
+            fire = self._fire
+        else:  # restored entries of the window map: removed as their timers fire
+            fire = self._fire_derived if self._registered else derived
+        self.internal = InternalTimerService(backend, fire, clock)
         self.internal.restore()
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
@@ -79,6 +86,15 @@ class WindowTimers:
         self._registered.difference_update((*key, current, w) for w in windows)
         for window in windows:
             self._on_timer(window, timestamp, domain)
+
+    def _fire_derived(self, timestamp: int, domain: TimeDomain) -> None:
+        key = (_VALUES[domain], timestamp)
+        windows = self._windows.get(key)
+        if windows is not None:
+            self._windows.remove(key)
+            current = self._backend.current_key
+            self._registered.difference_update((*key, current, w) for w in windows)
+        self._derived(timestamp, domain)  # type: ignore[misc]
 
     # the task's hooks (ChainTimers) and the operator's -----------------------------------------
     def fire_processing_timers(self) -> None:
