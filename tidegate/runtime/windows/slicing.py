@@ -50,6 +50,7 @@ from tidegate.state.descriptors import MapStateDescriptor
 EVENT = TimeDomain.EVENT_TIME
 #: a slice with no accumulator yet (reduce: the first element becomes it)
 _EMPTY: Any = object()
+_NONE: dict = {}
 #: slicing pays off while a window has at most this many slices per window it shares them with
 _MAX_SLICES_PER_WINDOW = 2
 
@@ -107,6 +108,9 @@ class SlicedWindows:
         self.backend = backend = self.op.keyed_backend
         self.state = backend.get_map_state(MapStateDescriptor(CONTENTS_STATE))
         self._get, self._put, self._remove = self.state.get, self.state.put, self.state.remove
+        #: the heap backend's live {key: {slice: accumulator}} dict, to read from (changes go
+        #: through the state object); None on other backends
+        self._table = backend.table(CONTENTS_STATE) if hasattr(backend, "table") else None
         self._register = self.op.timers.internal.register
         #: contents of whole sliding windows restored from the per-window operator
         g = self.g
@@ -173,7 +177,7 @@ class SlicedWindows:
         timers of its windows are registered."""
         key, start = ck
         self.backend.current_key = key
-        acc = self._get(TimeWindow(start, start + self.g))
+        acc = self._slices(key).get((start, start + self.g))
         if acc is None:
             self._register_windows(start)
             return _EMPTY if self.agg.aggregate is None else self.agg.aggregate.create_accumulator()
@@ -263,31 +267,35 @@ class SlicedWindows:
         if (start - offset) % slide == 0:
             self.clear(start)
 
-    def fire(self, window: TimeWindow) -> None:
-        """Emit `window`'s result: its slices merged (no slice: it does not fire)."""
-        get, g = self._get, self.g
-        parts = [
-            acc
-            for acc in (get(TimeWindow(a, a + g)) for a in range(window.start, window.end, g))
-            if acc is not None
-        ]
+    def _slices(self, key: Any) -> Any:
+        """The current key's {slice: accumulator} to read from (a TimeWindow is a tuple: plain
+        `(start, end)` tuples find it)."""
+        if self._table is not None:
+            return self._table.get(key, _NONE)
+        return _StateReader(self._get)
+
+    def _parts(self, window: TimeWindow) -> list[Any]:
+        """The accumulators of `window`'s slices of the current key, in time order."""
+        get, g = self._slices(self.backend.current_key).get, self.g
+        parts = [acc for acc in (get((a, a + g)) for a in range(*window, g)) if acc is not None]
         if self.legacy:
             acc = get(window)
             if acc is not None:
                 parts.insert(0, acc)
-        if not parts:
-            return
-        self.op.emit_window(window, [self._result(self._merge(parts))])
+        return parts
+
+    def fire(self, window: TimeWindow) -> None:
+        """Emit `window`'s result: its slices merged (no slice: it does not fire)."""
+        parts = self._parts(window)
+        if parts:
+            self.op.emit_window(window, [self._result(self._merge(parts))])
 
     def clear(self, window_start: int) -> None:
         """The window starting at `window_start` is past its cleanup time: its function's
         clear(), and its slices that no later window holds are dropped."""
-        get, remove, g, owned = self._get, self._remove, self.g, self._owned
+        remove, g, owned = self._remove, self.g, self._owned
         window = TimeWindow(window_start, window_start + self.size)
-        if self._clear_function and (
-            any(get(TimeWindow(a, a + g)) is not None for a in range(window.start, window.end, g))
-            or (self.legacy and get(window) is not None)
-        ):
+        if self._clear_function and self._parts(window):
             self.op.clear_window_function(window)
         key = self.backend.current_key
         for a in range(window_start, window_start + self.slide, g):
@@ -307,3 +315,15 @@ class SlicedWindows:
                 starts.update(self._window_starts(w.start))
         for s in sorted(starts):
             self.clear(s)
+
+
+class _StateReader:
+    """`.get((start, end))` of the current key's map state (backends without a heap table)."""
+
+    __slots__ = ("_get",)
+
+    def __init__(self, get: Any) -> None:
+        self._get = get
+
+    def get(self, window: tuple[int, int]) -> Any:
+        return self._get(TimeWindow(*window))

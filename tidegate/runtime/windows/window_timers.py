@@ -22,7 +22,8 @@ from tidegate.state.descriptors import MapStateDescriptor
 WINDOW_TIMERS_STATE = "__window_timers__"
 
 OnTimer = Callable[[Any, int, TimeDomain], None]
-_VALUES = {d: d.value for d in TimeDomain}
+#: compared by identity (an Enum's `.value` and hash are Python-level calls)
+_EVENT = TimeDomain.EVENT_TIME
 
 
 class WindowTimers:
@@ -54,7 +55,7 @@ class WindowTimers:
         self.internal.restore()
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        d = _VALUES[domain]
+        d = 0 if domain is _EVENT else 1
         timer = (d, timestamp, self._backend.current_key, window)
         if timer in self._registered:
             return
@@ -64,7 +65,7 @@ class WindowTimers:
         self.internal.register(domain, timestamp)
 
     def delete(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        d = _VALUES[domain]
+        d = 0 if domain is _EVENT else 1
         timer = (d, timestamp, self._backend.current_key, window)
         if timer not in self._registered:
             return
@@ -79,7 +80,7 @@ class WindowTimers:
             self.internal.delete(domain, timestamp)
 
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
-        key = (_VALUES[domain], timestamp)
+        key = (0 if domain is _EVENT else 1, timestamp)
         windows = self._windows.get(key) or ()
         self._windows.remove(key)  # same step as the timer service's removal: fires once
         current = self._backend.current_key
@@ -88,7 +89,7 @@ class WindowTimers:
             self._on_timer(window, timestamp, domain)
 
     def _fire_derived(self, timestamp: int, domain: TimeDomain) -> None:
-        key = (_VALUES[domain], timestamp)
+        key = (0 if domain is _EVENT else 1, timestamp)
         windows = self._windows.get(key)
         if windows is not None:
             self._windows.remove(key)
