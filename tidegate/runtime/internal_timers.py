@@ -153,6 +153,28 @@ class InternalTimerService:
             fired += 1
         return fired
 
+    def pop_event_timers(self, watermark: int) -> list[tuple[int, Any]]:
+        """`advance_watermark` for a caller that fires the due timers itself, in one loop:
+        the event-time clock moves to `watermark` and the event-time timers due are removed
+        (from the state too) and returned as `(timestamp, key)` in firing order. Only for
+        callers that register no timer at or before `watermark` while firing them (such a
+        timer would fire at the next advance instead)."""
+        if watermark <= self.current_watermark:
+            return []
+        self.current_watermark = watermark
+        queue, live, backend, due = self._queues[_EVENT], self._live, self._backend, []
+        pop, remove = heapq.heappop, self._timer_state().remove
+        while queue and queue[0][0] <= watermark:
+            timestamp, _, key = pop(queue)
+            timer = (0, timestamp, key)
+            if timer not in live:
+                continue  # deleted
+            live.discard(timer)
+            backend.current_key = key
+            remove((0, timestamp))
+            due.append((timestamp, key))
+        return due
+
     def advance_watermark(self, watermark: int) -> int:
         """The event-time clock moves to `watermark`: fire every event-time timer <= it.
         Watermarks never go back (an older one is ignored). Returns how many timers fired."""

@@ -71,6 +71,9 @@ class WindowOperator(StreamOperator):
         if user_function is None and spec.aggregation is not None:
             user_function = spec.aggregation.function
         super().__init__(user_function, **kw)
+        #: `yield tag, value` of a window function goes to a side output (no function: the
+        #: pre-aggregated results themselves are emitted, never tagged)
+        self.tagged_outputs = spec.function.kind != "pass"
         self.spec = spec
         self.key_selector = key_selector
         self.assigner = spec.assigner
@@ -318,8 +321,17 @@ class WindowOperator(StreamOperator):
         return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def on_watermark(self, watermark: int) -> None:
-        self.timers.advance_watermark(watermark)
+        if self.sliced is None:
+            self.timers.advance_watermark(watermark)
+        else:
+            self.sliced.advance(watermark)
+            self._flush()
 
     def finish(self) -> None:
-        self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
+        if self.sliced is None:
+            self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
+        else:  # only event-time timers: the end of input fires them all
+            self.timers.internal.quiesced = True
+            self.sliced.advance(MAX_WATERMARK)
+            self._flush()
         super().finish()

@@ -177,9 +177,13 @@ class SlicedWindows:
         timers of its windows are registered."""
         key, start = ck
         self.backend.current_key = key
-        acc = self._slices(key).get((start, start + self.g))
+        g = self.g
+        slices = self._slices(key)
+        acc = slices.get((start, start + g))
         if acc is None:
-            self._register_windows(start)
+            # the windows this slice shares with the key's previous slice have their timers
+            previous = (key, start - g) in self._cache or slices.get((start - g, start))
+            self._register_windows(start, start - g if previous is not None else None)
             return _EMPTY if self.agg.aggregate is None else self.agg.aggregate.create_accumulator()
         if ck in self._owned:
             return acc
@@ -212,12 +216,15 @@ class SlicedWindows:
     def _cleanup_time(self, window_start: int) -> int:
         return min(window_start + self.size - 1 + self.lateness, MAX_WATERMARK)
 
-    def _register_windows(self, start: int) -> None:
-        """Timers of a new slice's windows: each window's end, and its cleanup time with
-        allowed lateness (windows the watermark passed have theirs or are gone)."""
+    def _register_windows(self, start: int, after: int | None = None) -> None:
+        """Timers of a new slice's windows (those starting after `after` only): each window's
+        end, and its cleanup time with allowed lateness (windows the watermark passed have
+        theirs or are gone)."""
         register, size, lateness = self._register, self.size, self.lateness
         watermark = self.op.current_watermark
         for s in self._window_starts(start):
+            if after is not None and s <= after:
+                break  # newest first: the rest are registered
             end = s + size - 1
             if end > watermark:
                 register(EVENT, end)
@@ -253,6 +260,42 @@ class SlicedWindows:
                 self.fire(TimeWindow(s, s + self.size))  # a late firing
 
     # firing ------------------------------------------------------------------------------------
+    def advance(self, watermark: int) -> None:
+        """The watermark moved to `watermark`: the due timers fire in their order, in one loop
+        (batched timer firing: firing registers no timers)."""
+        due = self.op.timers.pop_event_timers(watermark)
+        if not due:
+            return
+        backend, lateness = self.backend, self.lateness
+        size, slide, offset, g = self.size, self.slide, self.offset, self.g
+        if self._table is None or self.legacy or self._clear_function or lateness:
+            for timestamp, key in due:
+                backend.current_key = key
+                self.on_timer(timestamp, EVENT)
+            return
+        # the common case inlined: heap state, no allowed lateness, nothing to call at cleanup
+        table, remove, owned, emit = self._table, self._remove, self._owned, self.op.emit_window
+        result, merge = self._result, self._merge
+        for timestamp, key in due:
+            backend.current_key = key
+            start = timestamp + 1 - size
+            if (start - offset) % slide:
+                continue  # not a window's end (cannot happen without lateness)
+            slices = table.get(key)
+            if slices is None:
+                continue
+            get = slices.get
+            parts = [
+                acc
+                for acc in (get((a, a + g)) for a in range(start, timestamp + 1, g))
+                if acc is not None
+            ]
+            if parts:
+                emit(TimeWindow(start, timestamp + 1), [result(merge(parts))])
+            for a in range(start, start + slide, g):
+                remove(TimeWindow(a, a + g))
+                owned.discard((key, a))
+
     def on_timer(self, timestamp: int, domain: TimeDomain) -> None:
         """A timer of the current key: the window ending at `timestamp` fires; the window
         whose cleanup time it is goes (with its slices no later window shares)."""

@@ -97,6 +97,20 @@ class WindowTimers:
             self._registered.difference_update((*key, current, w) for w in windows)
         self._derived(timestamp, domain)  # type: ignore[misc]
 
+    def pop_event_timers(self, watermark: int) -> list[tuple[int, Any]]:
+        """The derived timers due at `watermark`, `(timestamp, key)` in firing order, for the
+        caller to fire (InternalTimerService.pop_event_timers)."""
+        due = self.internal.pop_event_timers(watermark)
+        if self._registered and due:  # restored entries of the window map
+            backend, windows, registered = self._backend, self._windows, self._registered
+            for timestamp, key in due:
+                backend.current_key = key
+                entry = windows.get((0, timestamp))
+                if entry is not None:
+                    windows.remove((0, timestamp))
+                    registered.difference_update((0, timestamp, key, w) for w in entry)
+        return due
+
     # the task's hooks (ChainTimers) and the operator's -----------------------------------------
     def fire_processing_timers(self) -> None:
         if self.internal.fire_processing_timers():
