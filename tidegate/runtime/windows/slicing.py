@@ -100,6 +100,8 @@ class SlicedWindows:
         self._cache: dict[tuple[Any, int], Any] = {}
         #: cache entries holding an object that is not ours to change (an element)
         self._shared: set[tuple[Any, int]] = set()
+        #: slice start -> its TimeWindow (the state's map key), shared by all keys
+        self._slice_windows: dict[int, TimeWindow] = {}
         #: (key, slice start) whose stored accumulator was made since the last snapshot (copy
         #: on write: a snapshot may hold the others, and reduce/add may change them in place)
         self._owned: set[tuple[Any, int]] = set()
@@ -181,9 +183,13 @@ class SlicedWindows:
         slices = self._slices(key)
         acc = slices.get((start, start + g))
         if acc is None:
-            # the windows this slice shares with the key's previous slice have their timers
-            previous = (key, start - g) in self._cache or slices.get((start - g, start))
-            self._register_windows(start, start - g if previous is not None else None)
+            if g == self.size:  # tumbling: the slice is the window
+                self._register(EVENT, start + g - 1)
+                if self.lateness:
+                    self._register(EVENT, self._cleanup_time(start))
+            else:  # the windows it shares with the key's previous slice have their timers
+                previous = (key, start - g) in self._cache or slices.get((start - g, start))
+                self._register_windows(start, start - g if previous is not None else None)
             return _EMPTY if self.agg.aggregate is None else self.agg.aggregate.create_accumulator()
         if ck in self._owned:
             return acc
@@ -195,11 +201,17 @@ class SlicedWindows:
         cache = self._cache
         if not cache:
             return
-        backend, put, g, owned, shared = self.backend, self._put, self.g, self._owned, self._shared
+        backend, put, owned, shared = self.backend, self._put, self._owned, self._shared
+        windows, g = self._slice_windows, self.g
+        if len(windows) > 4096:
+            windows.clear()
         for ck, acc in cache.items():
             key, start = ck
             backend.current_key = key
-            put(TimeWindow(start, start + g), acc)
+            window = windows.get(start)
+            if window is None:
+                window = windows[start] = TimeWindow(start, start + g)
+            put(window, acc)
             if ck in shared:
                 owned.discard(ck)
             else:
@@ -273,9 +285,12 @@ class SlicedWindows:
                 backend.current_key = key
                 self.on_timer(timestamp, EVENT)
             return
-        # the common case inlined: heap state, no allowed lateness, nothing to call at cleanup
+        # the common case inlined: heap state (a plain tuple finds a TimeWindow key), no
+        # allowed lateness, nothing to call at cleanup; tumbling windows have one slice
         table, remove, owned, emit = self._table, self._remove, self._owned, self.op.emit_window
-        result, merge = self._result, self._merge
+        result, merge, op = self._result, self._merge, self.op
+        out, out_ts = op._out, op._out_ts
+        pass_through = op.spec.function.kind == "pass"  # the result itself is the output
         for timestamp, key in due:
             backend.current_key = key
             start = timestamp + 1 - size
@@ -283,6 +298,18 @@ class SlicedWindows:
                 continue  # not a window's end (cannot happen without lateness)
             slices = table.get(key)
             if slices is None:
+                continue
+            if g == size:
+                window = (start, timestamp + 1)
+                acc = slices.get(window)
+                if acc is not None:
+                    if pass_through:
+                        out.append(result(acc))
+                        out_ts.append(timestamp)
+                    else:
+                        emit(TimeWindow(start, timestamp + 1), [result(acc)])
+                remove(window)
+                owned.discard((key, start))
                 continue
             get = slices.get
             parts = [
@@ -293,7 +320,7 @@ class SlicedWindows:
             if parts:
                 emit(TimeWindow(start, timestamp + 1), [result(merge(parts))])
             for a in range(start, start + slide, g):
-                remove(TimeWindow(a, a + g))
+                remove((a, a + g))
                 owned.discard((key, a))
 
     def on_timer(self, timestamp: int, domain: TimeDomain) -> None:
