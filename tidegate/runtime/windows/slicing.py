@@ -113,6 +113,7 @@ class SlicedWindows:
         #: the heap backend's live {key: {slice: accumulator}} dict, to read from (changes go
         #: through the state object); None on other backends
         self._table = backend.table(CONTENTS_STATE) if hasattr(backend, "table") else None
+        self._reader = _StateReader(backend, self.state)
         self._register = self.op.timers.internal.register
         #: contents of whole sliding windows restored from the per-window operator
         g = self.g
@@ -281,9 +282,13 @@ class SlicedWindows:
         backend, lateness = self.backend, self.lateness
         size, slide, offset, g = self.size, self.slide, self.offset, self.g
         if self._table is None or self.legacy or self._clear_function or lateness:
-            for timestamp, key in due:
-                backend.current_key = key
-                self.on_timer(timestamp, EVENT)
+            self._reader.caching = self._table is None
+            try:
+                for timestamp, key in due:
+                    backend.current_key = key
+                    self.on_timer(timestamp, EVENT)
+            finally:
+                self._reader.stop()
             return
         # the common case inlined: heap state (a plain tuple finds a TimeWindow key), no
         # allowed lateness, nothing to call at cleanup; tumbling windows have one slice
@@ -342,7 +347,7 @@ class SlicedWindows:
         `(start, end)` tuples find it)."""
         if self._table is not None:
             return self._table.get(key, _NONE)
-        return _StateReader(self._get)
+        return self._reader
 
     def _parts(self, window: TimeWindow) -> list[Any]:
         """The accumulators of `window`'s slices of the current key, in time order."""
@@ -367,9 +372,10 @@ class SlicedWindows:
         window = TimeWindow(window_start, window_start + self.size)
         if self._clear_function and self._parts(window):
             self.op.clear_window_function(window)
-        key = self.backend.current_key
+        key, reader = self.backend.current_key, self._reader
         for a in range(window_start, window_start + self.slide, g):
-            remove(TimeWindow(a, a + g))
+            if reader.forget(key, (a, a + g)):
+                remove(TimeWindow(a, a + g))
             owned.discard((key, a))
         if self.legacy:
             remove(window)
@@ -388,12 +394,32 @@ class SlicedWindows:
 
 
 class _StateReader:
-    """`.get((start, end))` of the current key's map state (backends without a heap table)."""
+    """`.get((start, end))` of the current key's map state, for backends without a heap table
+    (each read decodes). While `caching` (a round of firing timers, which only reads and
+    removes slices), a key's slices are read once, in one scan of its entries."""
 
-    __slots__ = ("_get",)
+    __slots__ = ("_backend", "_cache", "_get", "_items", "caching")
 
-    def __init__(self, get: Any) -> None:
-        self._get = get
+    def __init__(self, backend: Any, state: Any) -> None:
+        self._backend = backend
+        self._get, self._items = state.get, state.items
+        self._cache: dict[Any, dict[Any, Any]] = {}
+        self.caching = False
 
     def get(self, window: tuple[int, int]) -> Any:
-        return self._get(TimeWindow(*window))
+        if not self.caching:
+            return self._get(TimeWindow(*window))
+        key = self._backend.current_key
+        slices = self._cache.get(key)
+        if slices is None:
+            slices = self._cache[key] = dict(self._items())
+        return slices.get(window)
+
+    def forget(self, key: Any, window: tuple[int, int]) -> bool:
+        """Drop a slice being removed; False if it is known not to exist."""
+        slices = self._cache.get(key)
+        return slices is None or slices.pop(window, _EMPTY) is not _EMPTY
+
+    def stop(self) -> None:
+        self.caching = False
+        self._cache.clear()
