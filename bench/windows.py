@@ -2,13 +2,14 @@
 timestamped batches of `(key, value)` with a watermark after each batch, against a bare Python
 loop that computes the same results with a dict (the ratio is the figure to watch, DESIGN §8).
 
-    .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats 3] [--json out.json]
+    .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--json FILE]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
 process (all elements kept), session windows (gap 50 ms) reduce. Timestamps are 1 ms apart.
 Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
 shared machine changes them less than wall time); each case runs the operator and the bare
 loop alternately `--repeats` times and reports the medians and the median of the ratios.
+JSON: bench/results/windows.json (`--json`).
 """
 
 from __future__ import annotations
@@ -99,7 +100,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "windows.json"),
+    )
     args = parser.parse_args()
     batches = [
         TimestampedBatch(
@@ -152,7 +156,16 @@ def main() -> None:
             f"{name:24} {rate:>12,.0f} elements/cpu-s  bare {bare_text}  {fired:>7} windows  "
             f"x bare loop {ratio}  ({', '.join(f'{r:.2f}' for r in ratios) or '-'})"
         )
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+    results["_run"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "load_average": load,
+        "cores": os.cpu_count(),
+        "args": vars(args),
+    }
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 
