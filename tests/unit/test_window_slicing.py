@@ -9,9 +9,12 @@ import random
 
 import pytest
 import window_harness
-from window_harness import Harness, add_values
+from window_harness import (
+    Harness,
+    add_values,
+    window_state_backend,  # noqa: F401 (autouse: both state backends)
+)
 
-from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -20,15 +23,6 @@ from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.snapshot_format import read_key_groups
-
-
-@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
-def window_state_backend(request, tmp_path, monkeypatch):
-    backend = None
-    if request.param == "rocksdb":
-        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
-    monkeypatch.setattr(window_harness, "STATE_BACKEND", backend)
-    return request.param
 
 
 class PerWindowTrigger(EventTimeTrigger):

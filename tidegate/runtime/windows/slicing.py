@@ -132,7 +132,7 @@ class SlicedWindows:
         # a slice starting after `limit` is in no window the watermark has passed
         limit = self.op.current_watermark - g + 1
         load = self._load
-        try:
+        try:  # one loop per kind: the hottest loop of windows, specialised as the record paths
             if self.agg.aggregate is None:
                 reduce = self.agg.reduce
                 for r, t in zip(records, timestamps, strict=True):
