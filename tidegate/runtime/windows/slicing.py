@@ -51,7 +51,8 @@ EVENT = TimeDomain.EVENT_TIME
 #: a slice with no accumulator yet (reduce: the first element becomes it)
 _EMPTY: Any = object()
 _NONE: dict = {}
-#: slicing pays off while a window has at most this many slices per window it shares them with
+#: slice only while a window has at most this many times as many slices as an element has
+#: windows (merging more slices per firing would cost more than adding to fewer windows saves)
 _MAX_SLICES_PER_WINDOW = 2
 
 

@@ -9,6 +9,11 @@ looked up there and `on_timer(window, timestamp, domain)` runs for each of its w
 An in-memory set of the registered `(domain, timestamp, key, window)` (rebuilt from the state
 after a restore) answers "already registered?" without reading the state: most elements
 register the timers their window already has.
+
+Sliced windows (slicing.py) know their window from a timer's timestamp: with `derived`, the
+timer service calls `derived(timestamp, domain)` instead, the map is not written, and
+`pop_event_timers` hands a watermark's due timers to the caller in one list (entries of the
+map restored from a checkpoint of the per-window operator are removed as their timers fire).
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ class WindowTimers:
         derived: Callable[[int, TimeDomain], None] | None = None,
     ) -> None:
         self._on_timer = on_timer
-        self._derived = derived
         self._flush = flush
         self._backend = backend
         self._windows = backend.get_map_state(MapStateDescriptor(WINDOW_TIMERS_STATE))
@@ -47,11 +51,7 @@ class WindowTimers:
         for key, timers in backend.entries(WINDOW_TIMERS_STATE):
             for (domain, timestamp), windows in timers.items():
                 self._registered.update((domain, timestamp, key, w) for w in windows)
-        if derived is None:
-            fire = self._fire
-        else:  # restored entries of the window map: removed as their timers fire
-            fire = self._fire_derived if self._registered else derived
-        self.internal = InternalTimerService(backend, fire, clock)
+        self.internal = InternalTimerService(backend, derived or self._fire, clock)
         self.internal.restore()
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
@@ -87,15 +87,6 @@ class WindowTimers:
         self._registered.difference_update((*key, current, w) for w in windows)
         for window in windows:
             self._on_timer(window, timestamp, domain)
-
-    def _fire_derived(self, timestamp: int, domain: TimeDomain) -> None:
-        key = (0 if domain is _EVENT else 1, timestamp)
-        windows = self._windows.get(key)
-        if windows is not None:
-            self._windows.remove(key)
-            current = self._backend.current_key
-            self._registered.difference_update((*key, current, w) for w in windows)
-        self._derived(timestamp, domain)  # type: ignore[misc]
 
     def pop_event_timers(self, watermark: int) -> list[tuple[int, Any]]:
         """The derived timers due at `watermark`, `(timestamp, key)` in firing order, for the
