@@ -27,7 +27,12 @@ def private_copy(value: Any) -> Any:
     """`value`, or a deep copy of it if a function could change it in place (values in state
     must not change while a snapshot holds them)."""
     t = type(value)
-    if t in _IMMUTABLE or (t is tuple and all(type(v) in _IMMUTABLE for v in value)):
+    if t in _IMMUTABLE:
+        return value
+    # a tuple, or a NamedTuple (a tuple subclass without instance attributes), of immutables
+    if (t is tuple or (isinstance(value, tuple) and not hasattr(value, "__dict__"))) and all(
+        type(v) in _IMMUTABLE for v in value
+    ):
         return value
     return copy.deepcopy(value)
 
