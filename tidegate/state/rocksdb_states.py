@@ -1,11 +1,14 @@
 """The state objects of the rocksdb backend: views of one column family, scoped to the current key.
 
 Semantics as the heap states (tidegate/state/heap.py): None in a ValueState means absent; an empty
-list or map is not stored; reading a list or map gives a copy. Values are (un)pickled on every
-access, so there is no copy-on-write to do: nothing read from RocksDB is shared.
+list or map is not stored; reading a list or map gives a copy. Unlike the heap states, a value
+changed in place after it was written is not stored until it is written again.
 
-Reads and writes go through the backend's write buffer (`rocksdb_buffer`): `_read` looks in the
-state's buffered writes first, `_write` buffers (None deletes). The hot paths inline both.
+Value, reducing and aggregating state hold their values in the backend's value cache
+(`rocksdb_cache`), keyed by the key object: a cached access is a dict access and no pickle;
+values that are not immutable are kept pickled, so they are copied on every read and write as
+before. List and map state write pickles through the write buffer (`rocksdb_buffer`): `_read`
+looks in the state's buffered writes first, `_write` buffers (None deletes).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
-from tidegate.state.rocksdb_buffer import MISSING
+from tidegate.state.immutable import ATOMIC, is_immutable
+from tidegate.state.rocksdb_cache import ABSENT, MISSING, Serialized
 
 if TYPE_CHECKING:
     from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -59,28 +63,87 @@ class _RocksDBState:
         return f"{type(self).__name__}({self._name!r})"
 
 
-class RocksDBValueState(_RocksDBState):
+class _CachedState(_RocksDBState):
+    """Base of value, reducing and aggregating state: one value per key, in the value cache."""
+
+    __slots__ = ("_cache", "_dirty", "_max_dirty", "_max_entries", "_values")
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, name: str, db: rocksdict.Rdict) -> None:
+        super().__init__(backend, name, db)
+        self._cache = self._buffer.cache(name, backend.prefix_of, backend.cache_entries)
+        self._values = self._cache.values
+        self._dirty = self._cache.dirty
+        self._max_entries = self._cache.max_entries
+        self._max_dirty = self._buffer.max_entries
+
+    def _load(self, key: Any) -> Any:
+        """The value of `key` (or ABSENT) read from RocksDB, now cached."""
+        if key is None:
+            self._backend.current_prefix(self._name)  # raises NoKeyContextError
+        raw = self._db.get(self._backend.prefix_of(key))
+        if raw is None:
+            value = cached = ABSENT
+        else:
+            value = _loads(raw)[1]
+            cached = value if is_immutable(value) else Serialized(raw)
+        values = self._values
+        values[key] = cached
+        if len(values) > self._max_entries:
+            self._shrink()
+        return value
+
+    def _get(self, key: Any) -> Any:
+        """The value of `key`, or ABSENT (a copy when it is not immutable)."""
+        value = self._values.get(key, MISSING)
+        if value is MISSING:
+            return self._load(key)
+        return _loads(value.raw)[1] if type(value) is Serialized else value
+
+    def _put(self, key: Any, value: Any) -> None:
+        """Cache `value` (ABSENT: remove) as the key's new value, to be written by a flush."""
+        if type(value) not in ATOMIC and value is not ABSENT and not is_immutable(value):
+            value = Serialized(_dumps((key, value)))
+        values = self._values
+        values[key] = value
+        dirty = self._dirty
+        dirty.add(key)
+        if len(dirty) >= self._max_dirty:
+            self._buffer.flush()
+        if len(values) > self._max_entries:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """The cache is full: write the dirty entries, then drop the older half."""
+        self._buffer.flush()
+        self._cache.drop_older_half()
+
+    def clear(self) -> None:
+        """Remove the current key's value."""
+        key = self._backend._current_key
+        if key is None:
+            self._backend.current_prefix(self._name)  # raises NoKeyContextError
+        self._put(key, ABSENT)
+
+
+class RocksDBValueState(_CachedState):
     """`ValueState`: one value per key; None means absent."""
 
     __slots__ = ()
 
     def value(self) -> Any:
-        prefix = self._backend._prefix or self._prefix()
-        raw = self._buf.get(prefix, MISSING)
-        if raw is MISSING:
-            raw = self._db.get(prefix)
-        return None if raw is None else _loads(raw)[1]
+        key = self._backend._current_key
+        value = self._values.get(key, MISSING)
+        if value is MISSING:
+            value = self._load(key)
+        elif type(value) is Serialized:
+            return _loads(value.raw)[1]
+        return None if value is ABSENT else value
 
     def update(self, value: Any) -> None:
-        prefix = self._backend._prefix or self._prefix()
-        if value is None:
-            self._write(prefix, None)
-            return
-        raw = _dumps((self._backend._current_key, value))
-        buf = self._buf
-        size = len(buf)
-        buf[prefix] = raw
-        self._buffer.written(len(buf) - size, len(raw))
+        key = self._backend._current_key
+        if key is None:
+            self._backend.current_prefix(self._name)  # raises NoKeyContextError
+        self._put(key, ABSENT if value is None else value)
 
 
 class RocksDBListState(_RocksDBState):
@@ -171,7 +234,7 @@ class RocksDBMapState(_RocksDBState):
         self._db.delete_range(prefix, codec.successor(prefix))
 
 
-class RocksDBReducingState(_RocksDBState):
+class RocksDBReducingState(_CachedState):
     """`ReducingState`: added values are combined with the reduce function `(a, b) -> c`."""
 
     __slots__ = ("_function",)
@@ -183,29 +246,31 @@ class RocksDBReducingState(_RocksDBState):
         self._function = function
 
     def get(self) -> Any:
-        raw = self._read(self._prefix())
-        return None if raw is None else _loads(raw)[1]
+        value = self._get(self._backend._current_key)
+        return None if value is ABSENT else value
 
     def add(self, value: Any) -> None:
-        self.add_for_key(self._backend._current_key, value, self._prefix())
+        self.add_for_key(self._backend._current_key, value)
 
-    def add_for_key(self, key: Any, value: Any, prefix: bytes | None = None) -> Any:
-        """`add` under an explicit key; returns the new value (the keyed reduce's hot path)."""
-        if prefix is None:
-            prefix = self._backend.prefix_of(key)
-        buf = self._buf
-        raw = buf.get(prefix, MISSING)
-        if raw is MISSING:
-            raw = self._db.get(prefix)
-        new = value if raw is None else self._function(_loads(raw)[1], value)
-        raw = _dumps((key, new))
-        size = len(buf)
-        buf[prefix] = raw
-        self._buffer.written(len(buf) - size, len(raw))
+    def add_for_key(self, key: Any, value: Any) -> Any:
+        """`add` under an explicit key; returns the new value (the keyed reduce's hot path:
+        `_get` and `_put` inlined; only `_load` adds keys to the cache)."""
+        values = self._values
+        current = values.get(key, MISSING)
+        if current is MISSING:
+            current = self._load(key)
+        elif type(current) is Serialized:
+            current = _loads(current.raw)[1]
+        new = value if current is ABSENT else self._function(current, value)
+        values[key] = new if is_immutable(new) else Serialized(_dumps((key, new)))
+        dirty = self._dirty
+        dirty.add(key)
+        if len(dirty) >= self._max_dirty:
+            self._buffer.flush()
         return new
 
 
-class RocksDBAggregatingState(_RocksDBState):
+class RocksDBAggregatingState(_CachedState):
     """`AggregatingState`: added values go into an accumulator; `get` returns its result."""
 
     __slots__ = ("_function",)
@@ -217,12 +282,13 @@ class RocksDBAggregatingState(_RocksDBState):
         self._function = function
 
     def get(self) -> Any:
-        raw = self._read(self._prefix())
-        return None if raw is None else self._function.get_result(_loads(raw)[1])
+        accumulator = self._get(self._backend._current_key)
+        return None if accumulator is ABSENT else self._function.get_result(accumulator)
 
     def add(self, value: Any) -> None:
-        prefix = self._prefix()
-        raw = self._read(prefix)
+        key = self._backend._current_key
+        accumulator = self._get(key)
         function = self._function
-        accumulator = function.create_accumulator() if raw is None else _loads(raw)[1]
-        self._write(prefix, _dumps((self._backend._current_key, function.add(value, accumulator))))
+        if accumulator is ABSENT:
+            accumulator = function.create_accumulator()
+        self._put(key, function.add(value, accumulator))
