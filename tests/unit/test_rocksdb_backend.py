@@ -299,9 +299,10 @@ def test_state_backend_type_and_rocksdb_keys_configure_the_job():
     conf.set_string("state.backend.rocksdb.writebuffer.size", "2mb")
     conf.set_string("state.backend.rocksdb.writebuffer.count", "3")
     conf.set_string("state.backend.rocksdb.localdir", "/data/rocksdb")
+    conf.set_string("state.backend.rocksdb.value-cache.entries", "5000")
     backend = StreamExecutionEnvironment(conf).get_state_backend()
     assert isinstance(backend, EmbeddedRocksDBStateBackend)
-    assert backend.rocksdb_options() == RocksDBOptions("/data/rocksdb", 8 * MIB, 2 * MIB, 3)
+    assert backend.rocksdb_options() == RocksDBOptions("/data/rocksdb", 8 * MIB, 2 * MIB, 3, 5000)
     assert isinstance(StreamExecutionEnvironment().get_state_backend(), HashMapStateBackend)
 
 
@@ -325,6 +326,11 @@ def test_bad_state_backend_settings_are_clear_errors():
         resolve_state_backend(EmbeddedRocksDBStateBackend(), bad_size)
     with pytest.raises(ValueError, match="write_buffer_count must be at least 2"):
         EmbeddedRocksDBStateBackend(write_buffer_count=1)
+    many = Configuration().set_string("state.backend.rocksdb.value-cache.entries", "many")
+    with pytest.raises(ValueError, match=r"value-cache\.entries must be an integer, got 'many'"):
+        resolve_state_backend(EmbeddedRocksDBStateBackend(), many)
+    with pytest.raises(ValueError, match="value_cache_entries must be a positive integer, got 0"):
+        EmbeddedRocksDBStateBackend(value_cache_entries=0)
     with pytest.raises(ValueError, match="unsupported state backend dict"):
         StreamExecutionEnvironment().set_state_backend({})
 
