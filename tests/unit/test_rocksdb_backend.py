@@ -508,14 +508,16 @@ def test_a_snapshot_right_after_updates_holds_them_and_removals(backend):
     }
 
 
-def test_the_value_cache_keeps_at_most_its_entries_per_state(options):
+def test_the_value_cache_keeps_at_most_its_entries_and_dirty_keys_per_state(options):
     backend = RocksDBKeyedStateBackend(M, range(M), replace(options, value_cache_entries=100))
+    backend.buffer.max_entries = 50  # dirty keys per state
     try:
         state = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
         for _ in range(3):
             for key in range(1000):
                 state.add_for_key(key, 1)
                 assert len(state._cache.values) <= 100
+                assert len(state._cache.dirty) <= 50
         for key in range(0, 1000, 7):
             backend.current_key = key
             assert state.get() == 3

@@ -88,24 +88,24 @@ class WriteBuffer:
                 else:
                     batch.put(key, value, handle)
         self._write(batch)
+        for cache in self._caches.values():
+            cache.flushed()
         for table in self._tables.values():
             table.clear()
         self.entries = 0
         self.bytes = 0
 
     def _put_cached(self, batch: rocksdict.WriteBatch, cache: StateCache) -> None:
-        """The dirty entries of `cache` into `batch`, as `(key, value)` pickles; marked clean."""
+        """The dirty entries of `cache` into `batch`, as `(key, value)` pickles."""
         handle = self._handle(cache.name)
-        values, prefix_of = cache.values, cache.prefix_of
-        for key in cache.dirty:
-            value = values[key]
+        prefix_of = cache.prefix_of
+        for key, value in cache.dirty.items():
             if value is ABSENT:
                 batch.delete(prefix_of(key), handle)
             elif type(value) is Serialized:
                 batch.put(prefix_of(key), value.raw, handle)
             else:
                 batch.put(prefix_of(key), dumps((key, value)), handle)
-        cache.dirty.clear()
 
     def discard(self) -> None:
         """Forget the buffered writes and the cached values (the database is being closed or

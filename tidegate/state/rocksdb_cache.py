@@ -13,15 +13,16 @@ A `StateCache` maps a key (the object the job keyed by) to the state's value for
   semantics; the hashmap backend shares the object instead);
 * `ABSENT`: the key has no value (none in RocksDB, or removed).
 
-Writes mark the key dirty. `WriteBuffer.flush` writes every dirty entry to RocksDB in one batch,
-pickled as `(key, value)` (`rocksdb_codec`'s layout, unchanged), and clears the dirty marks;
-the entries stay cached. A state flushes the buffer when it has `WriteBuffer.max_entries` dirty
-keys (so a snapshot's flush stays short), and a snapshot's synchronous phase flushes first, so
-a checkpoint holds every update made before its barrier.
+A write goes to the state's dirty entries. `WriteBuffer.flush` writes them to RocksDB in one
+batch, pickled as `(key, value)` (`rocksdb_codec`'s layout, unchanged), and makes them clean
+values; a read looks at the dirty entries, then the clean ones, then RocksDB (and caches what
+it read). A state flushes the buffer when it has `WriteBuffer.max_entries` dirty keys (so a
+snapshot's flush stays short), and a snapshot's synchronous phase flushes first, so a
+checkpoint holds every update made before its barrier.
 
-Memory: at most `max_entries` keys per state. When a state goes beyond it, the buffer is flushed
-(every entry is clean then) and the older half of the state's entries, in the order they entered
-the cache, is dropped; a dropped key's next access reads RocksDB again.
+Memory: at most `max_entries` clean values per state, plus the dirty ones. When there are more,
+the older half of the clean values, in the order they entered the cache, is forgotten; a
+forgotten key's next access reads RocksDB again.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Serialized:
 
 
 class StateCache:
-    """The cached values of one state (column family) and which of them RocksDB lacks."""
+    """The cached values of one state (column family): those RocksDB has, and newer ones."""
 
     __slots__ = ("dirty", "max_entries", "name", "prefix_of", "values")
 
@@ -81,17 +82,24 @@ class StateCache:
         #: key -> its RocksDB key bytes (the backend's `KeyPrefixes`)
         self.prefix_of = prefix_of
         self.max_entries = max_entries
-        #: key -> value, `Serialized`, or ABSENT
+        #: key -> value, `Serialized` or ABSENT, as RocksDB has it
         self.values: dict[Any, Any] = {}
-        #: keys whose cached value is not in RocksDB yet
-        self.dirty: set[Any] = set()
+        #: key -> value, `Serialized` or ABSENT, written since the last flush
+        self.dirty: dict[Any, Any] = {}
 
-    def drop_older_half(self) -> None:
-        """Forget the older half of the entries; every entry must be clean (flushed)."""
+    def flushed(self) -> None:
+        """The dirty entries are in RocksDB now: they are clean values."""
+        self.values.update(self.dirty)
+        self.dirty.clear()
+        self.bound()
+
+    def bound(self) -> None:
+        """Beyond `max_entries` clean values: forget the older half."""
         values = self.values
-        kept = list(itertools.islice(values.items(), len(values) // 2, None))
-        values.clear()
-        values.update(kept)
+        if len(values) > self.max_entries:
+            kept = list(itertools.islice(values.items(), len(values) // 2, None))
+            values.clear()
+            values.update(kept)
 
     def clear(self) -> None:
         """Forget every entry, dirty ones too (the instance is being disposed or replaced)."""

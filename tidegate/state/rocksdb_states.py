@@ -64,20 +64,24 @@ class _RocksDBState:
 
 
 class _CachedState(_RocksDBState):
-    """Base of value, reducing and aggregating state: one value per key, in the value cache."""
+    """Base of value, reducing and aggregating state: one value per key, in the value cache
+    (`_dirty`: written since the last flush; `_values`: as in RocksDB)."""
 
-    __slots__ = ("_cache", "_dirty", "_max_dirty", "_max_entries", "_values")
+    __slots__ = ("_cache", "_dirty", "_max_dirty", "_values")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, name: str, db: rocksdict.Rdict) -> None:
         super().__init__(backend, name, db)
         self._cache = self._buffer.cache(name, backend.prefix_of, backend.cache_entries)
         self._values = self._cache.values
         self._dirty = self._cache.dirty
-        self._max_entries = self._cache.max_entries
         self._max_dirty = self._buffer.max_entries
 
-    def _load(self, key: Any) -> Any:
-        """The value of `key` (or ABSENT) read from RocksDB, now cached."""
+    def _clean(self, key: Any) -> Any:
+        """The value of `key` in RocksDB, or ABSENT: cached, else read and cached (a copy when
+        it is not immutable)."""
+        value = self._values.get(key, MISSING)
+        if value is not MISSING:
+            return _loads(value.raw)[1] if type(value) is Serialized else value
         if key is None:
             self._backend.current_prefix(self._name)  # raises NoKeyContextError
         raw = self._db.get(self._backend.prefix_of(key))
@@ -86,36 +90,25 @@ class _CachedState(_RocksDBState):
         else:
             value = _loads(raw)[1]
             cached = value if is_immutable(value) else Serialized(raw)
-        values = self._values
-        values[key] = cached
-        if len(values) > self._max_entries:
-            self._shrink()
+        self._values[key] = cached
+        self._cache.bound()
         return value
 
     def _get(self, key: Any) -> Any:
         """The value of `key`, or ABSENT (a copy when it is not immutable)."""
-        value = self._values.get(key, MISSING)
+        value = self._dirty.get(key, MISSING)
         if value is MISSING:
-            return self._load(key)
+            return self._clean(key)
         return _loads(value.raw)[1] if type(value) is Serialized else value
 
     def _put(self, key: Any, value: Any) -> None:
-        """Cache `value` (ABSENT: remove) as the key's new value, to be written by a flush."""
+        """`value` (ABSENT: remove) as the key's new value, to be written by a flush."""
         if type(value) not in ATOMIC and value is not ABSENT and not is_immutable(value):
             value = Serialized(_dumps((key, value)))
-        values = self._values
-        values[key] = value
         dirty = self._dirty
-        dirty.add(key)
-        if len(dirty) >= self._max_dirty:
+        if len(dirty) >= self._max_dirty and key not in dirty:
             self._buffer.flush()
-        if len(values) > self._max_entries:
-            self._shrink()
-
-    def _shrink(self) -> None:
-        """The cache is full: write the dirty entries, then drop the older half."""
-        self._buffer.flush()
-        self._cache.drop_older_half()
+        dirty[key] = value
 
     def clear(self) -> None:
         """Remove the current key's value."""
@@ -131,12 +124,7 @@ class RocksDBValueState(_CachedState):
     __slots__ = ()
 
     def value(self) -> Any:
-        key = self._backend._current_key
-        value = self._values.get(key, MISSING)
-        if value is MISSING:
-            value = self._load(key)
-        elif type(value) is Serialized:
-            return _loads(value.raw)[1]
+        value = self._get(self._backend._current_key)
         return None if value is ABSENT else value
 
     def update(self, value: Any) -> None:
@@ -254,19 +242,17 @@ class RocksDBReducingState(_CachedState):
 
     def add_for_key(self, key: Any, value: Any) -> Any:
         """`add` under an explicit key; returns the new value (the keyed reduce's hot path:
-        `_get` and `_put` inlined; only `_load` adds keys to the cache)."""
-        values = self._values
-        current = values.get(key, MISSING)
-        if current is MISSING:
-            current = self._load(key)
+        `_get` and `_put` inlined)."""
+        dirty = self._dirty
+        current = dirty.get(key, MISSING)
+        if current is MISSING:  # not written since the last flush
+            current = self._clean(key)
+            if len(dirty) >= self._max_dirty:
+                self._buffer.flush()
         elif type(current) is Serialized:
             current = _loads(current.raw)[1]
         new = value if current is ABSENT else self._function(current, value)
-        values[key] = new if is_immutable(new) else Serialized(_dumps((key, new)))
-        dirty = self._dirty
-        dirty.add(key)
-        if len(dirty) >= self._max_dirty:
-            self._buffer.flush()
+        dirty[key] = new if is_immutable(new) else Serialized(_dumps((key, new)))
         return new
 
 
