@@ -82,8 +82,6 @@ class _CachedState(_RocksDBState):
         value = self._values.get(key, MISSING)
         if value is not MISSING:
             return _loads(value.raw)[1] if type(value) is Serialized else value
-        if key is None:
-            self._backend.current_prefix(self._name)  # raises NoKeyContextError
         raw = self._db.get(self._backend.prefix_of(key))
         if raw is None:
             value = cached = ABSENT
@@ -110,12 +108,16 @@ class _CachedState(_RocksDBState):
             self._buffer.flush()
         dirty[key] = value
 
-    def clear(self) -> None:
-        """Remove the current key's value."""
+    def _current(self) -> Any:
+        """The current key; raises NoKeyContextError if there is none."""
         key = self._backend._current_key
         if key is None:
-            self._backend.current_prefix(self._name)  # raises NoKeyContextError
-        self._put(key, ABSENT)
+            self._backend.current_prefix(self._name)  # raises
+        return key
+
+    def clear(self) -> None:
+        """Remove the current key's value."""
+        self._put(self._current(), ABSENT)
 
 
 class RocksDBValueState(_CachedState):
@@ -124,14 +126,11 @@ class RocksDBValueState(_CachedState):
     __slots__ = ()
 
     def value(self) -> Any:
-        value = self._get(self._backend._current_key)
+        value = self._get(self._current())
         return None if value is ABSENT else value
 
     def update(self, value: Any) -> None:
-        key = self._backend._current_key
-        if key is None:
-            self._backend.current_prefix(self._name)  # raises NoKeyContextError
-        self._put(key, ABSENT if value is None else value)
+        self._put(self._current(), ABSENT if value is None else value)
 
 
 class RocksDBListState(_RocksDBState):
@@ -234,11 +233,11 @@ class RocksDBReducingState(_CachedState):
         self._function = function
 
     def get(self) -> Any:
-        value = self._get(self._backend._current_key)
+        value = self._get(self._current())
         return None if value is ABSENT else value
 
     def add(self, value: Any) -> None:
-        self.add_for_key(self._backend._current_key, value)
+        self.add_for_key(self._current(), value)
 
     def add_for_key(self, key: Any, value: Any) -> Any:
         """`add` under an explicit key; returns the new value (the keyed reduce's hot path:
@@ -268,11 +267,11 @@ class RocksDBAggregatingState(_CachedState):
         self._function = function
 
     def get(self) -> Any:
-        accumulator = self._get(self._backend._current_key)
+        accumulator = self._get(self._current())
         return None if accumulator is ABSENT else self._function.get_result(accumulator)
 
     def add(self, value: Any) -> None:
-        key = self._backend._current_key
+        key = self._current()
         accumulator = self._get(key)
         function = self._function
         if accumulator is ABSENT:
