@@ -90,10 +90,7 @@ class WriteBuffer:
         self._write(batch)
         for cache in self._caches.values():
             cache.flushed()
-        for table in self._tables.values():
-            table.clear()
-        self.entries = 0
-        self.bytes = 0
+        self._clear_tables()
 
     def _put_cached(self, batch: rocksdict.WriteBatch, cache: StateCache) -> None:
         """The dirty entries of `cache` into `batch`, as `(key, value)` pickles."""
@@ -110,9 +107,12 @@ class WriteBuffer:
     def discard(self) -> None:
         """Forget the buffered writes and the cached values (the database is being closed or
         replaced by restored files)."""
-        for table in self._tables.values():
-            table.clear()
         for cache in self._caches.values():
             cache.clear()
+        self._clear_tables()
+
+    def _clear_tables(self) -> None:
+        for table in self._tables.values():
+            table.clear()
         self.entries = 0
         self.bytes = 0
