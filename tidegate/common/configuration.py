@@ -62,6 +62,9 @@ ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
 ROCKSDB_BLOCK_CACHE_SIZE = "state.backend.rocksdb.block-cache-size"
 ROCKSDB_WRITEBUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
 ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
+#: rocksdb backend: keys per value, reducing or aggregating state whose values stay in memory
+#: as Python objects (default 1048576; tidegate's own key)
+ROCKSDB_VALUE_CACHE_ENTRIES = "state.backend.rocksdb.value-cache.entries"
 #: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
 #: filesystem options (common/filesystems.py): Flink's S3 keys, mapped to s3fs's options, and
