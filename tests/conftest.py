@@ -81,7 +81,7 @@ SLOW: dict[str, set[str]] = {
         "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
-    "e2e/test_dead_letters.py": {
+    "e2e/test_poison_records.py": {
         "test_dead_letters_are_exactly_once_through_a_kill_and_an_exception",
     },
     "e2e/test_connected_streams.py": {

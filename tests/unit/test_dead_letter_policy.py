@@ -2,7 +2,7 @@
 is read routes the records its function raises on there, drops what they emitted, keeps every
 other record's output in order, in one batch and with its timestamp; without a reader the
 exception fails the task; errors that say nothing about a record fail it under the policy too.
-(The job on Spark, under a kill and an exception: tests/e2e/test_dead_letters.py.)"""
+(The job on Spark, under a kill and an exception: tests/e2e/test_poison_records.py.)"""
 
 from __future__ import annotations
 
