@@ -99,7 +99,8 @@ def chaos_command(
 
     Runs JOB.py once without faults (the reference), then again while injecting faults
     (exceptions in user functions, SIGKILL of slot processes, failed snapshot phases, commits,
-    checkpoint storage writes and restores), and compares the records its sinks committed: lost,
+    checkpoint storage writes and restores, hanging storage writes, stalled subtasks, dropped
+    data connections), and compares the records its sinks committed: lost,
     duplicated, unexpected and (where the order is defined) reordered ones. The script runs
     unchanged: its file sinks and checkpoints are moved to the work directory. Arguments after
     `--` go to the script. Exit status 0 only when the outputs are equal.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.cli.formatting import format_table
+from tidegate.runtime.faults import NON_FAILING_KINDS
 
 #: how many differing records a report shows per category
 SHOWN = 5
@@ -115,14 +116,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def recovery_times(log: Sequence[dict[str, Any]]) -> list[float]:
-    """Seconds from each attempt's first injected fault to the next attempt's subtasks running
-    again, their state restored (the last of its slots to log `running`), from a fault log
-    (runtime/faults.py)."""
+    """Seconds from each attempt's first injected fault (of a kind that fails something: not
+    `slow`) to the next attempt's subtasks running again, their state restored (the last of its
+    slots to log `running`), from a fault log (runtime/faults.py)."""
     first_fault: dict[int, float] = {}
     running: dict[int, float] = {}
     for entry in log:
         attempt, at = entry["attempt"], entry["time"]
         if entry["event"] == "fault":
+            if entry["kind"] in NON_FAILING_KINDS:
+                continue
             first_fault[attempt] = min(first_fault.get(attempt, at), at)
         else:
             running[attempt] = max(running.get(attempt, at), at)

@@ -43,6 +43,11 @@ from tidegate.runtime.faults import (
 _NOT_USER_FUNCTIONS = frozenset({"source", "sink", "side_output", "timestamps_watermarks"})
 #: how long a restarted job waits (ms): short, the faults are planned
 _RESTART_DELAY_MS = 200
+#: with `storage-hang` faults, the checkpoint timeout is at most the longer of these and ten
+#: checkpoint intervals (a hung write outlasts it twice)
+_HANG_TIMEOUT_MS = 5000
+#: the kinds carried out by wrapped user functions' operators
+_USER_FUNCTION_KINDS = frozenset({FaultKind.EXCEPTION, FaultKind.SLOW})
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ class ChaosRun:
                     "ordered": _ordered(t, parallelism),
                 }
             )
-        if self.settings.count and FaultKind.EXCEPTION in self._kinds:
+        if self.settings.count and _USER_FUNCTION_KINDS & set(self._kinds):
             for t in reachable:
                 user = t.kind not in _NOT_USER_FUNCTIONS
                 if user and not isinstance(t.make_operator, FaultyOperatorFactory):
@@ -142,10 +147,15 @@ class ChaosRun:
                 "tidegate chaos needs periodic checkpoints: the job has none (call "
                 "env.enable_checkpointing(INTERVAL_MS), and run it in STREAMING mode)"
             )
+        timeout_ms = spec.checkpoint.timeout_ms
+        if self.settings.count and FaultKind.STORAGE_HANG in self._kinds:
+            hang_ms = max(_HANG_TIMEOUT_MS, 10 * spec.checkpoint.interval_ms)
+            timeout_ms = min(timeout_ms, hang_ms)
         checkpoint = dataclasses.replace(
             spec.checkpoint,
             storage=os.path.join(self.settings.run_dir, "checkpoints"),
             storage_defaulted=False,
+            timeout_ms=timeout_ms,
         )
         plan = None
         if self.settings.count:
@@ -162,6 +172,7 @@ class ChaosRun:
             ]
             slots = dict.fromkeys(FaultKind, graph.num_slots) | {
                 FaultKind.EXCEPTION: max(user, default=1),
+                FaultKind.SLOW: max(user, default=1),
                 FaultKind.COMMIT: max(sinks, default=1),
                 FaultKind.METADATA_WRITE: 1,  # the driver's
             }
@@ -172,6 +183,7 @@ class ChaosRun:
                 self.settings.seed,
                 slots,
                 spec.checkpoint.interval_ms / 1000,
+                timeout_s=timeout_ms / 1000,
             )
             plan = FaultPlan(faults, self.fault_log)
         restarts = RestartStrategies.fixed_delay_restart(self.settings.count + 3, _RESTART_DELAY_MS)
