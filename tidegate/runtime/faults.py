@@ -379,9 +379,10 @@ class FaultInjector:
         if not isinstance(message, NotifyCheckpointComplete):
             return
         cid = message.checkpoint_id
-        while (
-            fault := self._take(lambda f: f.delay_s is not None and f.checkpoint_id <= cid)
-        ) is not None:
+        with self._lock:  # all due ones first: a disconnect without a peer comes back pending
+            due = [f for f in self._pending if f.delay_s is not None and f.checkpoint_id <= cid]
+            self._pending = [f for f in self._pending if f not in due]
+        for fault in due:
             action = {FaultKind.KILL: self._kill, FaultKind.DISCONNECT: self._disconnect}.get(
                 fault.kind, self._arm
             )
