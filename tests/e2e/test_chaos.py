@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.chaos_job import KEYS
 from tests.support.output import committed_lines
-from tidegate.runtime.faults import FaultKind, read_fault_log
+from tidegate.runtime.faults import NON_FAILING_KINDS, FaultKind, read_fault_log
 
 JOB = Path(__file__).with_name("chaos_job.py")
 
@@ -45,29 +45,55 @@ def expected_lines(count: int) -> Counter[str]:
     return Counter(f"{key},{n}" for key, total in per_key.items() for n in range(1, total + 1))
 
 
+#: every kind but `storage-hang`, which has a test of its own (it waits out a checkpoint timeout)
+QUICK_KINDS = [k for k in map(str, FaultKind) if k != FaultKind.STORAGE_HANG]
+
+
 @pytest.mark.parametrize("runner", ["spark"])
 def test_chaos_passes_on_our_file_sink_under_every_fault_kind(tmp_path, runner):
-    # one fault of each kind, planned at checkpoints 1, 2, ... 8 (seed 1: snapshot-sync, commit,
-    # exception, restore, storage-write, kill, metadata-write, snapshot-async); a fault whose
-    # checkpoint never reaches its site happens at a later one
+    # one fault of each kind, planned at checkpoints 1, 2, ... 10 (seed 10: disconnect,
+    # exception, metadata-write, snapshot-async, commit, slow, kill, restore, snapshot-sync,
+    # storage-write); a fault whose checkpoint never reaches its site happens at a later one
     result, summary = chaos(
-        tmp_path, "--runner", runner, "--seed", "1", "--schedule", "every:1",
-        "--faults", str(len(FaultKind)), "--", "counts", "4500", "1500",
+        tmp_path, "--runner", runner, "--seed", "10", "--schedule", "every:1",
+        "--kinds", ",".join(QUICK_KINDS), "--faults", str(len(QUICK_KINDS)),
+        "--", "counts", "4500", "1500",
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert summary["passed"], output
     injected = summary["faults_injected"]
-    assert injected == dict.fromkeys(map(str, FaultKind), 1), output
-    # every restart was caused by a fault (two faults may end one attempt together)
+    assert injected == dict.fromkeys(QUICK_KINDS, 1), output
+    # every restart was caused by a failing fault (two faults may end one attempt together);
+    # the stall of `slow` is no failure
     log = read_fault_log(str(tmp_path / "work" / "faulty" / "faults.jsonl"))
-    attempts_with_faults = {e["attempt"] for e in log if e["event"] == "fault"}
-    assert summary["restarts"] == len(attempts_with_faults), output
+    failing = [e for e in log if e["event"] == "fault" and e["kind"] not in NON_FAILING_KINDS]
+    assert summary["restarts"] == len({e["attempt"] for e in failing}), output
     assert (summary["records_lost"], summary["records_duplicated"]) == (0, 0)
     assert summary["recovery_s"]["p50"] is not None
     committed = committed_lines(tmp_path / "work" / "faulty" / "sinks" / "0")
     assert Counter(committed) == expected_lines(4500)
     assert "passed: every sink committed the same records under faults" in output
+
+
+def test_chaos_a_hung_storage_write_expires_its_checkpoint_and_the_job_restarts(tmp_path):
+    # the state file write of checkpoint 2 blocks for twice the checkpoint timeout, which the
+    # harness shortened to 5 s; the input lasts longer than that (6 s), so checkpoint 2 itself
+    # expires (no final checkpoint subsumes it), the job restarts from checkpoint 1
+    result, summary = chaos(
+        tmp_path, "--runner", "local", "--kinds", "storage-hang", "--schedule", "at:2",
+        "--seed", "3", "--", "counts", "9000", "1500",
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert summary["faults_injected"] == {"storage-hang": 1}, output
+    assert summary["restarts"] == 1 and summary["checkpoints_failed"] >= 1, output
+    run_log = (tmp_path / "work" / "faulty" / "output.log").read_text()
+    assert "checkpoint 2 failed" in run_log and "not acknowledged within 5000 ms" in run_log
+    # from the hang to the restarted subtasks: the timeout, then the restart
+    assert 5.0 <= summary["recovery_s"]["p50"] < 30.0, output
+    committed = committed_lines(tmp_path / "work" / "faulty" / "sinks" / "0")
+    assert Counter(committed) == expected_lines(9000)
 
 
 def test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them(tmp_path):
