@@ -78,22 +78,23 @@ def test_chaos_passes_on_our_file_sink_under_every_fault_kind(tmp_path, runner):
 
 def test_chaos_a_hung_storage_write_expires_its_checkpoint_and_the_job_restarts(tmp_path):
     # the state file write of checkpoint 2 blocks for twice the checkpoint timeout, which the
-    # harness shortened to 5 s; the input lasts longer than that (6 s), so checkpoint 2 itself
-    # expires (no final checkpoint subsumes it), the job restarts from checkpoint 1
+    # harness shortened to 3 s (10 intervals of 300 ms would be shorter); the input lasts longer
+    # than that (4 s), so checkpoint 2 itself expires (no final checkpoint subsumes it), and the
+    # job restarts from checkpoint 1
     result, summary = chaos(
         tmp_path, "--runner", "local", "--kinds", "storage-hang", "--schedule", "at:2",
-        "--seed", "3", "--", "counts", "9000", "1500",
+        "--seed", "3", "--", "counts", "6000", "1500",
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert summary["faults_injected"] == {"storage-hang": 1}, output
     assert summary["restarts"] == 1 and summary["checkpoints_failed"] >= 1, output
     run_log = (tmp_path / "work" / "faulty" / "output.log").read_text()
-    assert "checkpoint 2 failed" in run_log and "not acknowledged within 5000 ms" in run_log
+    assert "checkpoint 2 failed" in run_log and "not acknowledged within 3000 ms" in run_log
     # from the hang to the restarted subtasks: the timeout, then the restart
-    assert 5.0 <= summary["recovery_s"]["p50"] < 30.0, output
+    assert 3.0 <= summary["recovery_s"]["p50"] < 30.0, output
     committed = committed_lines(tmp_path / "work" / "faulty" / "sinks" / "0")
-    assert Counter(committed) == expected_lines(9000)
+    assert Counter(committed) == expected_lines(6000)
 
 
 def test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them(tmp_path):

@@ -411,7 +411,8 @@ def test_storage_hangs_shorten_the_checkpoint_timeout_and_slow_faults_wrap_user_
 ):
     settings = ChaosSettings(str(tmp_path), ("storage-hang", "slow"), 2, 1, "every:1")
     spec = chaos_job_spec(monkeypatch, ChaosRun(settings))
-    assert spec.checkpoint.timeout_ms == 5000  # the job's 10 min: a hang would last 20
+    # the job's 10 min: a hang would last 20; 10 intervals of 500 ms
+    assert spec.checkpoint.timeout_ms == 5000
     hang = next(f for f in spec.faults.faults if f.kind is FaultKind.STORAGE_HANG)
     assert hang.duration_s == 10.0
     wrapped = [

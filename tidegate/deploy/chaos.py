@@ -45,7 +45,7 @@ _NOT_USER_FUNCTIONS = frozenset({"source", "sink", "side_output", "timestamps_wa
 _RESTART_DELAY_MS = 200
 #: with `storage-hang` faults, the checkpoint timeout is at most the longer of these and ten
 #: checkpoint intervals (a hung write outlasts it twice)
-_HANG_TIMEOUT_MS = 5000
+_HANG_TIMEOUT_MS = 3000
 #: the kinds carried out by wrapped user functions' operators
 _USER_FUNCTION_KINDS = frozenset({FaultKind.EXCEPTION, FaultKind.SLOW})
 
