@@ -76,25 +76,31 @@ def test_chaos_passes_on_our_file_sink_under_every_fault_kind(tmp_path, runner):
     assert "passed: every sink committed the same records under faults" in output
 
 
-def test_chaos_a_hung_storage_write_expires_its_checkpoint_and_the_job_restarts(tmp_path):
-    # the state file write of checkpoint 2 blocks for twice the checkpoint timeout, which the
-    # harness shortened to 3 s (10 intervals of 300 ms would be shorter); the input lasts longer
-    # than that (4 s), so checkpoint 2 itself expires (no final checkpoint subsumes it), and the
-    # job restarts from checkpoint 1
+def test_chaos_a_hung_storage_write_and_a_driver_restart_keep_exactly_once(tmp_path):
+    # seed 3: a storage-hang at checkpoint 2, then a driver-restart at 6. The state file write
+    # of checkpoint 2 blocks for twice the checkpoint timeout, which the harness shortened to
+    # 3 s (10 intervals of 300 ms are less); the input lasts longer (5 s), so checkpoint 2
+    # itself expires (no final checkpoint subsumes it), and the job restarts from checkpoint 1.
+    # Then the harness kills the whole driver and starts it again from the job directory
     result, summary = chaos(
-        tmp_path, "--runner", "local", "--kinds", "storage-hang", "--schedule", "at:2",
-        "--seed", "3", "--", "counts", "6000", "1500",
+        tmp_path, "--runner", "local", "--kinds", "storage-hang,driver-restart",
+        "--schedule", "at:2,6", "--seed", "3", "--", "counts", "7500", "1500",
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert summary["faults_injected"] == {"storage-hang": 1}, output
-    assert summary["restarts"] == 1 and summary["checkpoints_failed"] >= 1, output
+    assert summary["faults_injected"] == {"storage-hang": 1, "driver-restart": 1}, output
+    # the hang's restart, then the driver's
+    assert summary["restarts"] == 2 and summary["checkpoints_failed"] >= 1, output
     run_log = (tmp_path / "work" / "faulty" / "output.log").read_text()
     assert "checkpoint 2 failed" in run_log and "not acknowledged within 3000 ms" in run_log
-    # from the hang to the restarted subtasks: the timeout, then the restart
-    assert 3.0 <= summary["recovery_s"]["p50"] < 30.0, output
+    # both drivers ran the same job id: the second restored the first one's job directory
+    submitted = [line for line in run_log.splitlines() if line.startswith("submitted job")]
+    assert len(submitted) == 2 and submitted[0] == submitted[1], run_log
+    # from each fault to the subtasks running again: the hang's includes the timeout
+    assert sorted(summary["recovery_s"]["all"])[-1] >= 3.0, output
+    assert len(summary["recovery_s"]["all"]) == 2, output
     committed = committed_lines(tmp_path / "work" / "faulty" / "sinks" / "0")
-    assert Counter(committed) == expected_lines(6000)
+    assert Counter(committed) == expected_lines(7500)
 
 
 def test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them(tmp_path):

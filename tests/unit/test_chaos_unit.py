@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tidegate.cli import cli
+from tidegate.cli.chaos import _latest_completed
 from tidegate.cli.chaos_report import (
     committed_records,
     compare_records,
@@ -25,7 +26,7 @@ from tidegate.common import Encoder
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.connectors.number_seq import NumberSequenceSource
-from tidegate.deploy.chaos import ChaosRun, ChaosSettings
+from tidegate.deploy.chaos import ChaosRun, ChaosSettings, load_plan
 from tidegate.runtime import faults
 from tidegate.runtime.faults import (
     Fault,
@@ -37,7 +38,9 @@ from tidegate.runtime.faults import (
     FaultyOperatorFactory,
     InjectedFault,
     Site,
+    due_driver_restart,
     fail_metadata_write,
+    log_fault,
     plan_faults,
     read_fault_log,
 )
@@ -399,6 +402,7 @@ def test_a_run_moves_sinks_and_checkpoints_and_plans_its_faults(monkeypatch, tmp
     assert spec.restart_strategy.restart_attempts == 4 + 3
     assert [f.checkpoint_id for f in spec.faults.faults] == [2, 4, 6, 8]
     assert {f.kind for f in spec.faults.faults} == {FaultKind.EXCEPTION, FaultKind.COMMIT}
+    assert load_plan(str(tmp_path)) == spec.faults  # for the harness's driver restarts
     wrapped = [
         op.name for v in spec.graph.vertices.values() for op in v.operators
         if isinstance(op.factory, FaultyOperatorFactory)
@@ -542,6 +546,57 @@ def test_the_summary_counts_faults_restarts_and_records():
     assert "faults injected        2 of 3 planned" in text
     assert "sink 0 'Sink: FileSink' (uid out): DIFFERENT" in text
     assert "  duplicated: a" in text
+
+
+def test_a_driver_restart_is_due_once_its_checkpoint_completed(tmp_path):
+    plan = FaultPlan(
+        (Fault(FaultKind.DRIVER_RESTART, 3, 0), Fault(FaultKind.KILL, 2, 0)),
+        str(tmp_path / "faults.jsonl"),
+    )
+    assert due_driver_restart(plan, [], None) is None
+    assert due_driver_restart(plan, [], 2) is None
+    fault = due_driver_restart(plan, [], 4)  # 3 may have failed: the next completed one
+    assert fault == plan.faults[0]
+    log_fault(plan, fault, attempt=1, at=4)
+    log = read_fault_log(plan.log_path)
+    assert [(e["kind"], e["driver"], e["attempt"], e["at_checkpoint"]) for e in log] == [
+        ("driver-restart", 0, 1, 4)
+    ]
+    assert due_driver_restart(plan, log, 9) is None  # once
+    assert fault.describe(4) == (
+        "driver-restart on the driver killed (SIGKILL) after checkpoint 4 completed, started again"
+    )
+
+
+def test_recovery_from_a_driver_restart_runs_to_the_new_drivers_first_attempt():
+    def running(driver, attempt, at):
+        return {"event": "running", "driver": driver, "attempt": attempt, "slot": 0, "time": at}
+
+    log = [
+        running(0, 0, 1.0),
+        {"event": "fault", "kind": "commit", "driver": 0, "attempt": 0, "slot": 0, "time": 2.0},
+        running(0, 1, 3.0),
+        {"event": "fault", "kind": "driver-restart", "driver": 0, "attempt": 1, "time": 5.0,
+         "slot": 0},
+        running(1, 0, 9.0),
+    ]  # fmt: skip
+    assert recovery_times(log) == [1.0, 4.0]
+    job = {"restarts": 1, "checkpoints_completed": 3, "checkpoints_failed": 0, "planned_faults": []}
+    sink = {"index": 0, "name": "s", "uid": None, "path": "-", "ordered": False}
+    summary = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, log, [([], [])])
+    # the last driver's restart, the killed driver's own, and the kill
+    assert summary.restarts == 3
+
+
+def test_the_harness_finds_the_latest_completed_checkpoint(tmp_path):
+    assert _latest_completed(str(tmp_path)) is None
+    for checkpoint, metadata in (("chk-9", True), ("chk-10", True), ("chk-11", False)):
+        directory = tmp_path / "job-a" / checkpoint
+        directory.mkdir(parents=True)
+        if metadata:
+            (directory / "_metadata").write_bytes(b"x")
+    (tmp_path / "job-a" / "shared").mkdir()
+    assert _latest_completed(str(tmp_path)) == (str(tmp_path / "job-a"), 10)
 
 
 def test_bad_kinds_and_schedules_are_usage_errors(tmp_path):

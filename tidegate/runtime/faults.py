@@ -30,7 +30,10 @@ plans the same faults. The kinds:
   subtask acknowledged (every sink pre-committed) and before the checkpoint completed
   (`fail_metadata_write`, called by the JobMaster);
 - `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
-  state (then the next attempt restores normally).
+  state (then the next attempt restores normally);
+- `driver-restart`: the harness SIGKILLs the whole driver (`tidegate run`, its JVM and slots)
+  once checkpoint N completed, and starts it again restoring the job directory's latest
+  completed checkpoint under the same job id (cli/chaos.py; `due_driver_restart`).
 
 The sites call `reach(site, checkpoint_id)` (and `restoring()`): with chaos off (`_active` is
 None) a site costs one global lookup per checkpoint or restore, and no per-record code has a
@@ -73,6 +76,7 @@ class FaultKind(enum.StrEnum):
     RESTORE = "restore"
     SLOW = "slow"
     DISCONNECT = "disconnect"
+    DRIVER_RESTART = "driver-restart"
 
 
 class Site(enum.Enum):
@@ -105,9 +109,10 @@ _WHEN = {
     FaultKind.STORAGE_HANG: "writing a state file of checkpoint {}",
     FaultKind.METADATA_WRITE: "writing the _metadata of checkpoint {}",
     FaultKind.RESTORE: "restoring keyed state from checkpoint {}",
+    FaultKind.DRIVER_RESTART: "killed (SIGKILL) after checkpoint {} completed, started again",
 }
 #: the kinds that happen on the driver, not in a slot
-DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE})
+DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE, FaultKind.DRIVER_RESTART})
 #: the kinds that fail nothing by themselves (no restart follows them)
 NON_FAILING_KINDS = frozenset({FaultKind.SLOW})
 #: the kinds carried out a random time after their checkpoint completed
@@ -233,6 +238,8 @@ class FaultPlan:
     faults: tuple[Fault, ...]
     #: a local file every slot appends a JSON line to for each fault it carries out
     log_path: str
+    #: which run of the driver this is (0, then 1 after a `driver-restart`, ...)
+    driver: int = 0
 
 
 def read_fault_log(path: str) -> list[dict[str, Any]]:
@@ -262,18 +269,33 @@ def _append(log_path: str, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def _log_fault(log_path: str, fault: Fault, attempt: int, at: int) -> None:
+def log_fault(plan: FaultPlan, fault: Fault, attempt: int, at: int) -> None:
+    """Log `fault` as carried out in attempt `attempt` of `plan`'s driver, at checkpoint `at`."""
     entry = {
         "event": "fault",
         "kind": str(fault.kind),
         "checkpoint_id": fault.checkpoint_id,
         "at_checkpoint": at,
         "slot": fault.slot,
+        "driver": plan.driver,
         "attempt": attempt,
         "time": time.time(),
         "description": fault.describe(at),
     }
-    _append(log_path, entry)
+    _append(plan.log_path, entry)
+
+
+def due_driver_restart(
+    plan: FaultPlan, log: Sequence[dict[str, Any]], completed: int | None
+) -> Fault | None:
+    """The `driver-restart` fault due now that checkpoint `completed` is the latest completed
+    one (None: none yet), among those the fault log `log` does not hold."""
+    done = {(e["kind"], e["checkpoint_id"], e["slot"]) for e in log if e["event"] == "fault"}
+    for fault in plan.faults:
+        due = completed is not None and fault.checkpoint_id <= completed
+        if fault.kind is FaultKind.DRIVER_RESTART and due and fault.key not in done:
+            return fault
+    return None
 
 
 def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int) -> None:
@@ -286,7 +308,7 @@ def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int
     for fault in plan.faults:
         due = fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id <= checkpoint_id
         if due and fault.key not in done:
-            _log_fault(plan.log_path, fault, attempt, checkpoint_id)
+            log_fault(plan, fault, attempt, checkpoint_id)
             raise OSError(
                 errno.EIO,
                 "tidegate chaos injected a checkpoint storage write failure: "
@@ -307,7 +329,7 @@ class FaultInjector:
         restored_checkpoint_id: int | None = None,
         network: Any = None,
     ) -> None:
-        self.slot, self.attempt, self.log_path = slot, attempt, plan.log_path
+        self.plan, self.slot, self.attempt, self.log_path = plan, slot, attempt, plan.log_path
         self.restored_checkpoint_id = restored_checkpoint_id
         self.network = network
         done = _logged(plan.log_path)
@@ -331,13 +353,19 @@ class FaultInjector:
     def record(self, fault: Fault, at: int) -> None:
         """Log `fault` as carried out at checkpoint `at` (before it happens: a kill leaves no
         time after)."""
-        _log_fault(self.log_path, fault, self.attempt, at)
+        log_fault(self.plan, fault, self.attempt, at)
 
     def subtasks_running(self) -> None:
         """Log that this slot's subtasks were created, their state restored."""
         _append(
             self.log_path,
-            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()},
+            {
+                "event": "running",
+                "slot": self.slot,
+                "driver": self.plan.driver,
+                "attempt": self.attempt,
+                "time": time.time(),
+            },
         )
 
     def restoring(self) -> None:
