@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -94,8 +95,12 @@ def test_chaos_a_hung_storage_write_and_a_driver_restart_keep_exactly_once(tmp_p
     run_log = (tmp_path / "work" / "faulty" / "output.log").read_text()
     assert "checkpoint 2 failed" in run_log and "not acknowledged within 3000 ms" in run_log
     # both drivers ran the same job id: the second restored the first one's job directory
-    submitted = [line for line in run_log.splitlines() if line.startswith("submitted job")]
-    assert len(submitted) == 2 and submitted[0] == submitted[1], run_log
+    job_ids = re.findall(r"^submitted job '[^']*' \((\w+)\)", run_log, re.MULTILINE)
+    assert len(job_ids) == 2 and job_ids[0] == job_ids[1], run_log
+    # from its latest completed checkpoint: 6 (or one that completed before the kill)
+    restored = re.search(r"restoring from checkpoint (\d+) in (\S+)/chk-(\d+)", run_log)
+    assert restored is not None and int(restored[1]) >= 6, run_log
+    assert restored[2] == str(tmp_path / "work" / "faulty" / "checkpoints" / job_ids[0])
     # from each fault to the subtasks running again: the hang's includes the timeout
     assert sorted(summary["recovery_s"]["all"])[-1] >= 3.0, output
     assert len(summary["recovery_s"]["all"]) == 2, output

@@ -153,7 +153,8 @@ def chaos_command(
     faults_log = read_fault_log(os.path.join(settings.run_dir, "faults.jsonl"))
     for entry in faults_log:
         if entry["event"] == "fault":
-            echo(f"  injected: {entry['description']} (attempt {entry['attempt']})")
+            driver = f"driver run {entry['driver']}, " if entry.get("driver") else ""
+            echo(f"  injected: {entry['description']} ({driver}attempt {entry['attempt']})")
     if faulty["error"] is not None:
         _report_failure(faulty, faults_log, json_path)
     if len(faulty["sinks"]) != len(ref["sinks"]):
