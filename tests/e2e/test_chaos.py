@@ -46,8 +46,11 @@ def expected_lines(count: int) -> Counter[str]:
     return Counter(f"{key},{n}" for key, total in per_key.items() for n in range(1, total + 1))
 
 
-#: every kind but `storage-hang`, which has a test of its own (it waits out a checkpoint timeout)
-QUICK_KINDS = [k for k in map(str, FaultKind) if k != FaultKind.STORAGE_HANG]
+#: every kind but those of the local test below: `storage-hang` waits out a checkpoint timeout,
+#: `driver-restart` starts a second Spark session
+QUICK_KINDS = [
+    k for k in map(str, FaultKind) if k not in (FaultKind.STORAGE_HANG, FaultKind.DRIVER_RESTART)
+]
 
 
 @pytest.mark.parametrize("runner", ["spark"])
