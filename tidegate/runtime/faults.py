@@ -253,11 +253,11 @@ def read_fault_log(path: str) -> list[dict[str, Any]]:
 
 def _logged(log_path: str) -> set[tuple[str, int, int]]:
     """The `Fault.key`s of the faults the log holds."""
-    return {
-        (e["kind"], e["checkpoint_id"], e["slot"])
-        for e in read_fault_log(log_path)
-        if e["event"] == "fault"
-    }
+    return _fault_keys(read_fault_log(log_path))
+
+
+def _fault_keys(log: Sequence[dict[str, Any]]) -> set[tuple[str, int, int]]:
+    return {(e["kind"], e["checkpoint_id"], e["slot"]) for e in log if e["event"] == "fault"}
 
 
 def _append(log_path: str, entry: dict[str, Any]) -> None:
@@ -290,7 +290,7 @@ def due_driver_restart(
 ) -> Fault | None:
     """The `driver-restart` fault due now that checkpoint `completed` is the latest completed
     one (None: none yet), among those the fault log `log` does not hold."""
-    done = {(e["kind"], e["checkpoint_id"], e["slot"]) for e in log if e["event"] == "fault"}
+    done = _fault_keys(log)
     for fault in plan.faults:
         due = completed is not None and fault.checkpoint_id <= completed
         if fault.kind is FaultKind.DRIVER_RESTART and due and fault.key not in done:
@@ -518,8 +518,8 @@ def on_message(message: Any) -> None:
 @dataclass(frozen=True)
 class FaultyOperatorFactory:
     """Creates a user function's operator (with `make_operator`) whose batches first check for
-    an armed `exception` or `slow` fault: wraps the operator, not its per-record loop, and only in a
-    chaos run (the job is built with these factories only then)."""
+    an armed `exception` or `slow` fault: wraps the operator, not its per-record loop, and only
+    in a chaos run (the job is built with these factories only then)."""
 
     make_operator: Callable[..., Any]
 
