@@ -582,10 +582,15 @@ def test_recovery_from_a_driver_restart_runs_to_the_new_drivers_first_attempt():
     ]  # fmt: skip
     assert recovery_times(log) == [1.0, 4.0]
     job = {"restarts": 1, "checkpoints_completed": 3, "checkpoints_failed": 0, "planned_faults": []}
-    sink = {"index": 0, "name": "s", "uid": None, "path": "-", "ordered": False}
-    summary = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, log, [([], [])])
+    sink = {"index": 0, "name": "s", "uid": None, "path": "-", "ordered": True}
+    outputs = [(["a", "b"], ["b", "a"])]
+    summary = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, log, outputs)
     # the last driver's restart, the killed driver's own, and the kill
     assert summary.restarts == 3
+    # the new driver's part files do not sort after the old one's: the order is not compared
+    assert summary.sinks[0].equal
+    without_restart = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, [], outputs)
+    assert without_restart.sinks[0].reordered_at == 0
 
 
 def test_the_harness_finds_the_latest_completed_checkpoint(tmp_path):
