@@ -55,6 +55,7 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_chaos.py": {
         "test_chaos_passes_on_our_file_sink_under_every_fault_kind",
         "test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them",
+        "test_chaos_a_hung_storage_write_and_a_driver_restart_keep_exactly_once",
     },
     "e2e/test_cli_run.py": {
         "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",

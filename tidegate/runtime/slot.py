@@ -86,7 +86,9 @@ def run_slot(
     except BaseException:
         control.close()
         raise
-    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
+    faults.install(
+        deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id, network
+    )
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network, host or socket.gethostname(), startup)
