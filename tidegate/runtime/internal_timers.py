@@ -139,6 +139,8 @@ class InternalTimerService:
         """Fire `domain`'s timers due at `time_ms`, in timestamp order, including those that
         firing timers register at or before it. Returns how many fired."""
         queue, live, backend, fired = self._queues[domain], self._live, self._backend, 0
+        if not queue or queue[0][0] > time_ms:
+            return 0  # (and no `__timers__` state registered by an operator without timers)
         d, pop, trigger = (0 if domain is _EVENT else 1), heapq.heappop, self._trigger
         remove = self._timer_state().remove
         while queue and queue[0][0] <= time_ms:
@@ -163,6 +165,8 @@ class InternalTimerService:
             return []
         self.current_watermark = watermark
         queue, live, backend, due = self._queues[_EVENT], self._live, self._backend, []
+        if not queue or queue[0][0] > watermark:
+            return due
         pop, remove = heapq.heappop, self._timer_state().remove
         while queue and queue[0][0] <= watermark:
             timestamp, _, key = pop(queue)
