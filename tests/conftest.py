@@ -62,6 +62,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_failing_function_is_located_in_the_script_with_the_oldest_cloudpickle_allowed",
     },
     "e2e/test_cluster.py": {
+        "test_chaos_loses_a_whole_executor_and_finds_the_committed_output_equal",
         "test_a_job_spans_two_hosts_exactly_once_without_network_settings",
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",

@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.chaos_job import KEYS
 from tests.support.output import committed_lines
-from tidegate.runtime.faults import NON_FAILING_KINDS, FaultKind, read_fault_log
+from tidegate.runtime.faults import CLUSTER_KINDS, NON_FAILING_KINDS, FaultKind, read_fault_log
 
 JOB = Path(__file__).with_name("chaos_job.py")
 
@@ -46,10 +46,13 @@ def expected_lines(count: int) -> Counter[str]:
     return Counter(f"{key},{n}" for key, total in per_key.items() for n in range(1, total + 1))
 
 
-#: every kind but those of the local test below: `storage-hang` waits out a checkpoint timeout,
-#: `driver-restart` starts a second Spark session
+#: every kind but those of the local test below (`storage-hang` waits out a checkpoint timeout,
+#: `driver-restart` starts a second Spark session) and `executor-loss`, which needs a cluster
+#: (tests/e2e/test_cluster.py)
 QUICK_KINDS = [
-    k for k in map(str, FaultKind) if k not in (FaultKind.STORAGE_HANG, FaultKind.DRIVER_RESTART)
+    k
+    for k in map(str, FaultKind)
+    if k not in (FaultKind.STORAGE_HANG, FaultKind.DRIVER_RESTART, *CLUSTER_KINDS)
 ]
 
 

@@ -6,6 +6,8 @@ driven by scripted sites and messages, how a run moves a job's sinks and checkpo
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -39,6 +41,7 @@ from tidegate.runtime.faults import (
     InjectedFault,
     Site,
     due_driver_restart,
+    executor_jvm,
     fail_metadata_write,
     log_fault,
     plan_faults,
@@ -74,14 +77,16 @@ def test_a_bad_schedule_says_what_is_accepted(text):
 def test_the_plan_is_reproducible_and_uses_every_kind_before_any_twice():
     schedule = FaultSchedule.parse("every:2")
     kinds = tuple(FaultKind)
-    plan = plan_faults(schedule, kinds, 12, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
-    assert plan == plan_faults(schedule, kinds, 12, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
-    assert plan != plan_faults(schedule, kinds, 12, 43, ALL_SLOTS, 1.0, timeout_s=5.0)
-    assert [f.checkpoint_id for f in plan] == list(range(2, 25, 2))
+    n = 2 * len(kinds)
+    plan = plan_faults(schedule, kinds, n, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert plan == plan_faults(schedule, kinds, n, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert plan != plan_faults(schedule, kinds, n, 43, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert [f.checkpoint_id for f in plan] == list(range(2, 2 * n + 1, 2))
     assert Counter(f.kind for f in plan[: len(kinds)]) == Counter(kinds)
     for fault in plan:
         assert fault.slot in (0, 1)
-        if fault.kind in (FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT):
+        delayed = (FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT)
+        if fault.kind in (*delayed, FaultKind.EXECUTOR_LOSS):
             assert 0.1 <= fault.delay_s <= 0.9
         elif fault.kind is not FaultKind.KILL:
             assert fault.delay_s is None
@@ -426,6 +431,33 @@ def test_storage_hangs_shorten_the_checkpoint_timeout_and_slow_faults_wrap_user_
     assert wrapped == ["Map"]
     without = ChaosSettings(str(tmp_path), ("slow",), 2, 1, "every:1")
     assert chaos_job_spec(monkeypatch, ChaosRun(without)).checkpoint.timeout_ms == 600_000
+
+
+def test_executor_loss_is_refused_where_the_executors_run_in_the_drivers_jvm(monkeypatch, tmp_path):
+    settings = ChaosSettings(str(tmp_path), ("executor-loss",), 1, 1, "every:1")
+    with pytest.raises(ValueError, match=r"executor-loss fault needs executors apart from the"):
+        chaos_job_spec(monkeypatch, ChaosRun(settings))
+
+
+def test_the_executor_jvm_above_a_slot_is_found_by_its_command_line():
+    # a process named like an executor JVM, whose child (as a slot is) looks it up
+    child = (
+        "from tidegate.runtime.faults import executor_jvm; import os; "
+        "print(executor_jvm(os.getpid()))"
+    )
+    parent = (
+        "import subprocess, sys; "
+        f"r = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True); "
+        "import os; print(os.getpid(), r.stdout.strip(), r.stderr[-300:])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent, "CoarseGrainedExecutorBackend"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    parent_pid, found, *_ = done.stdout.split()
+    assert found == parent_pid, done.stdout + done.stderr
+    assert executor_jvm(os.getpid()) is None  # pytest runs under no executor
 
 
 def test_the_reference_run_plans_no_faults(monkeypatch, tmp_path):

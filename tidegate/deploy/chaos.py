@@ -34,6 +34,7 @@ from tidegate.connectors.print_sink import PrintSink
 from tidegate.deploy.job_spec import JobSpec
 from tidegate.graph.stream_graph import StreamGraph, Transformation
 from tidegate.runtime.faults import (
+    CLUSTER_KINDS,
     Fault,
     FaultKind,
     FaultPlan,
@@ -155,6 +156,15 @@ class ChaosRun:
             raise ValueError(
                 "tidegate chaos needs periodic checkpoints: the job has none (call "
                 "env.enable_checkpointing(INTERVAL_MS), and run it in STREAMING mode)"
+            )
+        cluster_kinds = CLUSTER_KINDS & set(self._kinds)
+        master = spec.spark_master  # local[N] runs executors in the driver's JVM
+        one_jvm = master is None or master == "local" or master.startswith("local[")
+        if self.settings.count and cluster_kinds and (spec.runner == "local" or one_jvm):
+            raise ValueError(
+                f"the {', '.join(sorted(cluster_kinds))} fault needs executors apart from the "
+                "driver: run on a Spark cluster (--spark-master spark://HOST:PORT), or leave "
+                "it out of --kinds"
             )
         timeout_ms = spec.checkpoint.timeout_ms
         if self.settings.count and FaultKind.STORAGE_HANG in self._kinds:

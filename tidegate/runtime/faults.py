@@ -31,6 +31,8 @@ plans the same faults. The kinds:
   (`fail_metadata_write`, called by the JobMaster);
 - `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
   state (then the next attempt restores normally);
+- `executor-loss`: a random time after checkpoint N completed, a slot SIGKILLs the executor JVM
+  it runs under (the whole executor is lost; cluster masters only: `CLUSTER_KINDS`);
 - `driver-restart`: the harness SIGKILLs the whole driver (`tidegate run`, its JVM and slots)
   once checkpoint N completed, and starts it again restoring the job directory's latest
   completed checkpoint under the same job id (cli/chaos.py; `due_driver_restart`).
@@ -77,6 +79,7 @@ class FaultKind(enum.StrEnum):
     SLOW = "slow"
     DISCONNECT = "disconnect"
     DRIVER_RESTART = "driver-restart"
+    EXECUTOR_LOSS = "executor-loss"
 
 
 class Site(enum.Enum):
@@ -116,7 +119,13 @@ DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE, FaultKind.DRIVER_RESTART})
 #: the kinds that fail nothing by themselves (no restart follows them)
 NON_FAILING_KINDS = frozenset({FaultKind.SLOW})
 #: the kinds carried out a random time after their checkpoint completed
-_DELAYED_KINDS = frozenset({FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT})
+_DELAYED_KINDS = frozenset(
+    {FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT, FaultKind.EXECUTOR_LOSS}
+)
+#: the kinds that need executors of their own (JVMs apart from the driver's): a cluster master
+CLUSTER_KINDS = frozenset({FaultKind.EXECUTOR_LOSS})
+#: an executor JVM's command line (Spark's standalone, YARN and Kubernetes executors)
+_EXECUTOR_JVM = b"CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -269,8 +278,11 @@ def _append(log_path: str, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def log_fault(plan: FaultPlan, fault: Fault, attempt: int, at: int) -> None:
-    """Log `fault` as carried out in attempt `attempt` of `plan`'s driver, at checkpoint `at`."""
+def log_fault(
+    plan: FaultPlan, fault: Fault, attempt: int, at: int, note: str | None = None
+) -> None:
+    """Log `fault` as carried out in attempt `attempt` of `plan`'s driver, at checkpoint `at`
+    (`note`: how, where the kind leaves a choice)."""
     entry = {
         "event": "fault",
         "kind": str(fault.kind),
@@ -282,6 +294,8 @@ def log_fault(plan: FaultPlan, fault: Fault, attempt: int, at: int) -> None:
         "time": time.time(),
         "description": fault.describe(at),
     }
+    if note is not None:
+        entry["note"] = note
     _append(plan.log_path, entry)
 
 
@@ -350,10 +364,10 @@ class FaultInjector:
                     return fault
         return None
 
-    def record(self, fault: Fault, at: int) -> None:
+    def record(self, fault: Fault, at: int, note: str | None = None) -> None:
         """Log `fault` as carried out at checkpoint `at` (before it happens: a kill leaves no
         time after)."""
-        log_fault(self.plan, fault, self.attempt, at)
+        log_fault(self.plan, fault, self.attempt, at, note)
 
     def subtasks_running(self) -> None:
         """Log that this slot's subtasks were created, their state restored."""
@@ -385,6 +399,16 @@ class FaultInjector:
         self.record(fault, at)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def _kill_executor(self, fault: Fault, at: int) -> None:
+        """SIGKILL the executor JVM this slot runs under: the whole executor is lost (its
+        Python workers with it) and Spark starts another."""
+        executor = executor_jvm(os.getpid())
+        if executor is None:  # planned only for cluster masters: say so rather than skip it
+            self.record(fault, at, "no executor JVM above the slot: the slot failed instead")
+            raise InjectedFault(f"tidegate chaos found no executor JVM for {fault.describe(at)}")
+        self.record(fault, at, f"executor JVM {executor} killed")
+        os.kill(executor, signal.SIGKILL)
+
     def reach(self, site: Site, checkpoint_id: int) -> None:
         kind = _FAILING_AT[site]
         fault = self._take(lambda f: f.kind is kind and f.checkpoint_id <= checkpoint_id)
@@ -411,9 +435,11 @@ class FaultInjector:
             due = [f for f in self._pending if f.delay_s is not None and f.checkpoint_id <= cid]
             self._pending = [f for f in self._pending if f not in due]
         for fault in due:
-            action = {FaultKind.KILL: self._kill, FaultKind.DISCONNECT: self._disconnect}.get(
-                fault.kind, self._arm
-            )
+            action = {
+                FaultKind.KILL: self._kill,
+                FaultKind.DISCONNECT: self._disconnect,
+                FaultKind.EXECUTOR_LOSS: self._kill_executor,
+            }.get(fault.kind, self._arm)
             timer = threading.Timer(fault.delay_s or 0.0, action, args=(fault, cid))
             timer.daemon = True
             self._timers.append(timer)
@@ -585,3 +611,21 @@ class _FailingFile:
 
     def __exit__(self, *exc: object) -> None:
         self._raw.close()
+
+
+def executor_jvm(pid: int, levels: int = 6) -> int | None:
+    """The pid of the executor JVM above process `pid` (a slot runs in a Python worker forked
+    by PySpark's daemon, which the executor started), or None: no executor JVM within `levels`
+    ancestors (a local master runs executors inside the driver's JVM)."""
+    for _ in range(levels):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # ppid, after the name
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if _EXECUTOR_JVM in f.read():
+                    return pid
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
