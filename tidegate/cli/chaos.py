@@ -33,6 +33,7 @@ from tidegate.cli.run import _check_script
 from tidegate.common.configuration import JOB_ID
 from tidegate.deploy.chaos import ChaosSettings, load_plan
 from tidegate.runtime.faults import (
+    CLUSTER_KINDS,
     FaultKind,
     FaultSchedule,
     due_driver_restart,
@@ -40,7 +41,8 @@ from tidegate.runtime.faults import (
     read_fault_log,
 )
 
-DEFAULT_KINDS = tuple(FaultKind)
+#: every kind that runs on any master (`executor-loss` only when asked for: it needs a cluster)
+DEFAULT_KINDS = tuple(k for k in FaultKind if k not in CLUSTER_KINDS)
 #: the end of a failed run's output shown in its error
 TAIL_LINES = 40
 #: how often the harness looks for a due `driver-restart` (seconds)
