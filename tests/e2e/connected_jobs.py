@@ -31,12 +31,14 @@ from tidegate.common.time import Time
 from tidegate.datastream import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.functions import (
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
+    CoProcessFunction,
     KeyedCoProcessFunction,
     ProcessJoinFunction,
 )
-from tidegate.datastream.state import ValueStateDescriptor
+from tidegate.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 TIMEOUT_MS = 100
 LOWER_MS, UPPER_MS = -30, 50  # the upper bound is exclusive
@@ -236,23 +238,60 @@ def interval_reference(n: int) -> list[str]:
     return sorted(lines)
 
 
+class Mark(CoProcessFunction):
+    """Non-keyed: `e,v` and `f,v` lines, each with the record's side."""
+
+    def process_element1(self, value, ctx):
+        yield f"e,{value}"
+
+    def process_element2(self, value, ctx):
+        yield f"f,{value}"
+
+
+SEEN = MapStateDescriptor("seen")
+
+
+class CountBroadcasts(BroadcastProcessFunction):
+    """Non-keyed: `g,v` per record; per broadcast record `h,subtask,v,count`, `count` the
+    broadcast records this subtask's broadcast state has counted so far (checkpointed)."""
+
+    def open(self, runtime_context) -> None:
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def process_element(self, value, ctx):
+        yield f"g,{value}"
+
+    def process_broadcast_element(self, value, ctx):
+        seen = ctx.get_broadcast_state(SEEN)
+        count = (seen.get("count") or 0) + 1
+        seen.put("count", count)
+        yield f"h,{self.subtask},{value},{count}"
+
+
 def co_map_job(
-    out: Path, out2: Path, checkpoints: Path, *, n: int, rate: float, plan: FailurePlan
+    out: Path, out2: Path, out3: Path, checkpoints: Path, *, n: int, rate: float, plan: FailurePlan
 ) -> StreamExecutionEnvironment:
-    """numbers a (2) and b (1) -> connect -> CoMap -> FileSink; and -> CoFlatMap -> FileSink."""
+    """numbers a (2) and b (1) -> connect -> CoMap -> FileSink; -> CoFlatMap -> FileSink; and
+    -> CoProcessFunction, a -> connect(b broadcast) -> BroadcastProcessFunction -> FileSink."""
     env = _env(checkpoints, None)
     a = env.from_source(DataGeneratorSource(lambda i: i, n, rate), None, "a").uid("a")
     b = env.from_source(DataGeneratorSource(lambda i: -i, n, rate), None, "b").uid("b")
     b = b.set_parallelism(1)
     a.connect(b).map(Tag()).uid("tag").sink_to(file_sink(out)).uid("sink")
     a.connect(b).flat_map(Split(plan)).uid("split").sink_to(file_sink(out2)).uid("sink2")
+    marked = a.connect(b).process(Mark()).uid("mark")
+    counted = a.connect(b.broadcast(SEEN)).process(CountBroadcasts()).uid("broadcasts")
+    marked.union(counted).sink_to(file_sink(out3)).uid("sink3")
     return env
 
 
-def co_map_reference(n: int) -> tuple[list[str], list[str]]:
+def co_map_reference(n: int) -> tuple[list[str], list[str], list[str]]:
     tagged = [f"a,{i}" for i in range(n)] + [f"b,{-i}" for i in range(n)]
     split = [f"c,{i},{d}" for i in range(n) for d in range(i % 3)] + [f"d,{-i}" for i in range(n)]
-    return sorted(tagged), sorted(split)
+    processed = [f"e,{i}" for i in range(n)] + [f"f,{-i}" for i in range(n)]
+    processed += [f"g,{i}" for i in range(n)]
+    processed += [f"h,{s},{-i},{i + 1}" for s in range(2) for i in range(n)]
+    return sorted(tagged), sorted(split), sorted(processed)
 
 
 def lines(out: Path | list[Path]) -> list[str]:

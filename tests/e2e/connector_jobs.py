@@ -17,7 +17,7 @@ from tests.e2e.jobs import FailAtValues, InjectedFailure, RunningCount, SlowMap
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.common import JobStatus, RestartStrategies, Row, Types, WatermarkStrategy
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention, StreamExecutionEnvironment
@@ -46,14 +46,18 @@ def source_count_job(
     seconds_per_record: float = 0.0,
     fail_at: dict[int, int] | None = None,
     restore_path: str | None = None,
+    parse: Callable[[Any], int] | None = None,
 ) -> StreamExecutionEnvironment:
-    """source (records: int values) -> [slow map] -> [failures] -> key_by(v % NUM_KEYS) ->
-    running count -> FileSink(out); checkpoints every 200 ms, retained on cancel."""
+    """source (records: int values, or what `parse` makes them from) -> [slow map] ->
+    [failures] -> key_by(v % NUM_KEYS) -> running count -> FileSink(out); checkpoints every
+    200 ms, retained on cancel."""
     env = job_environment("spark", checkpoints, parallelism=parallelism, restore_path=restore_path)
     env.get_checkpoint_config().set_externalized_checkpoint_retention(
         ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
     )
     ds = env.from_source(source, WatermarkStrategy.no_watermarks(), "source").uid("source")
+    if parse:
+        ds = ds.map(parse).uid("parse")
     if seconds_per_record:
         ds = ds.map(SlowMap(seconds_per_record)).uid("slow")
     if fail_at:
@@ -104,7 +108,7 @@ def run_failing_after_checkpoint_2(
     env.set_restart_strategy(RestartStrategies.no_restart())
     job = env.execute_async("a job that fails after checkpoint 2")
     with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
-        job.get_job_execution_result().result(timeout=120)
+        resolved(job.get_job_execution_result(), "the job to finish", timeout=120)
     return job.jobmaster.job_id
 
 
@@ -158,9 +162,8 @@ def rescaled_source_run(
     ).execute_async("at 2")
     wait_for_checkpoints(first, 2)
     while_first_runs()
-    first.cancel().result()
+    resolved(first.cancel(), "the job to be cancelled")
     assert first.get_job_status().result() is JobStatus.CANCELED
-    assert 0 < len(committed_lines(out)) < n, "the first run must stop midway"
     second = source_count_job(
         source,
         out,
@@ -169,7 +172,7 @@ def rescaled_source_run(
         seconds_per_record=0.00005,  # the same operators as the first run
         restore_path=str(checkpoints / first.jobmaster.job_id),
     ).execute_async("at 3")
-    second.get_job_execution_result().result(timeout=300)
+    resolved(second.get_job_execution_result(), "the job to finish", timeout=300)
     assert second.jobmaster.stats.restored_from is not None
     return committed_lines(out)
 
@@ -191,7 +194,7 @@ def rescaled_sinks_run(
         sinks(), checkpoints, n=n, rate=3_000, as_record=as_record
     ).execute_async("sinks at 2")
     wait_for_checkpoints(first, 2)
-    first.cancel().result()
+    resolved(first.cancel(), "the job to be cancelled")
     assert 0 < written() < n, "the first run must stop midway"
     second = sink_count_job(
         sinks(),
@@ -201,7 +204,7 @@ def rescaled_sinks_run(
         restore_path=str(checkpoints / first.jobmaster.job_id),
         as_record=as_record,
     ).execute_async("sinks at 3")
-    second.get_job_execution_result().result(timeout=300)
+    resolved(second.get_job_execution_result(), "the job to finish", timeout=300)
 
 
 def counted_row(line: str) -> Row:

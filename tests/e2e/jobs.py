@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from tests.support.environments import file_sink, job_environment
@@ -251,6 +252,18 @@ def kill_slots(client, kills: int, after_checkpoints: int = 1) -> threading.Thre
     thread.killed = []
     thread.start()
     return thread
+
+
+def check_restarts(client, *, kills: int, exceptions: Collection[int] = (0,)) -> None:
+    """The job restarted exactly once per injected fault and for nothing else: each recorded
+    failure is an InjectedFailure or one of the `kills` slots killed (or stopped), and the number of
+    InjectedFailures that fired is one of `exceptions` (a schedule of exceptions per attempt
+    can lose one to a kill that ends the attempt first)."""
+    failures = client.jobmaster.stats.timeline.failures()
+    fired = sum("InjectedFailure" in f.message + f.detail for f in failures)
+    summary = [(f.attempt, f.name, f.message[:120]) for f in failures]
+    assert client.jobmaster.stats.restarts == len(failures) == fired + kills, summary
+    assert fired in exceptions, (fired, summary)
 
 
 class CountThenFailAfterCheckpoint(RunningCount):

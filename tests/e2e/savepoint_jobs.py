@@ -14,7 +14,7 @@ from tests.e2e.jobs import InjectedFailure, RunningCount
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.checkpoint.storage import resolve_checkpoint_path
 from tidegate.common import JobStatus
 from tidegate.common.job_client import JobExecutionException
@@ -107,9 +107,9 @@ def retained_checkpoint(tmp_path: Path, runner: str, n: int) -> tuple[str, str, 
     )
     client = env.execute_async("to be cancelled")
     wait_for_checkpoints(client, 2)
-    client.cancel().result(timeout=120)
+    resolved(client.cancel(), "the job to be cancelled", timeout=120)
     assert client.get_job_status().result() is JobStatus.CANCELED
     with pytest.raises(JobExecutionException, match="cancelled"):
-        client.get_job_execution_result().result()
+        resolved(client.get_job_execution_result(), "the job to finish")
     job_dir = str(tmp_path / "chk" / client.get_job_id())
     return job_dir, resolve_checkpoint_path(job_dir), committed_lines(tmp_path / "out1")

@@ -18,7 +18,7 @@ import pytest
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_files, committed_lines
 from tests.support.references import same_records
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_until
 from tidegate.common import (
     JobStatus,
     RestartStrategies,
@@ -121,7 +121,7 @@ def test_empty_sources_finish_and_commit_nothing(runner, tmp_path):
     b = env.from_source(DataGeneratorSource(lambda i: i, count=0), None, "nothing")
     a.union(b).map(str).sink_to(file_sink(tmp_path / "out"))
     client = env.execute_async("empty")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     assert client.get_job_status().result() is JobStatus.FINISHED
     assert committed_lines(tmp_path / "out") == []
 
@@ -599,7 +599,7 @@ def test_uid_and_name_reach_the_checkpoint_metadata(runner, tmp_path):
     ds = ds.key_by(lambda v: v % 4).map(CountPerKey()).uid("my-counter").name("Counter")
     ds.sink_to(file_sink(tmp_path / "out")).uid("my-sink").name("My Sink")
     client = env.execute_async("named")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     operators = client.jobmaster.stats.last_checkpoint.metadata.operators
     assert {uid: op.name for uid, op in operators.items()} == {
         "my-source": "My Numbers",
@@ -691,7 +691,7 @@ def test_operator_list_state_and_union_list_state_survive_a_restart(runner, tmp_
     ds = ds.map(CountingWithOperatorState()).uid("counting")
     ds.sink_to(file_sink(tmp_path / "out")).uid("sink")
     client = env.execute_async("operator state")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     assert client.jobmaster.stats.restarts == 1
     assert client.jobmaster.stats.restored_from is not None, "no checkpoint before the failure"
 
@@ -743,7 +743,7 @@ def test_checkpoint_listener_is_notified_of_completed_checkpoints_in_order(runne
     ds = env.from_source(source, None, "numbers").map(RecordNotifications(str(marks)))
     ds.map(str).sink_to(file_sink(tmp_path / "out"))
     client = env.execute_async("listener")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     same_records(committed_lines(tmp_path / "out"), range(1_500))
     stats = client.jobmaster.stats
     last = stats.last_checkpoint.checkpoint_id
@@ -767,11 +767,11 @@ def test_an_unbounded_job_runs_until_cancelled_through_its_job_client(runner, tm
     wait_until(lambda: client.get_job_status().result() is JobStatus.RUNNING, "status RUNNING")
     wait_until(lambda: client.jobmaster.stats.completed_checkpoints >= 1, "a checkpoint")
     assert not client.get_job_execution_result().done()
-    client.cancel().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.cancel(), "the job to be cancelled", timeout=JOB_TIMEOUT_S)
     assert client.get_job_status().result() is JobStatus.CANCELED
     assert client.get_job_status().result().is_globally_terminal_state()
     with pytest.raises(JobExecutionException, match="cancelled") as err:
-        client.get_job_execution_result().result(timeout=10)
+        resolved(client.get_job_execution_result(), "the job to finish", timeout=10)
     assert err.value.job_id == client.get_job_id()
     # what was committed before the cancellation is a prefix of each generator split (an
     # unbounded split i of 2 generates i, i + 2, i + 4, ...), each value once
@@ -799,7 +799,7 @@ def test_the_result_of_execute_async_matches_its_client(runner, tmp_path):
     env = make_env(runner, tmp_path)
     env.from_collection(["a"]).print()
     client = env.execute_async()
-    result = client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    result = resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     assert result.get_job_id() == client.get_job_id()
     assert result.get_job_name() == "tidegate job"
     assert client.get_job_status().result() is JobStatus.FINISHED
@@ -811,7 +811,7 @@ def test_a_bounded_job_without_checkpointing_commits_all_output_at_the_end(runne
     ds = env.from_source(NumberSequenceSource(1, 5_000), None, "numbers")
     ds.map(str).sink_to(file_sink(tmp_path / "out"))
     job = env.execute_async("no checkpointing")
-    job.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(job.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     same_records(committed_lines(tmp_path / "out"), range(1, 5_001))
     assert not glob.glob(f"{tmp_path / 'out'}/**/.*", recursive=True), "in-progress files left"
     assert job.jobmaster.stats.completed_checkpoints == 1, "only the final checkpoint"
@@ -827,7 +827,7 @@ def test_a_user_exception_fails_the_job_with_its_message_and_traceback(runner, t
     env.from_source(NumberSequenceSource(0, 99), None, "numbers").map(explode).print()
     client = env.execute_async("failing")
     with pytest.raises(JobExecutionException, match=r"ValueError: cannot handle 42") as err:
-        client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+        resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     assert "Traceback" in err.value.detail
     assert "explode" in err.value.detail
     assert client.get_job_status().result() is JobStatus.FAILED
@@ -837,10 +837,10 @@ def test_cancelling_a_finished_job_changes_nothing(runner, tmp_path):
     env = make_env(runner, tmp_path)
     env.from_collection([1, 2, 3]).map(str).sink_to(file_sink(tmp_path / "out"))
     client = env.execute_async("done")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
-    client.cancel().result(timeout=10)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
+    resolved(client.cancel(), "the job to be cancelled", timeout=10)
     assert client.get_job_status().result() is JobStatus.FINISHED
-    assert client.get_job_execution_result().result().get_job_name() == "done"
+    assert resolved(client.get_job_execution_result(), "the job to finish").get_job_name() == "done"
     same_records(committed_lines(tmp_path / "out"), [1, 2, 3])
 
 
@@ -854,14 +854,14 @@ def test_cancel_right_after_submission_stops_the_job_and_its_slots(runner, tmp_p
         # Cancelling is prompt even before the slots started (the job may not have reached
         # the runner yet); 30 s is far more than a cancellation needs.
         try:
-            client.cancel().result(timeout=30)
+            resolved(client.cancel(), "the job to be cancelled", timeout=30)
         except TimeoutError:
             pytest.fail(
                 f"cancel() did not complete within 30 s (status {client.get_job_status().result()})"
             )
         assert client.get_job_status().result() is JobStatus.CANCELED
         with pytest.raises(JobExecutionException, match="cancelled"):
-            client.get_job_execution_result().result(timeout=10)
+            resolved(client.get_job_execution_result(), "the job to finish", timeout=10)
         if spark is not None:
             tracker = spark.sparkContext.statusTracker()
             wait_until(
@@ -897,7 +897,7 @@ def test_a_bounded_job_with_very_frequent_checkpoints_commits_exactly_its_output
     ds = env.from_source(source, None, "numbers").key_by(lambda v: v % 11).map(CountPerKey())
     ds.sink_to(file_sink(tmp_path / "out"))
     client = env.execute_async("frequent checkpoints")
-    client.get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=JOB_TIMEOUT_S)
     assert client.jobmaster.stats.completed_checkpoints > 3
     lines = committed_lines(tmp_path / "out")
     assert sorted(int(line.split(",")[1]) for line in lines) == list(range(3_000))

@@ -10,6 +10,7 @@ import pytest
 from tests.e2e.jobs import count_job
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
+from tests.support.waiting import resolved
 from tidegate.common import RestartStrategies
 from tidegate.common.job_client import JobExecutionException
 from tidegate.metrics.checkpoint_stats import CheckpointStats
@@ -39,7 +40,7 @@ def test_concurrent_aligned_checkpoints_overlap_and_keep_exactly_once(spark, tmp
     )
     env.get_checkpoint_config().set_max_concurrent_checkpoints(3)
     client = env.execute_async("concurrent checkpoints")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     assert overlapped(client.jobmaster.stats.checkpoints.history()), "checkpoints never overlapped"
     assert client.jobmaster.stats.completed_checkpoints >= 3
     check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
@@ -64,7 +65,7 @@ def test_expired_checkpoints_do_not_block_the_next_ones(spark, tmp_path):
     config.set_checkpoint_timeout(150)
     config.set_tolerable_checkpoint_failure_number(1_000)
     client = env.execute_async("expiring checkpoints")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     stats = client.jobmaster.stats
     assert stats.failed_checkpoints >= 1
     assert stats.completed_checkpoints >= 2

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.e2e.observed import PARALLELISM, observed_job, rest_url, start_observed_job
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_until
 from tidegate.cli import cli
 
 
@@ -21,7 +21,7 @@ from tidegate.cli import cli
 def job(spark, tmp_path_factory):
     client = observed_job(tmp_path_factory.mktemp("cli"), "cli jobs job")
     yield client
-    client.cancel().result()
+    resolved(client.cancel(), "the job to be cancelled")
 
 
 def tidegate(*args: str, env: dict[str, str] | None = None):

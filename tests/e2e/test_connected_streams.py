@@ -18,6 +18,7 @@ from tests.e2e.connected_jobs import (
 )
 from tests.e2e.timer_jobs import FailurePlan
 from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import resolved
 
 
 def test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_exception_and_a_kill(
@@ -27,7 +28,7 @@ def test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_excepti
     plan = FailurePlan({0: ("raise", "record", 1_001), 1: ("kill", "timer", 2_400)})
     env = order_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("keyed co-process join under failures")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     got = lines(tmp_path / "out")
     assert got == order_reference(n)
@@ -49,7 +50,7 @@ def test_the_keyed_co_process_join_on_rocksdb_with_unaligned_checkpoints_survive
         unaligned=True,
     )
     client = env.execute_async("keyed co-process join, rocksdb, unaligned")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     assert lines(tmp_path / "out") == order_reference(n)
 
@@ -59,25 +60,25 @@ def test_an_interval_join_is_exactly_once_across_an_exception_and_a_kill(spark, 
     plan = FailurePlan({0: ("raise", "record", 900), 1: ("kill", "record", 3_502)})
     env = interval_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("interval join under failures")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     expected = interval_reference(n)
     assert len(expected) > n // 2
     assert lines(tmp_path / "out") == expected
 
 
-def test_co_map_and_co_flat_map_read_both_inputs_exactly_once_across_an_exception(spark, tmp_path):
-    n = 2_000
-    plan = FailurePlan({0: ("raise", "record", 1_200)})
-    env = co_map_job(
-        tmp_path / "tag", tmp_path / "split", tmp_path / "chk", n=n, rate=2_000, plan=plan
-    )
-    client = env.execute_async("co-map and co-flat-map")
-    client.get_job_execution_result().result()
-    assert client.jobmaster.stats.restarts == 1
-    tagged, split = co_map_reference(n)
-    assert lines(tmp_path / "tag") == tagged
-    assert lines(tmp_path / "split") == split
+def test_co_map_co_flat_map_co_process_and_broadcast_process_are_exactly_once_across_failures(
+    spark, tmp_path
+):
+    n = 3_000
+    # both in source split [0, 1500): attempt 1 replays from before 1200, so it reaches 1400
+    plan = FailurePlan({0: ("raise", "record", 1_200), 1: ("kill", "record", 1_400)})
+    out = [tmp_path / name for name in ("tag", "split", "process")]
+    env = co_map_job(*out, tmp_path / "chk", n=n, rate=2_000, plan=plan)
+    client = env.execute_async("two-input functions")
+    resolved(client.get_job_execution_result(), "the job to finish")
+    assert client.jobmaster.stats.restarts == 2
+    assert [lines(o) for o in out] == list(co_map_reference(n))
 
 
 def test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_savepoint(
@@ -95,7 +96,10 @@ def test_the_keyed_co_process_job_rescales_from_two_to_three_subtasks_from_a_sav
         parallelism=3,
         restore_path=savepoint,
     )
-    second.execute_async("restored at parallelism 3").get_job_execution_result().result()
+    resolved(
+        second.execute_async("restored at parallelism 3").get_job_execution_result(),
+        "the job to finish",
+    )
     before, after = lines(tmp_path / "run1"), lines(tmp_path / "run2")
     assert before and after  # the savepoint was taken mid-stream
     assert sorted(before + after) == order_reference(n)

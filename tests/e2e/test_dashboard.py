@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.observed import PARALLELISM, observed_job, rest_url
 from tests.e2e.png import decode_png
+from tests.support.waiting import resolved
 from tidegate.metrics.checkpoint_stats import CheckpointStatus
 
 WINDOW = (1280, 1600)
@@ -70,7 +71,7 @@ def job(spark, tmp_path_factory):
         tmp_path_factory.mktemp("dashboard"), "dashboard job", n=400_000, checkpoints=3
     )
     yield client
-    client.cancel().result()
+    resolved(client.cancel(), "the job to be cancelled")
 
 
 def test_the_dashboard_renders_the_graph_records_and_checkpoints_of_a_running_job(job, tmp_path):

@@ -21,7 +21,7 @@ from tests.e2e.event_time_jobs import (
 from tests.e2e.timer_jobs import FailurePlan
 from tests.support.output import committed_lines
 from tests.support.snapshots import stop_with_savepoint
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_until
 
 
 def test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_failures(
@@ -39,7 +39,7 @@ def test_event_time_windows_fire_exactly_once_as_the_watermark_advances_across_f
         tmp_path / "out", tmp_path / "side", tmp_path / "chk", n=n, rate=2_000, plan=plan
     )
     client = env.execute_async("event-time windows under failures")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 3
     firings = fired(tmp_path / "out")
     check_windows_exactly_once(firings, n)
@@ -64,7 +64,7 @@ def test_event_time_windows_are_exactly_once_with_unaligned_checkpoints_across_k
         unaligned=True,
     )
     client = env.execute_async("event-time windows, unaligned checkpoints")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     check_windows_exactly_once(fired(tmp_path / "out"), n)
     check_side_output(tmp_path / "side", n)
@@ -83,7 +83,7 @@ def test_a_restore_from_a_savepoint_mid_stream_neither_re_emits_nor_loses_a_wind
         rate=4_000,
         restore_path=savepoint,
     )
-    second.execute_async("restored").get_job_execution_result().result()
+    resolved(second.execute_async("restored").get_job_execution_result(), "the job to finish")
 
     before, after = fired(tmp_path / "run1"), fired(tmp_path / "run2")
     assert before and after  # the savepoint was taken mid-stream
@@ -103,7 +103,7 @@ def test_an_idle_source_partition_does_not_hold_back_event_time_timers(spark, tm
         "20 windows or 60 checkpoints",
         job=client,
     )
-    client.cancel().result()
+    resolved(client.cancel(), "the job to be cancelled")
     firings = fired(tmp_path / "out")
     assert len(firings) >= 20, "the idle source held the watermark back"
     assert all(end <= wm < MAX_WATERMARK for _k, end, _s, _c, wm, _o in firings)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
+from tests.support.waiting import resolved
 from tidegate.common import (
     Duration,
     RestartStrategies,
@@ -195,7 +196,11 @@ def test_a_failure_in_batch_restarts_from_the_start_and_commits_each_count_once(
         .map(lambda p: f"{p[0]},{p[1]}")
         .sink_to(sink)
     )
-    env.execute_async("failing batch").get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(
+        env.execute_async("failing batch").get_job_execution_result(),
+        "the job to finish",
+        timeout=JOB_TIMEOUT_S,
+    )
     assert (tmp_path / "failed").exists()
     assert sorted(committed_lines(out)) == sorted(f"{w},{n}" for w, n in COUNTS.items())
 

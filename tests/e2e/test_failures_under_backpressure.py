@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.jobs import FAILURE_SCHEDULE, count_job, kill_when_scheduled
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS, check_exactly_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_until
 from tidegate.checkpoint.storage import read_checkpoint_metadata
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import CheckpointingMode, ExternalizedCheckpointRetention
@@ -46,7 +46,7 @@ def run_with_scheduled_failures(tmp_path, mode: str):
         config.set_aligned_checkpoint_timeout(30)
     client = env.execute_async(f"five failures, {mode}")
     killer = kill_when_scheduled(client, str(markers))
-    client.get_job_execution_result().result(timeout=600)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=600)
     killer.join(5)
     fired = sorted(p for p in os.listdir(markers) if p in FAILURE_SCHEDULE)
     assert fired == sorted(FAILURE_SCHEDULE), f"only {fired} fired"
@@ -96,9 +96,9 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
         )
 
     wait_until(holds_in_flight_records, "a checkpoint with in-flight records completed", job=client)
-    client.cancel().result(timeout=120)
+    resolved(client.cancel(), "the job to be cancelled", timeout=120)
     with pytest.raises(JobExecutionException, match="cancelled"):
-        client.get_job_execution_result().result()
+        resolved(client.get_job_execution_result(), "the job to finish")
     checkpoint = jm.store.latest()
     assert checkpoint is not None and checkpoint.metadata.channel_state
     first_output = committed_lines(tmp_path / "out1")
@@ -122,7 +122,7 @@ def test_resuming_from_an_unaligned_checkpoint_replays_its_in_flight_records(spa
         tmp_path / "out2", tmp_path / "chk", runner="spark", n=N, restore_path=checkpoint.path
     )
     resumed = env.execute_async("resumed from unaligned")
-    resumed.get_job_execution_result().result(timeout=300)
+    resolved(resumed.get_job_execution_result(), "the job to finish", timeout=300)
     assert resumed.jobmaster.stats.restored_from == checkpoint.checkpoint_id
     check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, PARALLELISM)
 
@@ -139,8 +139,8 @@ def test_an_unaligned_job_under_backpressure_takes_aligned_savepoints(spark, tmp
     client = env.execute_async("unaligned with savepoints")
     jm = client.jobmaster
     wait_until(lambda: jm.stats.completed_checkpoints >= 2, "two checkpoints completed", job=client)
-    savepoint = client.trigger_savepoint().result(timeout=300)
-    stop = client.stop_with_savepoint(False).result(timeout=300)
+    savepoint = resolved(client.trigger_savepoint(), "the savepoint", timeout=300)
+    stop = resolved(client.stop_with_savepoint(False), "the stop with a savepoint", timeout=300)
     for path in (savepoint, stop):
         metadata = read_checkpoint_metadata(path)
         assert metadata.is_savepoint and metadata.channel_state == {}

@@ -14,7 +14,7 @@ import pytest
 from tests.e2e.jobs import count_job
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
@@ -58,7 +58,7 @@ def test_a_second_driver_of_the_same_job_fences_off_the_first_and_its_zombie_slo
     try:
         written_by_a = _files_of_generation(job_dir, 1)
         second = _job(tmp_path, runner, "out2", restore_path=job_dir).execute_async("driver B")
-        second.get_job_execution_result().result(timeout=300)
+        resolved(second.get_job_execution_result(), "the job to finish", timeout=300)
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
@@ -69,7 +69,7 @@ def test_a_second_driver_of_the_same_job_fences_off_the_first_and_its_zombie_slo
     # The thawed slots tried to write their snapshots; the fence refused every file, and A
     # stops for good instead of taking the directory back.
     with pytest.raises(JobExecutionException, match="FencedWriterError") as err:
-        first.get_job_execution_result().result(timeout=300)
+        resolved(first.get_job_execution_result(), "the job to finish", timeout=300)
     assert "belongs to generation 2" in str(err.value)
     assert "this writer is generation 1" in str(err.value)
     assert _files_of_generation(job_dir, 1) <= written_by_a

@@ -15,7 +15,7 @@ from tests.e2e.jobs import FAILURE_SCHEDULE, RunningCount, count_job, kill_when_
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS, check_exactly_once
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints, wait_for_end, wait_until
 from tidegate.checkpoint.metadata import CheckpointMetadata
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.checkpoint.verification import verify_checkpoint
@@ -62,9 +62,22 @@ def test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once(spark, 
         env.set_state_backend(HashMapStateBackend())  # incremental from the configuration
     client = env.execute_async("incremental exactly once")
     killer = kill_when_scheduled(client, str(markers))
-    client.get_job_execution_result().result(timeout=600)
-    killer.join(5)
     jm = client.jobmaster
+    # what failures leave behind, planted before the kill: the restart's sweep deletes it
+    wait_until(lambda: (markers / "restore").exists(), "the restore failure fired", job=client)
+    job_dir = Path(jm.storage.job_dir)
+    planted = [job_dir / "chk-0" / "count-0-g1-0a0b0c0d0e0f.state", job_dir / "shared" / "orphan"]
+    for path in planted:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"left by a failed attempt")
+    wait_until(
+        lambda: jm.stats.restarts >= 4 and jm.status.name == "RUNNING",
+        "the job runs again after the kill",
+        job=client,
+    )
+    assert [path for path in planted if path.exists()] == []
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=600)
+    killer.join(5)
     fired = sorted(p for p in os.listdir(markers) if p in FAILURE_SCHEDULE)
     assert fired == sorted(FAILURE_SCHEDULE), f"only {fired} fired"
     assert jm.stats.restarts == len(FAILURE_SCHEDULE)
@@ -114,14 +127,14 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
     jm = client.jobmaster
     wait_for_checkpoints(client, 4)
     # savepoints stay canonical (self-contained) with incremental checkpoints enabled
-    savepoint = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
+    savepoint = resolved(client.trigger_savepoint(str(tmp_path / "savepoints")), "the savepoint")
     savepoint_metadata = read_checkpoint_metadata(savepoint)
     assert list(savepoint_metadata.incremental_handles()) == []
     kept = savepoint_metadata.operators["count"].handles()
     assert sum(len(h.index.key_group_offsets) for h in kept) == NUM_KEYS
     wait_for_checkpoints(client, 1)
-    client.cancel().result()
-    jm.done.wait()
+    resolved(client.cancel(), "the job to be cancelled")
+    wait_for_end(client)
     assert client.get_job_status().result() is JobStatus.CANCELED
     # a checkpoint reuses files of the one before (rocksdb: SST files, unless a compaction
     # rewrote them all; hashmap: the chain up to its new changelog)
@@ -144,7 +157,7 @@ def test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks(spark,
         backend,
     )
     client2 = second.execute_async("incremental at 3")
-    client2.get_job_execution_result().result(timeout=600)
+    resolved(client2.get_job_execution_result(), "the job to finish", timeout=600)
     assert client2.get_job_status().result() is JobStatus.FINISHED
     assert client2.jobmaster.stats.restored_from == metadata.checkpoint_id
     lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
@@ -164,8 +177,8 @@ def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_si
     client = first.execute_async("incremental, claimed later")
     jm = client.jobmaster
     wait_for_checkpoints(client, 4)
-    client.cancel().result()
-    jm.done.wait()
+    resolved(client.cancel(), "the job to be cancelled")
+    wait_for_end(client)
     (older, _), (latest, _) = [(cp.path, cp) for cp in jm.store.all()]
     older_files = read_checkpoint_metadata(older).references(older).paths
     latest_files = read_checkpoint_metadata(latest).references(latest).paths
@@ -178,7 +191,7 @@ def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_si
     }
     second = rescalable_job(tmp_path / "out2", tmp_path / "chk", n, 2, restore)
     client2 = second.execute_async("claiming")
-    client2.get_job_execution_result().result(timeout=600)
+    resolved(client2.get_job_execution_result(), "the job to finish", timeout=600)
     lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
     check_exactly_once(lines, n, 2)
     # the claimed checkpoint and the shared files only it used are gone ...

@@ -13,7 +13,7 @@ from tests.support.ipv6 import requires_ipv6
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.sockets import listening_sockets
-from tests.support.waiting import wait_for_checkpoints, wait_until
+from tests.support.waiting import resolved, wait_for_checkpoints, wait_until
 from tidegate.common.configuration import ADVERTISED_HOST, BIND_HOST
 
 N = 20_000
@@ -45,7 +45,7 @@ def test_a_job_whose_driver_and_slots_talk_ipv6_commits_exactly_the_reference(
     # each slot listens only on the address it advertises (::1), even when the plan is `::`
     slots = listening_sockets(set(jm.slot_pids.values()))
     assert {(s.host, s.port) for s in slots} == set(jm.slot_addresses.values())
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     assert jm.stats.restarts == 1
     assert jm.server.address[0] == bind
     # a slot advertises its end of the control connection: ::1 means both ran over IPv6

@@ -33,6 +33,7 @@ from tests.e2e.jobs import kill_slots
 from tests.e2e.kafka_jobs import sink_job
 from tests.support.kafka import read_topic
 from tests.support.references import check_exactly_once
+from tests.support.waiting import resolved
 
 
 def check_sink_output(kafka, topic: str, n: int, attempts: int) -> dict[str, int]:
@@ -88,7 +89,7 @@ def test_exactly_once_through_exceptions(spark, kafka, tmp_path):
         fail_at={0: 2_000, 1: 5_000},
     )
     client = env.execute_async("kafka sink, exceptions")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     assert client.jobmaster.stats.restarts == 2
     check_sink_output(kafka, topic, n, client.jobmaster.stats.restarts + 1)
 
@@ -99,7 +100,7 @@ def test_exactly_once_through_a_kill_9(spark, kafka, tmp_path):
     env = sink_job(kafka, topic, tmp_path / "chk", n=n, parallelism=parallelism, rate=3_000)
     client = env.execute_async("kafka sink, kill -9")
     killer = kill_slots(client, kills=1, after_checkpoints=2)
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     killer.join(5)
     assert len(killer.killed) == 1
     check_sink_output(kafka, topic, n, client.jobmaster.stats.restarts + 1)

@@ -5,6 +5,7 @@ kill -9 of a worker) and restores from checkpoints — so the source replays exa
 from __future__ import annotations
 
 from tests.e2e.nexmark_jobs import check_query, committed_rows, expected_rows, nexmark_job
+from tests.support.waiting import resolved
 
 
 def test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill(spark, tmp_path):
@@ -12,7 +13,7 @@ def test_every_nexmark_query_equals_its_reference_across_an_exception_and_a_kill
     plan = {0: ("raise", 9_000), 1: ("kill", 21_000)}
     env = nexmark_job(tmp_path / "out", tmp_path / "chk", events=events, rate=6_000, plan=plan)
     client = env.execute_async("nexmark queries")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
     expected = expected_rows(events)
     for name, rows in expected.items():

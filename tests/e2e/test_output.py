@@ -15,6 +15,7 @@ from pathlib import Path
 import cloudpickle
 
 from tests.support.environments import job_environment
+from tests.support.waiting import resolved
 from tidegate.common import RestartStrategies
 from tidegate.datastream import MapFunction, StreamExecutionEnvironment
 
@@ -59,7 +60,11 @@ def test_print_and_the_print_sink_reach_the_drivers_stdout_in_order_per_subtask(
     mapped.print()
     mapped.map(lambda v: v + 1).print("plus")
     with caplog.at_level(logging.WARNING, logger="tidegate.test.user"):
-        env.execute_async("printing").get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+        resolved(
+            env.execute_async("printing").get_job_execution_result(),
+            "the job to finish",
+            timeout=JOB_TIMEOUT_S,
+        )
     out, err = capsys.readouterr()
     lines = out.splitlines()
 
@@ -109,7 +114,11 @@ def test_text_a_worker_wrote_before_it_was_killed_reaches_the_driver(runner, tmp
     env = _env(runner, tmp_path)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 0))
     env.from_collection(VALUES).map(DieMidLine(str(tmp_path / "killed"))).print()
-    env.execute_async("dying").get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(
+        env.execute_async("dying").get_job_execution_result(),
+        "the job to finish",
+        timeout=JOB_TIMEOUT_S,
+    )
     lines = capsys.readouterr().out.splitlines()
     half = [line for line in lines if line.startswith("half a line")]
     assert len(half) == 1 and re.fullmatch(r"half a line from [01]", half[0]), lines

@@ -24,6 +24,10 @@ import pytest
 
 import tidegate
 
+# building the wheel and installing it into a new venv depend on the network, so the ceiling
+# is above the suite's 300 s
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = Path(__file__).parents[2]
 
 

@@ -13,6 +13,7 @@ from tests.e2e.connector_jobs import parquet_count_job
 from tests.e2e.jobs import kill_slots
 from tests.support.output import committed_files
 from tests.support.references import check_exactly_once
+from tests.support.waiting import resolved
 from tidegate.connectors.number_seq import split_range
 
 
@@ -36,7 +37,7 @@ def test_parquet_through_a_kill_9_and_an_exception_is_read_by_spark_exactly_once
     )
     client = env.execute_async("parquet exactly once")
     killer = kill_slots(client, kills=1)
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     killer.join(5)
     assert len(killer.killed) == 1, "the kill must have fired"
     assert client.jobmaster.stats.restarts == 2

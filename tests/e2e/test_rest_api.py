@@ -17,7 +17,7 @@ from tests.e2e.observed import (
     rest_url,
     start_observed_job,
 )
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_for_end, wait_until
 from tidegate.rest.discovery import running_drivers, write_discovery_file
 from tidegate.rest.registry import JobRegistry
 from tidegate.rest.routes import RestApi
@@ -29,7 +29,7 @@ def job(spark, tmp_path_factory):
     """A job on Spark that completed two checkpoints and reports rates; cancelled afterwards."""
     client = observed_job(tmp_path_factory.mktemp("rest"), "rest api job")
     yield client
-    client.cancel().result()
+    resolved(client.cancel(), "the job to be cancelled")
 
 
 def get(path: str, **kw):
@@ -217,7 +217,7 @@ def test_cancelling_over_rest_cancels_the_job(spark, tmp_path):
     wait_until(lambda: client.jobmaster.status.name == "RUNNING", "running", job=client)
     status, _ = get(f"/jobs/{client.get_job_id()}?mode=cancel", method="PATCH")
     assert status == 202
-    client.jobmaster.done.wait()
+    wait_for_end(client)
     assert client.jobmaster.status.name == "CANCELED"
     _, detail = get(f"/jobs/{client.get_job_id()}")
     assert detail["state"] == "CANCELED" and detail["end-time"] >= detail["start-time"]
@@ -229,7 +229,7 @@ def test_failures_restarts_and_restores_are_in_the_exception_history(spark, tmp_
         fail_at={0: 4_000},
     )  # fmt: skip
     client = env.execute_async("fails once")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     jid = client.get_job_id()
     _, exceptions = get(f"/jobs/{jid}/exceptions")
     (failure,) = exceptions["exceptionHistory"]["entries"]

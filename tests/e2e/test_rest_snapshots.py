@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.e2e.observed import http, observed_job, rest_url
-from tests.support.waiting import wait_until
+from tests.support.waiting import resolved, wait_for_end, wait_until
 from tidegate.cli import cli
 
 
@@ -17,7 +17,7 @@ from tidegate.cli import cli
 def job(spark, tmp_path_factory):
     client = observed_job(tmp_path_factory.mktemp("snapshots"), "snapshots job")
     yield client
-    client.cancel().result()
+    resolved(client.cancel(), "the job to be cancelled")
 
 
 def call(path: str, method: str = "GET", body=None):
@@ -96,7 +96,7 @@ def test_stop_with_a_savepoint_over_rest_finishes_the_job(spark, tmp_path):
     assert status == 202
     location = operation(f"/jobs/{jid}/savepoints/{answer['request-id']}")["location"]
     assert os.path.isfile(f"{location}/_metadata")
-    client.jobmaster.done.wait()
+    wait_for_end(client)
     assert client.jobmaster.status.name == "FINISHED"
     _, stats = call(f"/jobs/{jid}/checkpoints")
     assert stats["latest"]["savepoint"]["checkpoint_type"] == "SYNC_SAVEPOINT"
@@ -120,5 +120,5 @@ def test_a_savepoint_with_cancel_job_cancels_the_job_once_it_completed(spark, tm
     _, answer = call(f"/jobs/{jid}/savepoints", "POST", body)
     location = operation(f"/jobs/{jid}/savepoints/{answer['request-id']}")["location"]
     assert os.path.isfile(f"{location}/_metadata")
-    client.jobmaster.done.wait()
+    wait_for_end(client)
     assert client.jobmaster.status.name == "CANCELED"

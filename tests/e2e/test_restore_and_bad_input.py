@@ -17,6 +17,7 @@ from tests.support.environments import job_environment
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.snapshots import checkpoint_dirs, fingerprint
+from tests.support.waiting import resolved
 from tidegate.common.configuration import Configuration
 from tidegate.common.job_client import JobExecutionException
 from tidegate.datastream import ExternalizedCheckpointRetention
@@ -79,7 +80,7 @@ def test_a_function_that_always_raises_fails_the_job_with_the_users_error(runner
     env.from_source(NumberSequenceSource(1, 1_000), None, "n").map(AlwaysBroken()).sink_to(sink)
     client = env.execute_async("always broken")
     with pytest.raises(JobExecutionException, match="ValueError: always broken") as err:
-        client.get_job_execution_result().result(timeout=120)
+        resolved(client.get_job_execution_result(), "the job to finish", timeout=120)
     assert client.jobmaster.stats.restarts == 2
     assert "always broken" in err.value.detail
     assert not committed_lines(tmp_path / "out")
@@ -107,7 +108,7 @@ def test_a_worker_that_cannot_import_the_users_module_says_so_with_a_hint(
     env.from_source(NumberSequenceSource(1, 10), None, "n").map(double).sink_to(sink)
     client = env.execute_async("unimportable")
     with pytest.raises(JobExecutionException, match="could not load the job") as err:
-        client.get_job_execution_result().result(timeout=120)
+        resolved(client.get_job_execution_result(), "the job to finish", timeout=120)
     assert client.jobmaster.stats.restarts == 0
     assert "driver_only_module" in str(err.value)
     assert "importable on every worker" in str(err.value)
@@ -162,7 +163,7 @@ def test_with_restore_fallback_a_restart_skips_a_damaged_checkpoint_exactly_once
 ):
     env = _damaging_job(tmp_path, runner, damage=True, restarts=3, fallback=True, retain=False)
     client = env.execute_async("fallback on restart")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     jm = client.jobmaster
     skipped = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
     assert len(skipped) == 1, skipped
@@ -182,7 +183,7 @@ def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_i
     env = _damaging_job(tmp_path, runner, damage=True, restarts=3, fallback=False, retain=False)
     client = env.execute_async("no fallback")
     with pytest.raises(JobExecutionException, match="ChecksumMismatchError") as err:
-        client.get_job_execution_result().result(timeout=300)
+        resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     jm = client.jobmaster
     message = str(err.value)
     named = r"state file (count-\d-g1-[0-9a-f]{12}\.state) \(operator 'count', subtask \d\)"
@@ -207,7 +208,7 @@ def test_a_damaged_checkpoint_fails_the_restart_naming_the_file_and_everything_i
     assert {d: fingerprint(d) for d in retained} == before
     assert not committed_lines(tmp_path / "out2")
     resumed = _resume(tmp_path, runner, job_dir, fallback=True)
-    resumed.get_job_execution_result().result(timeout=300)
+    resolved(resumed.get_job_execution_result(), "the job to finish", timeout=300)
     assert resumed.jobmaster.stats.restored_from == int(retained[-2].rsplit("-", 1)[1])
     check_exactly_once(first_output + committed_lines(tmp_path / "out2"), N, 2)
     assert {d: fingerprint(d) for d in retained} == before  # NO_CLAIM: never modified
@@ -246,7 +247,7 @@ def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, ki
     env = _damaging_job(tmp_path, "local", damage=False, restarts=0, fallback=False, retain=True)
     first = env.execute_async("fails after its second checkpoint")
     with pytest.raises(JobExecutionException, match="injected failure after checkpoint"):
-        first.get_job_execution_result().result(timeout=300)
+        resolved(first.get_job_execution_result(), "the job to finish", timeout=300)
     job_dir = str(tmp_path / "chk" / first.jobmaster.job_id)
     older, latest = [d for d in checkpoint_dirs(job_dir) if os.path.exists(f"{d}/_metadata")]
     named = _damage(kind, latest)
@@ -260,7 +261,7 @@ def test_restoring_a_job_directory_with_a_damaged_latest_checkpoint(tmp_path, ki
     assert (fingerprint(latest), fingerprint(older)) == before
     assert not committed_lines(tmp_path / "out2")
     resumed = _resume(tmp_path, "local", job_dir, fallback=True)
-    resumed.get_job_execution_result().result(timeout=300)
+    resolved(resumed.get_job_execution_result(), "the job to finish", timeout=300)
     assert resumed.jobmaster.stats.restored_from == int(older.rsplit("-", 1)[1])
     check_exactly_once(
         committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2"), N, 2

@@ -13,6 +13,7 @@ from tests.e2e.savepoint_jobs import savepoint_job
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import resolved
 from tidegate.common import JobStatus
 from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.state.rocksdb_instance import ROOT_NAME
@@ -39,7 +40,7 @@ def test_a_rocksdb_job_with_exceptions_and_a_kill_9_commits_exactly_the_referenc
     env.set_state_backend(EmbeddedRocksDBStateBackend(local_dir=str(local)))
     client = env.execute_async("rocksdb exactly once")
     killer = kill_when_scheduled(client, str(markers))  # and a kill -9 of a slot
-    client.get_job_execution_result().result(timeout=600)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=600)
     killer.join(5)
     fired = sorted(p for p in os.listdir(markers) if p in FAILURE_SCHEDULE)
     assert fired == sorted(FAILURE_SCHEDULE), f"only {fired} fired"
@@ -66,7 +67,7 @@ def test_savepoints_move_a_job_from_rocksdb_to_hashmap_and_back_exactly_once(spa
             assert client.get_job_status().result() is JobStatus.FINISHED
             restore = {"execution.savepoint.path": path}
         else:
-            client.get_job_execution_result().result()
+            resolved(client.get_job_execution_result(), "the job to finish")
         assert client.jobmaster.spec.state_backend.__class__.__name__ == (
             "HashMapStateBackend" if step == 1 else "EmbeddedRocksDBStateBackend"
         )

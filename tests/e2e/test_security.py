@@ -30,7 +30,7 @@ from tests.support.sockets import (
     listening_sockets,
     sent_until_closed,
 )
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.runtime.auth import (
     HANDSHAKE_TIMEOUT_S,
     AuthenticationFailedError,
@@ -113,7 +113,7 @@ def test_a_running_job_refuses_hostile_peers_on_every_socket_and_stays_exactly_o
     assert time.monotonic() - silent_since >= HANDSHAKE_TIMEOUT_S - 1
 
     assert not marker.exists()
-    client.get_job_execution_result().result(timeout=120)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=120)
     assert (jm.status.name, jm.attempt, jm.stats.restarts) == ("FINISHED", attempt, 0)
     check_exactly_once(committed_lines(tmp_path / "out"), N, 2)
     assert not marker.exists()

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# set-up installs packages (pip, apt): its time depends on the network, so the ceiling is
+# above the suite's 300 s
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = Path(__file__).parents[2]
 JAVA_TOOLS = {"java", "javac", "jar", "jshell", "jdb", "javadoc", "keytool", "jrunscript"}
 

@@ -19,7 +19,7 @@ from tests.e2e.state_processor_jobs import (
     run_until_savepoint,
 )
 from tests.support.output import committed_lines
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints, wait_for_end
 from tidegate.checkpoint.errors import MissingCheckpointFileError
 from tidegate.checkpoint.storage import read_checkpoint_metadata, resolve_checkpoint_path
 from tidegate.common import JobStatus
@@ -39,8 +39,8 @@ def incremental_and_savepoint(spark, tmp_path_factory):
     first = incremental_probe_job(tmp / "out1", tmp / "chk", tmp / "rocksdb", None, False)
     client = first.execute_async("incremental probe")
     wait_for_checkpoints(client, 3)
-    client.cancel().result()
-    client.jobmaster.done.wait()
+    resolved(client.cancel(), "the job to be cancelled")
+    wait_for_end(client)
     assert client.get_job_status().result() is JobStatus.CANCELED
     checkpoint = resolve_checkpoint_path(client.jobmaster.storage.job_dir)
     second = incremental_probe_job(tmp / "out2", tmp / "chk2", tmp / "rocksdb2", checkpoint, True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.e2e.ttl_jobs import BLOCK, reference, ttl_job
 from tests.support.output import committed_lines
+from tests.support.waiting import resolved
 
 
 def test_expired_state_is_never_returned_and_ttl_state_survives_a_restore(spark, tmp_path):
@@ -13,7 +14,7 @@ def test_expired_state_is_never_returned_and_ttl_state_survives_a_restore(spark,
     # state written before a jump (expired on the next record) and within a block (alive)
     env = ttl_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, fail_at={0: 2_600, 1: 4_050})
     client = env.execute_async("ttl")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     stats = client.jobmaster.stats
     assert stats.restarts == 2 and stats.restored_from is not None
     lines = committed_lines(tmp_path / "out")

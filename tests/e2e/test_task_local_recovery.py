@@ -14,6 +14,7 @@ import pytest
 from tests.e2e.jobs import InjectedFailure, RunningCount, count_job, flip_a_byte
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
+from tests.support.waiting import resolved
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend
 
 # Pytest imports this file as a top-level module the slot processes cannot import, so the
@@ -73,7 +74,7 @@ def test_a_restore_prefers_intact_local_copies_and_stays_exactly_once(
         },
     )
     client = env.execute_async("local recovery")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     assert client.jobmaster.stats.restarts == 1
     # the keyed state of both subtasks of "count" was read where expected (local, remote)
     assert client.jobmaster.stats.metrics.restored_files == expected_reads
@@ -105,7 +106,7 @@ def test_an_incremental_rocksdb_restore_reads_only_local_files_and_stays_exactly
         )
     )
     client = env.execute_async("incremental local recovery")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     stats = client.jobmaster.stats
     assert stats.restarts == 1 and stats.restored_from is not None
     # every SST and private file of both subtasks' RocksDB checkpoints came from the local
@@ -131,7 +132,7 @@ def test_without_local_recovery_nothing_is_written_locally_and_restores_read_rem
         configuration={"taskmanager.state.local.root-dirs": str(tmp_path / "local")},
     )
     client = env.execute_async("no local recovery")
-    client.get_job_execution_result().result(timeout=300)
+    resolved(client.get_job_execution_result(), "the job to finish", timeout=300)
     assert client.jobmaster.stats.metrics.restored_files == (0, 2)
     assert not (tmp_path / "local").exists()
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)

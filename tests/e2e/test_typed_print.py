@@ -17,6 +17,7 @@ import cloudpickle
 import pytest
 
 from tests.support.environments import job_environment
+from tests.support.waiting import resolved
 from tidegate.common import (
     JobExecutionException,
     Row,
@@ -136,7 +137,11 @@ def test_pyflink_style_typed_programs_print_what_flink_prints(
 ):
     env = _env(runner, tmp_path, parallelism)
     _build_examples(env)
-    env.execute_async("typed print").get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+    resolved(
+        env.execute_async("typed print").get_job_execution_result(),
+        "the job to finish",
+        timeout=JOB_TIMEOUT_S,
+    )
     lines = capsys.readouterr().out.splitlines()
 
     pattern = r"(?P<id>\w+)> (?P<payload>.*)"
@@ -164,7 +169,11 @@ def test_a_record_that_does_not_match_its_declared_type_fails_the_job_naming_the
     env = _env(runner, tmp_path, 1)
     env.from_collection(["a", "b"]).map(str.upper, output_type=Types.INT()).name("Upper").print()
     with pytest.raises(JobExecutionException) as failure:
-        env.execute_async("mistyped").get_job_execution_result().result(timeout=JOB_TIMEOUT_S)
+        resolved(
+            env.execute_async("mistyped").get_job_execution_result(),
+            "the job to finish",
+            timeout=JOB_TIMEOUT_S,
+        )
     message = str(failure.value)
     assert "RecordTypeError" in message and "'Upper'" in message
     assert "'A' (str) does not match Integer: expected an int" in message

@@ -1,6 +1,8 @@
-"""Windows end to end on Spark: keyed tumbling, sliding, session and count windows and
-window_all in one exactly-once job, with an exception and two kill -9 injected while windows
-fire; late data to a side output across a failure. Every window's result is compared with a
+"""Windows end to end on Spark: keyed tumbling, sliding, session and count windows, window_all,
+global windows with a count trigger and a count evictor, a window join and a coGroup in one
+exactly-once job, with an exception and two kill -9 injected while windows fire; late data to a
+side output and allowed lateness (late firings), and processing-time tumbling and session
+windows, each across an exception and a kill -9. Every window's result is compared with a
 reference computation: each window exactly once, none lost, none extra."""
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.e2e.window_jobs import (
 from tests.support.environments import job_environment
 from tests.support.output import committed_lines
 from tests.support.snapshots import stop_with_savepoint
+from tests.support.waiting import resolved
 from tidegate.common import Encoder, Time, Types, WatermarkStrategy
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.window import (
@@ -45,25 +48,27 @@ def test_keyed_and_all_windows_are_exactly_once_across_an_exception_and_two_kill
     )
     env = window_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("windows")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 3
     check_windows_exactly_once(committed_lines(tmp_path / "out"), n)
 
 
-def test_late_elements_go_to_the_side_output_exactly_once_across_a_failure(spark, tmp_path):
+def test_late_elements_go_to_the_side_output_or_refire_their_window_exactly_once_across_failures(
+    spark, tmp_path
+):
     n = 5_000
-    plan = FailurePlan({0: ("raise", "T", 3_000)})
+    plan = FailurePlan({0: ("raise", "T", 3_000), 1: ("kill", "T", 4_000)})
     env = late_data_job(tmp_path / "out", tmp_path / "chk", n=n, rate=1_000, plan=plan)
     client = env.execute_async("late data")
-    client.get_job_execution_result().result()
-    assert client.jobmaster.stats.restarts == 1
+    resolved(client.get_job_execution_result(), "the job to finish")
+    assert client.jobmaster.stats.restarts == 2
     got = collections.Counter(committed_lines(tmp_path / "out"))
     expected = expected_late_lines(n)
     assert sum(1 for line in got if line.startswith("L,")) == (n - 3_000) // 50
     assert got == expected
 
 
-def test_processing_time_windows_count_every_value_once_across_an_exception_and_a_kill(
+def test_processing_time_windows_and_sessions_count_every_value_once_across_an_exception_and_a_kill(
     spark, tmp_path
 ):
     real = 4_000
@@ -71,16 +76,23 @@ def test_processing_time_windows_count_every_value_once_across_an_exception_and_
         tmp_path / "out", tmp_path / "chk", real=real, padding=1_500, rate=2_000
     )
     client = env.execute_async("processing-time windows")
-    client.get_job_execution_result().result()
+    resolved(client.get_job_execution_result(), "the job to finish")
     assert client.jobmaster.stats.restarts == 2
-    lines = [line.split(",") for line in committed_lines(tmp_path / "out")]
-    sums = collections.Counter()
-    for _, key, total, _count in lines:
-        sums[int(key)] += int(total)
+    # which values share a window depends on the clock: the windows' sums by key (and the
+    # sessions' counts: the last tumbling windows of padding zeros never fire) add up to the
+    # reference, every value exactly once
+    totals = collections.Counter()
+    for kind, key, total, count in (line.split(",") for line in committed_lines(tmp_path / "out")):
+        totals[kind, int(key)] += int(total)
+        if kind == "Q":
+            totals["Q count", int(key)] += int(count)
     expected = collections.Counter()
     for v in range(real):
-        expected[v % 4] += v
-    assert sums == expected
+        expected["P", v % 4] += v
+        if v > 0:
+            expected["Q", v % 4] += v
+            expected["Q count", v % 4] += 1
+    assert totals == expected
 
 
 def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_keys(
@@ -108,7 +120,10 @@ def test_rescaling_2_to_3_to_2_through_savepoints_moves_open_windows_with_their_
         plan=FailurePlan(),
         restore_path=restore,
     )
-    env.execute_async("windows back at parallelism 2").get_job_execution_result().result()
+    resolved(
+        env.execute_async("windows back at parallelism 2").get_job_execution_result(),
+        "the job to finish",
+    )
     runs = [committed_lines(tmp_path / run) for run in ("run1", "run2", "run3")]
     assert all(runs), "every run fired windows"
     check_windows_exactly_once([line for lines in runs for line in lines], n)

@@ -3,13 +3,18 @@
 The source emits the ints 0..n-1 in order (one subtask, fixed rate); value v has key `v % K`
 and the event-time timestamp `ts(v)`: blocks of `BLOCK` values, one ms apart, separated by a
 gap of `GAP` ms (so session windows form one session per block and key). From it, one job runs
-five windowed pipelines into one exactly-once file sink, one line per fired window:
+eight windowed pipelines into one exactly-once file sink, one line per fired window (or pair):
 
     T,key,start,end,sum           keyed tumbling event-time windows (reduce + process fn)
     S,key,start,end,sum,count     keyed sliding event-time windows (aggregate + process fn)
     E,key,start,end,sum,count     keyed session windows (process)
     C,key,first,last,sum,count    keyed count windows (count_window + apply)
     A,start,end,sum,count         window_all tumbling windows (process all)
+    W,key,a b c                   keyed global windows, a count trigger firing every EVERY-th
+                                  element, a count evictor keeping the last KEEP (process)
+    J,a,b                         window join of the values v % 3 != 0 (a) and v % 3 == 0 (b)
+                                  by v % JOIN_KEYS in tumbling event-time windows
+    O,key,a a ...,b ...           the coGroup of the same two sides in the same windows
 
 Failures are planned per attempt inside window functions, at the firing of a given window:
 `{attempt: (how, line kind, window start)}`, how in ("raise", "kill").
@@ -41,8 +46,12 @@ from tidegate.datastream import (
 from tidegate.datastream.connectors.datagen import DataGeneratorSource
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.window import (
+    CountEvictor,
+    CountTrigger,
     CountWindow,
     EventTimeSessionWindows,
+    GlobalWindows,
+    ProcessingTimeSessionWindows,
     SessionWindowTimeGapExtractor,
     SlidingEventTimeWindows,
     TimeWindow,
@@ -53,6 +62,7 @@ from tidegate.datastream.window import (
 K = 4
 BLOCK, GAP = 500, 1_000
 TUMBLE, SLIDE_SIZE, SLIDE, SESSION_GAP, ALL_SIZE, COUNT = 200, 300, 100, 100, 500, 5
+EVERY, KEEP, JOIN_KEYS = 7, 3, 50
 
 
 def ts(v: int) -> int:
@@ -125,6 +135,22 @@ class AllLines(_Planned, ProcessAllWindowFunction):
         yield f"A,{w.start},{w.end},{sum(values)},{len(values)}"
 
 
+class RecentLines(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield f"W,{key},{' '.join(map(str, elements))}"
+
+
+class JoinLines(JoinFunction):
+    def join(self, first, second):
+        return f"J,{first},{second}"
+
+
+class CoGroupLines(CoGroupFunction):
+    def co_group(self, first, second):
+        key = (first or second)[0] % JOIN_KEYS
+        yield f"O,{key},{' '.join(map(str, sorted(first)))},{' '.join(map(str, sorted(second)))}"
+
+
 def _env(
     checkpoints: Path,
     interval_ms: int,
@@ -186,7 +212,34 @@ def window_job(
         .process(AllLines("A", plan))
         .uid("all")
     )
-    tumbling.union(sliding, sessions, counts, everything).sink_to(file_sink(out)).uid("sink")
+    recent = (
+        keyed.window(GlobalWindows.create())
+        .trigger(CountTrigger.of(EVERY))
+        .evictor(CountEvictor.of(KEEP))
+        .process(RecentLines())
+        .uid("global")
+    )
+    left, right = ds.filter(lambda v: v % 3 != 0), ds.filter(lambda v: v % 3 == 0)
+    window = TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE))
+    joined = (
+        left.join(right)
+        .where(lambda v: v % JOIN_KEYS)
+        .equal_to(lambda v: v % JOIN_KEYS)
+        .window(window)
+        .apply(JoinLines())
+        .uid("join")
+    )
+    grouped = (
+        left.co_group(right)
+        .where(lambda v: v % JOIN_KEYS)
+        .equal_to(lambda v: v % JOIN_KEYS)
+        .window(window)
+        .apply(CoGroupLines())
+        .uid("co-group")
+    )
+    tumbling.union(sliding, sessions, counts, everything, recent, joined, grouped).sink_to(
+        file_sink(out)
+    ).uid("sink")
     return env
 
 
@@ -217,6 +270,18 @@ def expected_lines(n: int) -> collections.Counter:
             chunk = vs[i : i + COUNT]
             lines.append(f"C,{k},{chunk[0]},{chunk[-1]},{sum(chunk)},{COUNT}")
     lines += [f"A,{s},{s + ALL_SIZE},{a},{c}" for s, (a, c) in everything.items()]
+    for k, vs in per_key.items():  # global windows: the last KEEP at every EVERY-th element
+        lines += [
+            f"W,{k},{' '.join(map(str, vs[i - KEEP : i]))}"
+            for i in range(EVERY, len(vs) + 1, EVERY)
+        ]
+    sides: dict = collections.defaultdict(lambda: ([], []))
+    for v in values:
+        t = ts(v)
+        sides[(t - t % TUMBLE, v % JOIN_KEYS)][v % 3 == 0].append(v)
+    for (_start, key), (a, b) in sides.items():
+        lines += [f"J,{x},{y}" for x in a for y in b]
+        lines.append(f"O,{key},{' '.join(map(str, a))},{' '.join(map(str, b))}")
     return collections.Counter(lines)
 
 
@@ -274,20 +339,47 @@ def late_data_job(
         .uid("tumbling")
     )
     late = windows.get_side_output(LATE).map(lambda v: f"L,{v}")
-    windows.union(late).sink_to(file_sink(out)).uid("sink")
+    # the same windows, allowed to be LATE_BY + TUMBLE ms late: each late value fires its
+    # window again, with the value added
+    refired = (
+        ds.key_by(lambda v: v % K)
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(TUMBLE)))
+        .allowed_lateness(LATE_BY + TUMBLE)
+        .reduce(lambda a, b: a + b, window_function=RefiredLines())
+        .uid("lateness")
+    )
+    windows.union(late, refired).sink_to(file_sink(out)).uid("sink")
     return env
 
 
+class RefiredLines(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        w = context.window()
+        (total,) = elements
+        yield f"R,{key},{w.start},{w.end},{total}"
+
+
 def expected_late_lines(n: int) -> collections.Counter:
+    """T: each window once, without its late values, which are L lines; R: each window once
+    on time, then once more per late value, in the order they arrive, with it added."""
     tumbling: dict = collections.defaultdict(int)
     lines = []
+    late = []
     for v in range(n):
         t = late_ts(v)
         if t != v:
             lines.append(f"L,{v}")
+            late.append(v)
         else:
             tumbling[(v % K, t - t % TUMBLE)] += v
     lines += [f"T,{k},{s},{s + TUMBLE},{total}" for (k, s), total in tumbling.items()]
+    lines += [f"R,{k},{s},{s + TUMBLE},{total}" for (k, s), total in tumbling.items()]
+    refired = dict(tumbling)
+    for v in late:
+        t = late_ts(v)
+        window = (v % K, t - t % TUMBLE)
+        refired[window] += v
+        lines.append(f"R,{window[0]},{window[1]},{window[1] + TUMBLE},{refired[window]}")
     return collections.Counter(lines)
 
 
@@ -356,7 +448,9 @@ def processing_time_job(
     out: Path, checkpoints: Path, *, real: int, padding: int, rate: float
 ) -> StreamExecutionEnvironment:
     """Values 0..real-1, then `padding` zeros (so every window with real values fires before
-    the end of input: pending processing-time windows do not fire at the end, as in Flink)."""
+    the end of input: pending processing-time windows do not fire at the end, as in Flink),
+    into tumbling processing-time windows (`P` lines, failing as ProcessingTimeSums says)
+    and processing-time session windows (`Q` lines)."""
     env = _env(checkpoints, 200)
     source = DataGeneratorSource(
         lambda i: i if i < real else 0, count=real + padding, records_per_second=rate
@@ -368,5 +462,20 @@ def processing_time_job(
         .aggregate(SumCount(), window_function=ProcessingTimeSums(fail_at=5))
         .uid("processing-time")
     )
-    windows.sink_to(file_sink(out)).uid("sink")
+    # processing-time sessions of the real values (the padding keeps the job running until
+    # every session closed and fired): `Q,key,sum,count` per session
+    sessions = (
+        ds.filter(lambda v: v > 0)
+        .key_by(lambda v: v % K)
+        .window(ProcessingTimeSessionWindows.with_gap(Time.milliseconds(SESSION_GAP)))
+        .aggregate(SumCount(), window_function=SessionSums())
+        .uid("processing-time-sessions")
+    )
+    windows.union(sessions).sink_to(file_sink(out)).uid("sink")
     return env
+
+
+class SessionSums(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        (total, count) = elements[0]
+        yield f"Q,{key},{total},{count}"

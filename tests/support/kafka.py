@@ -33,10 +33,12 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from tests.support.cluster import free_port
 from tests.support.servers import log_tail, stop_by_pid
+from tests.support.waiting import wait_until
 
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 3.0
@@ -187,14 +189,25 @@ def fill(
     for j, (partition, value) in enumerate(records):
         i = counts[partition] = counts.get(partition, -1) + 1
         timestamp = 1_000_000 + i if timestamps is None else timestamps[j]
-        while True:
-            try:
-                producer.produce(topic, value.encode(), partition=partition, timestamp=timestamp)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        wait_until(
+            partial(_produced, producer, topic, value, partition, timestamp),
+            f"the producer's buffer took a record for {topic}",
+            timeout=30,
+            interval=0,
+        )
     if producer.flush(30):
-        raise TimeoutError(f"records to {topic} not delivered within 15 s")
+        raise TimeoutError(f"records to {topic} not delivered within 30 s")
+
+
+def _produced(producer, topic: str, value: str, partition: int, timestamp: int) -> bool:
+    """Hand one record to the producer; False (after serving deliveries for up to 50 ms) when
+    its buffer is full."""
+    try:
+        producer.produce(topic, value.encode(), partition=partition, timestamp=timestamp)
+        return True
+    except BufferError:
+        producer.poll(0.05)
+        return False
 
 
 @dataclass(frozen=True)

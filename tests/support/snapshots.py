@@ -1,4 +1,5 @@
-"""Checkpoint metadata for tests, written as the JSON content a `_metadata` file holds."""
+"""Checkpoint metadata for tests, written as the JSON content a `_metadata` file holds, and what
+a snapshot says its sources had read."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.waiting import wait_for_checkpoints
+from tests.support.waiting import resolved, wait_for_checkpoints
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata, encode_metadata
+from tidegate.connectors.number_seq import split_range
+from tidegate.state_processor.snapshot import SnapshotView
 
 
 def metadata_of(**content: Any) -> CheckpointMetadata:
@@ -50,6 +53,21 @@ def stop_with_savepoint(
     path."""
     wait_for_checkpoints(job, after_checkpoints)
     target = None if directory is None else str(directory)
-    path = job.stop_with_savepoint(drain, target).result()
-    job.get_job_execution_result().result()
+    path = resolved(job.stop_with_savepoint(drain, target), "the stop with a savepoint")
+    resolved(job.get_job_execution_result(), "the job to finish")
     return path
+
+
+def records_read_at(
+    snapshot: str, n: int, parallelism: int = 2, uid: str = "numbers"
+) -> list[list[int]]:
+    """The values each split of a `DataGeneratorSource(lambda i: i, count=n)` (uid `uid`, at
+    `parallelism`) had read when `snapshot` (a checkpoint or savepoint) was taken, by split:
+    exactly what the output a savepoint commits is made of."""
+    bounds = split_range(0, n - 1, parallelism)
+    read = []
+    for _subtask, states in SnapshotView.open(snapshot).operator_state(uid):
+        for split in states["__splits__"][1]:
+            low, _high = bounds[int(split.split_id)]
+            read.append(list(range(low, split.next_index)))
+    return read

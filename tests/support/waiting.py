@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -50,3 +52,20 @@ def wait_for_checkpoints(job, count: int = 1, *, timeout: float = DEFAULT_TIMEOU
         timeout=timeout,
         job=job,
     )
+
+
+def resolved(future: Future[T], what: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> T:
+    """`future.result()` (its value, or its exception raised), but an AssertionError naming
+    `what` (e.g. "the job to finish") when the future is still pending after `timeout` s."""
+    try:
+        return future.result(timeout=timeout)
+    except FutureTimeout:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
+
+
+def wait_for_end(job, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Until `job` (a JobClient) has ended, whatever its final status; an AssertionError naming
+    the status it is still in after `timeout` s."""
+    jm = job.jobmaster
+    if not jm.done.wait(timeout):
+        raise AssertionError(f"the job did not end within {timeout:g} s (still {jm.status.name})")

@@ -43,6 +43,7 @@ from tidegate.deploy.attempt_events import (
 )
 from tidegate.deploy.attempt_state import (
     LOAD_FAILURE,
+    UNREGISTERED_GRACE_S,
     AttemptConfig,
     AttemptState,
     FinalStep,
@@ -451,6 +452,16 @@ def test_a_slot_failing_while_draining_is_blamed_as_usual() -> None:
     state.handle(failed(1, "ConnectionResetError: a"), 1.5)
     state.handle(failed(0, "ZeroDivisionError: b"), 1.6)
     assert failure(state.handle(Tick(), 2.0)).message == "slot 0 failed: ZeroDivisionError: b"
+
+
+def test_a_runner_failing_before_any_slot_registered_fails_the_attempt_sooner() -> None:
+    state = AttemptState(config(), now=0.0)
+    error = RuntimeError("PythonException: ...\nModuleNotFoundError: No module named 'x'\n")
+    state.handle(RunnerEnded(ATTEMPT, error), 1.0)
+    assert state.handle(Tick(), 1.0 + UNREGISTERED_GRACE_S - 0.01) == []
+    assert failure(state.handle(Tick(), 1.0 + UNREGISTERED_GRACE_S)).message.startswith(
+        "the slots' runner ended before the job finished: ModuleNotFoundError"
+    )
 
 
 def test_a_runner_ending_during_registration_never_sends_the_addresses() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -124,6 +126,39 @@ def test_a_failing_metadata_write_leaves_no_file_and_no_temporary(storage, monke
     assert os.listdir(directory) == []
     storage.write_metadata(directory, metadata(1, "retried"))
     assert storage.read_metadata(directory).job_name == "retried"
+
+
+def _failing_directory_fsync(monkeypatch, error: OSError) -> None:
+    """Fault injection: os.fsync of a directory raises `error`, of a file works."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise error
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_metadata_whose_directory_entry_cannot_be_made_durable_is_removed(storage, monkeypatch):
+    directory = storage.create_checkpoint_dir(1)
+    _failing_directory_fsync(monkeypatch, OSError(errno.EIO, "Input/output error"))
+    with pytest.raises(
+        CheckpointStorageError,
+        match=r"could not write checkpoint metadata .*chk-1/_metadata: \[Errno 5\] Input/output "
+        r"error while making it durable \(fsync of the directory .*chk-1 failed, so the file was "
+        r"removed\).*this checkpoint is not completed",
+    ):
+        storage.write_metadata(directory, metadata(1))
+    assert os.listdir(directory) == []  # never listed as a completed checkpoint
+    assert storage.list_checkpoints() == []
+
+
+def test_a_filesystem_that_cannot_fsync_directories_still_takes_metadata(storage, monkeypatch):
+    directory = storage.create_checkpoint_dir(1)
+    _failing_directory_fsync(monkeypatch, OSError(errno.EINVAL, "Invalid argument"))
+    storage.write_metadata(directory, metadata(1, "written"))
+    assert storage.read_metadata(directory).job_name == "written"
 
 
 def test_metadata_that_cannot_be_encoded_is_not_written(storage):

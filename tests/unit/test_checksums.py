@@ -3,6 +3,8 @@ storage's one helper for it (`CheckpointStorage.create_artifact`), on real files
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
 import uuid
@@ -78,6 +80,32 @@ def test_the_writer_closes_the_file_also_when_writing_fails(tmp_path):
         f.write(b"abc")
         raise RuntimeError("pickling failed")
     assert f.closed and path.read_bytes() == b"abc"
+
+
+class FullDisk(io.BytesIO):
+    """A file on a disk with `room` bytes left: writing more fails as a full disk does."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+def test_a_write_error_names_the_file_being_written():
+    location = "/ckpt/job/chk-3/op-0.state"
+    with (
+        pytest.raises(OSError) as failed,
+        ChecksummingWriter(FullDisk(4), "op-0.state", location) as f,
+    ):
+        f.write(b"abc")
+        f.write(b"def")
+    assert failed.value.errno == errno.ENOSPC
+    assert failed.value.__notes__ == ["while writing /ckpt/job/chk-3/op-0.state"]
+    assert f.closed
 
 
 def test_an_unfenced_storage_names_artifacts_without_a_generation(tmp_path):

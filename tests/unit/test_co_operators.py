@@ -452,7 +452,10 @@ def test_interval_join_late_data_side_outputs_reach_the_operator():
         .process(Pair())
     )
     assert joined._transformation.make_operator().late_tags == (LATE, None)
-    assert joined.get_side_output(LATE) is not None
+    late = joined.get_side_output(LATE)._transformation
+    assert (late.kind, late.name) == ("side_output", "SideOutput: unmatched")
+    assert late.inputs == [(joined._transformation, None)]
+    assert late.make_operator().side_output_tag == "unmatched"
     with pytest.raises(TypeError, match="OutputTag"):
         s1.key_by(len).interval_join(s2.key_by(len)).between(0, 1).side_output_right_late_data(1)
 

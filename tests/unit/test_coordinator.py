@@ -203,6 +203,22 @@ def test_a_late_ack_after_an_abort_is_discarded_and_its_files_are_deleted(make_h
     assert h.coordinator.latest_completed is None
 
 
+def test_a_late_decline_after_an_abort_deletes_the_checkpoints_files_again(make_harness):
+    """The subtask may have written part of a file (until its disk was full) after the first
+    decline's abort deleted the checkpoint's directory."""
+    h = make_harness(tolerable_failures=5)
+    cid = h.coordinator.trigger_checkpoint()
+    h.coordinator.receive_decline(SINK_0, cid, "No space left on device")
+    calls_before = list(h.hooks.calls)
+
+    h.coordinator.receive_decline(SOURCE_1, cid, "No space left on device")
+
+    assert h.hooks.calls == [*calls_before, ("discard", cid)]  # not aborted or counted again
+    late = h.hooks.discarded[-1]
+    assert isinstance(late, PendingCheckpoint) and late.is_discarded and not late.acked_states
+    assert h.coordinator.failure_manager.consecutive_failures == 1
+
+
 def test_a_late_ack_after_completion_changes_nothing(make_harness):
     h = make_harness()
     cid = h.coordinator.trigger_checkpoint()

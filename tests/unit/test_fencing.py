@@ -197,7 +197,13 @@ def test_old_generation_files_are_pruned_and_the_newest_always_stay(tmp_path):
 
 def test_unfenced_tools_are_not_affected_by_the_fence(tmp_path):
     writer(str(tmp_path)).start_generation()
+    writer(str(tmp_path)).start_generation()  # a second driver: generation 1 is fenced off
     tool = writer(str(tmp_path))  # e.g. `tidegate checkpoints`, tests: no generation
     directory = tool.create_checkpoint_dir(1)
-    tool.write_metadata(directory, metadata(1, 0))
+    tool.write_metadata(directory, metadata(1, 0, writer="tool"))
+    assert written_by(tool.read_metadata(directory)) == ("tool", "")
+    assert [cid for cid, _ in tool.list_checkpoints()] == [1]
     tool.discard_checkpoint_dir(directory)
+    assert not os.path.exists(directory)
+    assert tool.list_checkpoints() == []
+    assert writer(str(tmp_path)).fence.current() == 2  # the tool took no generation

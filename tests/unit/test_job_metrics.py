@@ -92,8 +92,13 @@ def test_backpressure_levels_follow_flink():
 def test_a_writer_counts_the_time_a_full_downstream_gate_blocks_it():
     gate = InputGate(capacity=1)
     writer = RecordWriter([(LocalTransport(gate), 0)], lambda recs, bufs: bufs[0].extend(recs), 1)
-    writer.process_batch([1])  # fills the gate
-    assert writer.backpressured_s(time.perf_counter()) < 0.05
+    waits: list[float] = []
+    real_wait = gate._not_full.wait
+    gate._not_full.wait = lambda timeout: waits.append(timeout) or real_wait(timeout)
+    started = time.perf_counter()
+    writer.process_batch([1])  # fills the gate, without waiting
+    took = time.perf_counter() - started
+    assert waits == [] and writer.backpressured_s(time.perf_counter()) <= took
     blocked = threading.Thread(target=writer.process_batch, args=([2],))
     blocked.start()  # blocks until a reader takes the first frame
     wait_until(lambda: writer._blocked[1] is not None, "the send started", interval=0.01)
@@ -101,7 +106,8 @@ def test_a_writer_counts_the_time_a_full_downstream_gate_blocks_it():
     during = writer.backpressured_s(time.perf_counter())  # a send still blocked counts
     assert during >= 0.25
     gate.get(0)
-    blocked.join()
+    blocked.join(5)
+    assert not blocked.is_alive(), "the send did not end once the gate had room"
     after = writer.backpressured_s(time.perf_counter())
     assert after >= during  # never decreases
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tidegate.deploy.attempt_state import runner_error_text
 
-SPARK_ERROR = """An error occurred while calling z:...PythonRDD.collectAndServe.
-: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed
-org.apache.spark.api.python.PythonException: Traceback (most recent call last):
-  File "/x/pyspark/worker.py", line 1, in main
-ModuleNotFoundError: No module named 'tidegate'
-\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)
-"""
+#: a real Spark failure (tests/unit/test_executor_python.py says how it was captured)
+SPARK_ERROR = (Path(__file__).parent / "spark_errors" / "no-tidegate.txt").read_text()
 
 
 def test_a_spark_failure_is_reduced_to_the_python_exception_with_a_hint():

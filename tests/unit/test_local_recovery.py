@@ -1,15 +1,19 @@
 """Task-local recovery: local copies written beside the checkpoint files, found only when
-intact, pruned when a newer checkpoint completes; a failing local disk never fails a write."""
+intact, pruned when a newer checkpoint completes; a failing local disk never fails a write.
+And a rescaled restore reading several old subtasks' files reads them at once."""
 
 from __future__ import annotations
 
 import os
+import threading
+from dataclasses import dataclass, field
 
 from tidegate.checkpoint.storage import CheckpointStorage
+from tidegate.common.filesystems import FileSystems
 from tidegate.runtime.restore import KeyedStateHandle, RestoredOperatorState
 from tidegate.state.descriptors import ValueStateDescriptor
 from tidegate.state.heap import HeapKeyedStateBackend
-from tidegate.state.keygroups import stable_hash
+from tidegate.state.keygroups import assign_to_key_group, key_group_range, stable_hash
 from tidegate.state.local_recovery import LocalStateStore
 from tidegate.state.snapshot_format import write_state_file
 
@@ -165,3 +169,39 @@ def test_a_subtask_reading_several_files_downloads_them_in_parallel_and_loads_al
     for key in range(60):
         backend.current_key = key
         assert state.value() == key * 10
+
+
+@dataclass(frozen=True)
+class MeetingReads(FileSystems):
+    """The local disk, where a read waits until `readers` reads are open at once (and fails
+    after 10 s if they never are)."""
+
+    readers: threading.Barrier = field(default_factory=lambda: threading.Barrier(1))
+
+    def open(self, url: str, mode: str = "rb"):
+        self.readers.wait()
+        return super().open(url, mode)
+
+
+def test_a_rescaled_subtask_downloads_the_files_of_its_old_subtasks_in_parallel(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "remote"), "job")
+    directory = storage.checkpoint_dir(1)
+    handles = []
+    for subtask in range(3):  # three old subtasks' files, restored into one new subtask
+        key_groups = key_group_range(subtask, 3, 8)
+        backend = HeapKeyedStateBackend(8, key_groups)
+        state = backend.get_state(ValueStateDescriptor("v"))
+        for k in (k for k in range(60) if assign_to_key_group(k, 8) in key_groups):
+            backend.current_key = k
+            state.update(k * 10)
+        with storage.create_artifact(directory, f"count-{subtask}", ".state") as f:
+            index = write_state_file(f, backend.snapshot(), None)
+        handles.append(KeyedStateHandle(f"{directory}/{f.name}", index, key_groups))
+    backend = HeapKeyedStateBackend(8, range(0, 8))
+    filesystems = MeetingReads(readers=threading.Barrier(3, timeout=10))
+    restored = RestoredOperatorState(keyed=tuple(handles))
+    assert restored.restore_keyed(backend, None, filesystems) == (0, 3)
+    state = backend.get_state(ValueStateDescriptor("v"))
+    for k in range(60):
+        backend.current_key = k
+        assert state.value() == k * 10

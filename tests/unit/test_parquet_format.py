@@ -20,7 +20,7 @@ from tidegate.common import Configuration, Row, Types
 from tidegate.common.serialization import BulkWriterFactory
 from tidegate.connectors.base import Sink
 from tidegate.connectors.file_sink import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
-from tidegate.connectors.file_source import FileSource, FileSourceSplit
+from tidegate.connectors.file_source import BulkFormat, FileSource, FileSourceSplit
 from tidegate.connectors.parquet_format import FORMAT, ParquetWriterFactory
 from tidegate.datastream.connectors import file_system
 from tidegate.datastream.formats import parquet
@@ -341,5 +341,7 @@ def test_the_source_declares_the_row_type_and_the_format_pickles() -> None:
 
 def test_parquet_classes_are_importable_from_the_pyflink_paths() -> None:
     assert parquet.ParquetBulkWriters is ParquetBulkWriters
-    assert file_system.BulkFormat is not None
-    assert file_system.FileSink.for_bulk_format is not None
+    assert file_system.BulkFormat is BulkFormat
+    assert isinstance(ParquetColumnarRowInputFormat(Configuration(), ROW), file_system.BulkFormat)
+    assert file_system.FileSink is FileSink
+    assert file_system.FileSink.for_bulk_format is FileSink.for_bulk_format

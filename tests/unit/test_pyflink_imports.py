@@ -153,13 +153,23 @@ PYFLINK_PATHS = {
 }
 
 CASES = [(module, name) for module, names in PYFLINK_PATHS.items() for name in names]
+#: PyFlink names bound to a tidegate class or function of another name
+ALIASES = {"ExternalizedCheckpointCleanup": "CheckpointRetention"}  # PyFlink's older name
+#: PyFlink names of instances, and their class
+INSTANCES = {"NO_RETRY_STRATEGY": "NoRetryStrategy"}
 
 
 @pytest.mark.parametrize(("module", "name"), CASES, ids=[f"{m}.{n}" for m, n in CASES])
 def test_the_pyflink_import_path_works_with_tidegate_as_the_package(module, name):
     mod = importlib.import_module(module)
     assert hasattr(mod, name), f"from {module} import {name} fails"
-    assert getattr(mod, name) is not None
+    value = getattr(mod, name)
+    if name in INSTANCES:
+        assert type(value).__name__ == INSTANCES[name]
+        assert type(value).__module__.startswith("tidegate.")
+    else:  # tidegate's class or function of that name, not a placeholder
+        assert value.__name__ == ALIASES.get(name, name), f"{module}.{name} is {value!r}"
+        assert value.__module__.startswith("tidegate."), f"{module}.{name} is {value!r}"
 
 
 @pytest.mark.parametrize("module", list(PYFLINK_PATHS))

@@ -140,8 +140,8 @@ def test_exponential_delay_gives_up_after_the_attempts_before_reset():
     s = ExponentialDelayRestartStrategyConfiguration(
         initial_backoff_ms=10, max_backoff_ms=1000, attempts_before_reset_backoff=2
     )
-    assert s.restart_delay_s(failures(0.0), 0.0) is not None
-    assert s.restart_delay_s(failures(0.0, 1.0), 1.0) is not None
+    assert s.restart_delay_s(failures(0.0), 0.0) == pytest.approx(0.01)
+    assert s.restart_delay_s(failures(0.0, 1.0), 1.0) == pytest.approx(0.02)
     assert s.restart_delay_s(failures(0.0, 1.0, 2.0), 2.0) is None
 
 

@@ -255,8 +255,8 @@ def test_a_savepoint_request_resolves_to_its_directory_and_a_checkpoint_to_itsel
     requests.register(6, checkpoint)
     requests.complete(_completed(5, "/snapshots/5"))
     requests.complete(_completed(6, savepoint=False))
-    assert savepoint.future.result() == "/snapshots/5"
-    assert checkpoint.future.result() == _completed(6, savepoint=False)
+    assert savepoint.future.result(timeout=0) == "/snapshots/5"
+    assert checkpoint.future.result(timeout=0) == _completed(6, savepoint=False)
 
 
 def test_an_abort_that_comes_before_the_request_is_registered_still_fails_it():
@@ -265,7 +265,7 @@ def test_an_abort_that_comes_before_the_request_is_registered_still_fails_it():
     request = SnapshotRequest(SnapshotKind.SAVEPOINT)
     requests.register(7, request)
     with pytest.raises(CheckpointTriggerError, match=r"savepoint 7 failed \(expired: .*"):
-        request.future.result()
+        request.future.result(timeout=0)
 
 
 def test_a_stop_request_stays_open_when_its_savepoint_completes():
@@ -293,7 +293,7 @@ def test_an_aborted_request_says_why_and_what_happens_to_the_job(kind, drain, sa
     request = SnapshotRequest(kind, drain=drain)
     request.fail_aborted(4, "declined: disk full")
     with pytest.raises(CheckpointTriggerError) as err:
-        request.future.result()
+        request.future.result(timeout=0)
     assert says in str(err.value)
 
 
@@ -305,9 +305,9 @@ def test_the_first_outcome_of_a_request_wins_and_leftovers_fail_on_teardown():
     requests.complete(_completed(1, savepoint=False))
     done.fail(RuntimeError("too late"))
     requests.fail_all(JobNotRunningError("the job attempt ended"))
-    assert done.future.result() == _completed(1, savepoint=False)
+    assert done.future.result(timeout=0) == _completed(1, savepoint=False)
     with pytest.raises(JobNotRunningError):
-        left.future.result()
+        left.future.result(timeout=0)
 
 
 def test_requests_settle_safely_from_several_threads():

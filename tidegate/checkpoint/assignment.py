@@ -185,7 +185,10 @@ def assign_operator_state(
     if len(old) != new_parallelism:
         return assigned
     for own, share in zip(old, assigned, strict=True):
-        for name, (mode, entries) in own.items():
-            if RedistributionMode(mode) is not RedistributionMode.UNION:
-                share[name] = (mode, list(entries))
+        for name, (mode, _) in share.items():
+            if name in own and RedistributionMode(mode) is not RedistributionMode.UNION:
+                share[name] = (mode, list(own[name][1]))
+            elif RedistributionMode(mode) is RedistributionMode.SPLIT:
+                # the subtask had none of it: another subtask's entries stay with that one
+                share[name] = (mode, [])
     return assigned

@@ -283,13 +283,24 @@ class CheckpointCoordinator:
         return outcome
 
     def receive_decline(self, subtask: SubtaskId, checkpoint_id: int, reason: str) -> None:
-        """A subtask could not take its snapshot: abort the checkpoint."""
+        """A subtask could not take its snapshot: abort the checkpoint. A decline of one that
+        is aborted already discards it again: the subtask may have written (part of) a file
+        after the abort deleted the checkpoint's files (e.g. until its disk was full)."""
         with self._lock:
             pending = self._pending.get(checkpoint_id)
             if pending is None or subtask not in pending.tasks_to_ack:
+                aborted = self._aborted.get(checkpoint_id)
                 log.info("ignored decline of checkpoint %d from %s", checkpoint_id, subtask)
-                return
-            self._claim_for_abort(checkpoint_id)
+                if aborted is not None and subtask in aborted.tasks_to_ack:
+                    late = aborted
+                else:
+                    return
+            else:
+                late = None
+                self._claim_for_abort(checkpoint_id)
+        if late is not None:
+            self._discard_late_state(late, subtask, None)
+            return
         self._finish_abort(pending, AbortReason.DECLINED, f"by {subtask}: {reason}")
 
     def _complete(self, pending: PendingCheckpoint) -> None:
@@ -377,13 +388,15 @@ class CheckpointCoordinator:
             self.failure_manager.on_failure(pending.checkpoint_id, message)
 
     def _discard_late_state(
-        self, aborted: PendingCheckpoint, subtask: SubtaskId, state: dict[str, Any]
+        self, aborted: PendingCheckpoint, subtask: SubtaskId, state: dict[str, Any] | None
     ) -> None:
-        # The subtask wrote its files after the abort deleted the checkpoint's: delete them too.
+        # The subtask wrote its files (`state`; None: it declined, having written part of
+        # them, perhaps) after the abort deleted the checkpoint's: delete them too.
         late = PendingCheckpoint(
             aborted.checkpoint_id, aborted.timestamp_ms, aborted.options, frozenset([subtask])
         )
-        late.acknowledge(subtask, state)
+        if state is not None:
+            late.acknowledge(subtask, state)
         late.discard()
         self._safely("discard", self._hooks.discard, late)
 

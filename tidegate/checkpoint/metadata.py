@@ -88,11 +88,23 @@ class OperatorMetadata:
 
     @classmethod
     def from_json(cls, uid: str, data: Mapping[str, Any]) -> OperatorMetadata:
+        parallelism = int(data["parallelism"])
         return cls(
             name=str(data.get("name", uid)),
-            parallelism=int(data["parallelism"]),
-            subtasks={int(i): StateHandle.from_json(h) for i, h in data["subtasks"].items()},
+            parallelism=parallelism,
+            subtasks={
+                _subtask(i, parallelism): StateHandle.from_json(h)
+                for i, h in data["subtasks"].items()
+            },
         )
+
+
+def _subtask(index: str, parallelism: int) -> int:
+    """The subtask index `index` (a JSON key) of an operator of `parallelism` subtasks."""
+    subtask = int(index)
+    if not 0 <= subtask < parallelism:
+        raise ValueError(f"subtask {index!r} of an operator of parallelism {parallelism}")
+    return subtask
 
 
 @dataclass(frozen=True)
@@ -114,10 +126,14 @@ class ChannelStateMetadata:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ChannelStateMetadata:
+        parallelism = int(data["parallelism"])
         return cls(
-            parallelism=int(data["parallelism"]),
+            parallelism=parallelism,
             inputs=tuple((int(e), int(s)) for e, s in data.get("inputs", ())),
-            subtasks={int(i): ChannelStateHandle.from_json(h) for i, h in data["subtasks"].items()},
+            subtasks={
+                _subtask(i, parallelism): ChannelStateHandle.from_json(h)
+                for i, h in data["subtasks"].items()
+            },
         )
 
 
@@ -307,7 +323,7 @@ def decode_metadata(data: bytes, path: str) -> CheckpointMetadata:
     """
     try:
         document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CorruptCheckpointError(
             f"{path} is not valid checkpoint metadata (not UTF-8 JSON: {exc}). The file is "
             "damaged or was not written by tidegate; restore from another checkpoint."
@@ -338,7 +354,15 @@ def decode_metadata(data: bytes, path: str) -> CheckpointMetadata:
         )
     try:
         return CheckpointMetadata.from_json(document)
-    except (KeyError, TypeError, ValueError, AttributeError, CheckpointIntegrityError) as exc:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,  # int(1e999): JSON allows it
+        RecursionError,
+        CheckpointIntegrityError,
+    ) as exc:
         raise CorruptCheckpointError(
             f"{path} holds malformed checkpoint metadata ({type(exc).__name__}: {exc}); the "
             "file is damaged or was not written by this tidegate: restore from another "

@@ -50,6 +50,8 @@ _ATOMIC_PUT_PROTOCOLS = frozenset(
 _MAX_HINTED_JOB_DIRS = 20
 #: errors of os.link on filesystems without hard links (some network and FUSE mounts)
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+#: fsync errors of a filesystem that cannot fsync a directory (not a failed write)
+_NO_DIRECTORY_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 class CheckpointStorage:
@@ -171,7 +173,8 @@ class CheckpointStorage:
         self.check_fence(f"write a file into {directory}")
         tag = f"-g{self.generation}" if self.generation is not None else ""
         name = f"{stem}{tag}-{uuid.uuid4().hex[:12]}{suffix}"
-        return ChecksummingWriter(self.open_write(_join(directory, name)), name)
+        path = _join(directory, name)
+        return ChecksummingWriter(self.open_write(path), name, path)
 
     def open_read(self, path: str) -> BinaryIO:
         """Open a file for reading; the file is seekable."""
@@ -245,6 +248,15 @@ class CheckpointStorage:
         fs, fs_path = self._resolve(path)
         with contextlib.suppress(FileNotFoundError):
             fs.rm_file(fs_path)
+
+    def list_files(self) -> list[str]:
+        """Every file below the job directory, relative to it (`chk-3/_metadata`, ...)."""
+        fs_dir = self._fs_path(self.job_dir).rstrip("/")
+        try:
+            listed = self.fs.find(fs_dir, withdirs=False)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(fs_dir) + 1 :] for p in listed if p.startswith(fs_dir + "/"))
 
     def list_checkpoints(self) -> list[tuple[int, str]]:
         """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
@@ -424,11 +436,27 @@ def _write_local_atomically(final: str, data: bytes) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    # make the new directory entry durable
+    _sync_directory(directory, final)
+
+
+def _sync_directory(directory: str, entry: str) -> None:
+    """Make the new directory entry `entry` durable by fsyncing `directory`. A filesystem that
+    cannot fsync directories (EINVAL, ENOTSUP, ENOSYS) makes it as durable as it can; any
+    other failure removes `entry` (what is not durable is not published) and raises OSError
+    saying so."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno in _NO_DIRECTORY_SYNC:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry)
+        raise OSError(
+            exc.errno,
+            f"{exc.strerror} while making it durable (fsync of the directory {directory} "
+            "failed, so the file was removed)",
+        ) from exc
     finally:
         os.close(fd)
 

@@ -20,8 +20,8 @@ The phases of an attempt (DESIGN §3):
      not such a consequence.
    - DRAINING: the runner ended. It can see the slots end before their last messages (sent
      just before they return) were read off the sockets, so events are handled as usual for
-     `slot_message_grace_s`, without heartbeat checks; an outcome reached meanwhile wins, else
-     the attempt fails.
+     `slot_message_grace_s` (0.5 s when the runner failed before any slot registered), without
+     heartbeat checks; an outcome reached meanwhile wins, else the attempt fails.
 4. ENDED once `EndAttempt` is out; events change nothing after it, except the bookkeeping of
    final checkpoints. `TearDown` (in any phase) returns what releases the attempt.
 """
@@ -85,6 +85,8 @@ REGISTRATION_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 60.0
 ROOT_CAUSE_WINDOW_S = 0.3
 SLOT_MESSAGE_GRACE_S = 5.0
+#: the grace when the runner failed before any slot registered
+UNREGISTERED_GRACE_S = 0.5
 #: how often heartbeats (and the registration deadline) are checked when no event arrives
 CHECK_INTERVAL_S = 1.0
 LOAD_FAILURE = "could not load the job"  # runtime/slot.py: deterministic, never restarted
@@ -337,7 +339,12 @@ class AttemptState:
                 return self._fail(f"slot {slot}{self._who(slot)} was lost: its worker process died")
             case RunnerEnded(error=error):
                 self.runner_ended, self._runner_error = True, error
-                self.phase, self.deadline = Phase.DRAINING, now + self.config.slot_message_grace_s
+                grace = self.config.slot_message_grace_s
+                if error is not None and not self.registered:
+                    # no slot ever reached the driver (e.g. the executors' Python cannot start
+                    # one): only a registration already on its way could still come
+                    grace = min(grace, UNREGISTERED_GRACE_S)
+                self.phase, self.deadline = Phase.DRAINING, now + grace
             case FailJob(reason=reason):
                 return self._fail(reason)
             case Fenced(reason=reason):
@@ -398,6 +405,13 @@ def is_consequence(error: str) -> bool:
     return error.startswith(_CONSEQUENCES)
 
 
+#: an exception as a traceback's last line shows it (`Name: message`), and as Python reports
+#: a failed `python -m` in parentheses at a line's end, which Spark quotes ("Error from python
+#: worker") when its executors' Python cannot import tidegate's worker daemon
+_RAISED = re.compile(r"^([A-Za-z_.]+(?:Error|Exception): .*)")
+_QUOTED = re.compile(r"\(([A-Za-z_.]+(?:Error|Exception): .*)\)$")
+#: exceptions of the JVM (Spark's own, Java's) rather than of the Python worker
+_JVM_PACKAGES = ("org.", "java.", "scala.", "py4j.")
 #: what a Spark worker's error says when the executors run the wrong Python -> the problem
 _EXECUTOR_PYTHON_PROBLEMS = (
     ("No module named 'tidegate'", "the Spark executors' Python cannot import tidegate"),
@@ -416,8 +430,12 @@ def runner_error_text(error: BaseException) -> str:
     in a long Java trace), with a hint when the executors' Python is missing, of another
     version, or cannot import tidegate."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    python = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
-    found = python[-1] if python else (lines[0] if lines else type(error).__name__)
+    raised = [m.group(1) for line in lines if (m := _RAISED.match(line) or _QUOTED.search(line))]
+    python = [text for text in raised if not text.startswith(_JVM_PACKAGES)]
+    if python or raised:  # the innermost: the Python worker's own, else the JVM's
+        found = (python or raised)[-1]
+    else:
+        found = lines[0] if lines else type(error).__name__
     for marker, problem in _EXECUTOR_PYTHON_PROBLEMS:
         if marker in found:
             return f"{found} — {problem}: {_EXECUTOR_PYTHON_FIX}"

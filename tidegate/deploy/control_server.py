@@ -28,6 +28,19 @@ class SlotLost:
     slot: int
 
 
+#: what _received returns once the connection is closed
+_CLOSED = object()
+
+
+def _received(conn: Connection) -> Any:
+    """The next message from `conn`, or _CLOSED when the peer closed it or close() did (a
+    recv racing with close() raises TypeError inside multiprocessing)."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError, TypeError):
+        return _CLOSED
+
+
 class ControlServer:
     def __init__(
         self,
@@ -69,7 +82,7 @@ class ControlServer:
             conn.close()
             return
         try:
-            first = conn.recv()
+            first = _received(conn)
             if isinstance(first, SlotFailed):  # a worker that could not even load the job
                 self.on_message(first)
                 return
@@ -79,10 +92,10 @@ class ControlServer:
             key = (first.attempt, first.slot)
             self._slots[key] = (conn, threading.Lock())
             self.on_message(first)
-            while True:
-                self.on_message(conn.recv())
-        except (EOFError, OSError, TypeError):  # TypeError: recv racing with close()
-            pass
+            # what the handler raises is a bug of the driver: it ends this thread with its
+            # traceback (and the slot counts as lost), never passed over
+            while (message := _received(conn)) is not _CLOSED:
+                self.on_message(message)
         finally:
             if key is not None:
                 self._slots.pop(key, None)

@@ -38,6 +38,7 @@ from tidegate.checkpoint.selection import RestoreCandidate, choose_checkpoint
 from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.checkpoint.storage import CheckpointStorage, checkpoint_candidates
 from tidegate.checkpoint.store import CompletedCheckpoint, CompletedCheckpointStore
+from tidegate.checkpoint.sweep import sweep_job_dir
 from tidegate.common.job_status import JobStatus
 from tidegate.deploy import runners
 from tidegate.deploy.attempt import JobAttempt, JobFailure
@@ -258,6 +259,7 @@ class JobMaster:
             self.next_checkpoint_id = max(
                 self.next_checkpoint_id, self.storage.highest_checkpoint_id() + 1
             )
+            self._sweep()
             self.network = self._network_plan()
             self.server = ControlServer(
                 self.secret,
@@ -277,6 +279,7 @@ class JobMaster:
                 self.stats.startup.attempt_started(self.attempt)
                 self._start_generation()
                 restore = self._restore_after_failure(restore)
+                self._sweep()
         except JobFailure as e:
             self.error = e
             self.status = JobStatus.FAILED
@@ -389,6 +392,14 @@ class JobMaster:
         except FencedWriterError as e:  # another driver of this job id took over: stop
             self._keep_checkpoints = True
             raise JobFailure(f"{type(e).__name__}: {e}", recoverable=False) from e
+
+    def _sweep(self) -> None:
+        """Delete what failures left in the job directory (checkpoint/sweep.py): after the new
+        generation fenced older writers, before this attempt triggers a checkpoint."""
+        try:
+            sweep_job_dir(self.storage)
+        except Exception as e:  # a listing that fails: garbage stays, the job goes on
+            log.warning("could not sweep %s: %s: %s", self.storage.job_dir, type(e).__name__, e)
 
     def _await_restart(self) -> bool:
         if self._restart_freely and not self._cancelled.is_set():

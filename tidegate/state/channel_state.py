@@ -47,16 +47,38 @@ def read_channel_state(f: BinaryIO, path: str) -> list[tuple[int, list[Any]]]:
             f"channel-state format version {version}, but this tidegate reads {FORMAT_VERSION}",
             "use the tidegate version that wrote it",
         )
+    position = f.tell()
+    size = f.seek(0, 2)
+    f.seek(position)
     frames = []
     for n in range(count):
         head = f.read(_FRAME.size)
         if len(head) != _FRAME.size:
             raise CorruptStateError(path, f"truncated (frame {n} of {count} missing)")
+        position += _FRAME.size
         length, crc = _FRAME.unpack(head)
-        blob = f.read(length)
-        if len(blob) != length:
+        if length > size - position:  # checked before reading: a damaged length is huge
             raise CorruptStateError(path, f"truncated (frame {n} of {count} is cut short)")
+        blob = f.read(length)
+        position += length
         if zlib.crc32(blob) != crc:
             raise CorruptStateError(path, f"frame {n} of {count} is damaged (checksum mismatch)")
-        frames.append(pickle.loads(blob))
+        frames.append(_frame(blob, path, n))
+    if position != size:
+        raise CorruptStateError(path, f"{size - position} bytes follow its {count} frames")
     return frames
+
+
+def _frame(blob: bytes, path: str, n: int) -> tuple[int, list[Any]]:
+    """Frame `n` (its checksum matched): (channel index, records)."""
+    try:
+        frame = pickle.loads(blob)
+    except Exception as e:
+        raise CorruptStateError(
+            path,
+            f"frame {n} cannot be unpickled ({type(e).__name__}: {e})",
+            "restore with the job code (and tidegate version) that wrote the checkpoint",
+        ) from e
+    if type(frame) is not tuple or len(frame) != 2 or type(frame[0]) is not int:
+        raise CorruptStateError(path, f"frame {n} is not (channel, records)")
+    return frame

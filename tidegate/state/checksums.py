@@ -58,10 +58,12 @@ class ChecksummingWriter:
     as written (no second read) and `handle` is what `_metadata` records for it.
     """
 
-    def __init__(self, raw: BinaryIO, name: str) -> None:
+    def __init__(self, raw: BinaryIO, name: str, location: str | None = None) -> None:
         self._raw = raw
         #: the file's name, relative to its checkpoint directory
         self.name = name
+        #: where the file is (for error messages; default: `name`)
+        self.location = location or name
         self.size = 0
         self._crc = 0
         self._mirror: BinaryIO | None = None
@@ -126,8 +128,14 @@ class ChecksummingWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if isinstance(exc, OSError):  # a full disk, a lost mount: say which file
+            exc.add_note(f"while writing {self.location}")
         if exc_type is None:
-            self.close()
+            try:
+                self.close()
+            except OSError as e:  # the last buffered bytes did not fit
+                e.add_note(f"while writing {self.location}")
+                raise
             return
         self._drop_mirror()  # an incomplete file must not survive as a local copy
         # Closing would publish the incomplete file; on object stores (s3fs) `discard` aborts

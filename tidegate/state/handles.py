@@ -36,7 +36,10 @@ def _range_json(r: range) -> list[int]:
 
 
 def _range(value: Any) -> range:
+    """A key-group range `[start, stop]` (stop exclusive), non-empty, from 0 up."""
     start, stop = value
+    if not 0 <= int(start) < int(stop):
+        raise ValueError(f"{value!r} is not a key-group range [first, last + 1]")
     return range(int(start), int(stop))
 
 

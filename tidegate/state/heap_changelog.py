@@ -242,7 +242,12 @@ def capture_changes(
 
 def apply_changes(data: KeyGroupData, changes: ChangeGroup, where: str) -> None:
     """Apply one changelog's changes of a key group to `data` (the key group so far)."""
-    for name, (kind, upserts, removed) in changes.items():
+    for name, change in changes.items():
+        if len(change) != 3:
+            raise CorruptStateError(
+                where, f"state {name!r} holds entries, not changes: this is not a changelog"
+            )
+        kind, upserts, removed = change
         known = data.get(name)
         if known is None:
             known = data[name] = (kind, {})

@@ -24,6 +24,7 @@ from tidegate.state.rocksdb_incremental import (
     delete_quietly,
 )
 from tidegate.state.snapshot_format import (
+    CorruptStateError,
     KeyedStateSnapshot,
     KeyGroupData,
     read_index,
@@ -129,6 +130,11 @@ def read_changelog_key_groups(h: IncrementalKeyedStateHandle) -> Iterator[tuple[
         )
         for kg in wanted:
             data = read_key_group(files[0], indexes[0], kg)
+            if any(len(entry) != 2 for entry in data.values()):
+                raise CorruptStateError(
+                    f"key group {kg} of {inc.shared[0].file} ({where})",
+                    "it holds changes, not entries: this is not a materialization",
+                )
             for entry, f, index in zip(inc.shared[1:], files[1:], indexes[1:], strict=True):
                 changes: Any = read_key_group(f, index, kg)
                 apply_changes(data, changes, f"key group {kg} of {entry.file} ({where})")

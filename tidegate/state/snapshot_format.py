@@ -109,21 +109,39 @@ class StateFileIndex:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StateFileIndex:
-        """Inverse of `to_json`."""
+        """Inverse of `to_json`; raises KeyError, TypeError or ValueError on a malformed index
+        (the caller names the file it came from)."""
         if data.get("version") != FORMAT_VERSION:
             raise CorruptStateError(
                 "a state file index",
                 f"index version {data.get('version')!r}, this tidegate reads {FORMAT_VERSION}",
                 "restore with the tidegate version that wrote the checkpoint",
             )
+        key_group_offsets = {}
+        for kg, off, n in data["key_groups"]:
+            key_group_offsets[_natural(kg)] = _section_location(off, n)
         operator = data["operator"]
+        max_parallelism = data["max_parallelism"]
         return cls(
-            key_group_offsets={kg: (off, n) for kg, off, n in data["key_groups"]},
-            operator_offset=(operator[0], operator[1]) if operator else None,
-            size=data["size"],
-            max_parallelism=data["max_parallelism"],
+            key_group_offsets=key_group_offsets,
+            operator_offset=_section_location(*operator) if operator else None,
+            size=_natural(data["size"]),
+            max_parallelism=None if max_parallelism is None else _natural(max_parallelism),
             state_kinds=dict(data["state_kinds"]),
         )
+
+
+def _natural(value: Any) -> int:
+    """`value` if it is an int >= 0 (not a bool), else ValueError."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative integer")
+    return value
+
+
+def _section_location(offset: Any, length: Any) -> tuple[int, int]:
+    if _natural(length) < _CRC.size:
+        raise ValueError(f"a section of {length} bytes cannot hold its checksum")
+    return _natural(offset), length
 
 
 @dataclass(frozen=True)
@@ -291,8 +309,7 @@ def write_state_file(
 
 def read_key_group(f: BinaryIO, index: StateFileIndex, kg: int) -> KeyGroupData:
     """Key group `kg` of the state file `f` (seekable); empty if the file has no entries for it."""
-    _check_header(f)
-    return _read_key_group(f, index, kg)
+    return _read_key_group(f, _check_header(f), index, kg)
 
 
 def read_key_groups(
@@ -306,50 +323,66 @@ def read_key_groups(
     wanted = sorted(kg for kg in index.key_group_offsets if kg in key_groups)
     if not wanted:
         return
-    _check_header(f)
+    size = _check_header(f)
     for kg in wanted:
-        yield kg, _read_key_group(f, index, kg)
+        yield kg, _read_key_group(f, size, index, kg)
 
 
 def read_operator_state(f: BinaryIO, index: StateFileIndex) -> OperatorStateData:
     """The operator state of `f` (empty if the file holds none)."""
     if index.operator_offset is None:
         return {}
-    _check_header(f)
+    size = _check_header(f)
     offset, length = index.operator_offset
-    payload = _read_section(f, _OPERATOR_TAG, offset, length)
-    return _loads(payload, f, "operator state")
+    payload = _read_section(f, size, _OPERATOR_TAG, offset, length)
+    data = _loads(payload, f, "operator state")
+    if type(data) is not dict or not all(
+        type(v) is tuple and len(v) == 2 and type(v[1]) is list for v in data.values()
+    ):
+        raise CorruptStateError(_describe(f), "its operator state is not {name: (mode, entries)}")
+    return data
 
 
 def read_index(f: BinaryIO) -> StateFileIndex:
     """Recover a state file's index from the file itself (for tools and relocated savepoints)."""
-    _check_header(f)
-    size = f.seek(0, 2)
+    size = _check_header(f)
     if size < _HEADER.size + _TRAILER.size:
         raise CorruptStateError(_describe(f), f"file of {size} bytes has no trailer (truncated)")
     f.seek(size - _TRAILER.size)
     offset, length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
     if magic != _TRAILER_MAGIC:
         raise CorruptStateError(_describe(f), "trailer magic missing (truncated or overwritten)")
-    payload = _read_section(f, _INDEX_TAG, offset, length)
-    data = json.loads(bytes(payload))
-    data["size"] = size
-    return StateFileIndex.from_json(data)
+    payload = _read_section(f, size, _INDEX_TAG, offset, length)
+    try:
+        data = json.loads(bytes(payload))
+        data["size"] = size
+        return StateFileIndex.from_json(data)
+    except (ValueError, KeyError, TypeError, RecursionError, CorruptStateError) as e:
+        # the section's checksum matched: it was written so (by another tool or version)
+        problem = e.problem if isinstance(e, CorruptStateError) else f"{type(e).__name__}: {e}"
+        raise CorruptStateError(_describe(f), f"its index is malformed ({problem})") from e
 
 
 def _key_group_tag(kg: int) -> bytes:
     return b"kg:%d" % kg
 
 
-def _read_key_group(f: BinaryIO, index: StateFileIndex, kg: int) -> KeyGroupData:
+def _read_key_group(f: BinaryIO, size: int, index: StateFileIndex, kg: int) -> KeyGroupData:
     location = index.key_group_offsets.get(kg)
     if location is None:
         return {}
-    payload = _read_section(f, _key_group_tag(kg), *location)
-    return _loads(payload, f, f"key group {kg}")
+    payload = _read_section(f, size, _key_group_tag(kg), *location)
+    data = _loads(payload, f, f"key group {kg}")
+    # {state: (kind, entries)}, or (kind, upserts, removed) in a changelog (heap_changelog)
+    if type(data) is not dict or not all(
+        type(v) is tuple and len(v) in (2, 3) and type(v[0]) is str for v in data.values()
+    ):
+        raise CorruptStateError(_describe(f), f"key group {kg} is not {{state: (kind, entries)}}")
+    return data
 
 
-def _check_header(f: BinaryIO) -> None:
+def _check_header(f: BinaryIO) -> int:
+    """Check the header of `f`; returns the file's size."""
     f.seek(0)
     header = f.read(_HEADER.size)
     if len(header) < _HEADER.size:
@@ -363,13 +396,22 @@ def _check_header(f: BinaryIO) -> None:
             f"format version {version}, this tidegate reads version {FORMAT_VERSION}",
             "restore with the tidegate version that wrote the checkpoint",
         )
+    return f.seek(0, 2)
 
 
-def _read_section(f: BinaryIO, tag: bytes, offset: int, length: int) -> memoryview:
-    """Read and CRC-check the section at (offset, length); return its payload."""
+def _read_section(f: BinaryIO, size: int, tag: bytes, offset: int, length: int) -> memoryview:
+    """Read and CRC-check the section at (offset, length) of `f` (of `size` bytes); return its
+    payload. A location outside the file is refused before anything is read (a damaged length
+    must not allocate gigabytes)."""
     what = tag.decode()
     if length < _CRC.size:
         raise CorruptStateError(_describe(f), f"section {what} has impossible length {length}")
+    if offset + length > size:
+        raise CorruptStateError(
+            _describe(f),
+            f"section {what} at offset {offset} needs {length} bytes but the file ends after "
+            f"{max(size - offset, 0)} (truncated, or its index is damaged)",
+        )
     f.seek(offset)
     data = f.read(length)
     if len(data) != length:
@@ -395,8 +437,13 @@ def _loads(payload: memoryview, f: BinaryIO, what: str) -> Any:
     try:
         return pickle.loads(payload)
     except Exception as e:  # the bytes are intact (CRC passed): usually a class that moved
-        e.add_note(f"while loading {what} from {_describe(f)}")
-        raise
+        raise CorruptStateError(
+            _describe(f),
+            f"{what} cannot be unpickled ({type(e).__name__}: {e})",
+            "if it names a module or class of the job, the job's code changed since the "
+            "checkpoint was taken: restore with the code that wrote it (or a compatible one), "
+            "else restore from an older checkpoint or a savepoint",
+        ) from e
 
 
 def _describe(f: BinaryIO) -> str:
