@@ -102,9 +102,9 @@ def referenced_files(
     return frozenset(found)
 
 
-def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
-    """Delete what `plan_sweep` finds in `storage`'s job directory; returns the plan. A file
-    that cannot be deleted is logged and left (the next sweep tries again)."""
+def plan_job_dir_sweep(storage: CheckpointStorage) -> SweepPlan:
+    """What a sweep of `storage`'s job directory would delete (`plan_sweep` over its listing
+    and its completed checkpoints' references); deletes nothing."""
     job_dir = storage.job_dir.rstrip("/")
     files = storage.list_files()
     references: dict[str, frozenset[str] | None] = {}
@@ -119,7 +119,14 @@ def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
                 references[top] = UNREADABLE
                 continue
             references[top] = referenced_files(metadata, checkpoint_dir, job_dir)
-    plan = plan_sweep(files, references)
+    return plan_sweep(files, references)
+
+
+def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
+    """Delete what `plan_job_dir_sweep` finds in `storage`'s job directory; returns the plan.
+    A file that cannot be deleted is logged and left (the next sweep tries again)."""
+    job_dir = storage.job_dir.rstrip("/")
+    plan = plan_job_dir_sweep(storage)
     for directory in plan.directories:
         _best_effort(storage.discard_checkpoint_dir, f"{job_dir}/{directory}")
     for file in plan.files:
