@@ -37,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bench import soak_jobs  # noqa: E402
-from bench.common import job_arguments, report_header, start, write_report  # noqa: E402
+from bench.common import du_bytes, job_arguments, report_header, start, write_report  # noqa: E402
 from tidegate.checkpoint.sweep import plan_job_dir_sweep  # noqa: E402
 from tidegate.cli.chaos_report import (  # noqa: E402
     committed_records,
@@ -134,17 +134,6 @@ def build_env(
     return env
 
 
-def _bytes_under(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except FileNotFoundError:  # deleted meanwhile (a subsumed checkpoint)
-                pass
-    return total
-
-
 def hidden_files(directory: str) -> list[str]:
     """Files (or directories) under `directory` whose names start with '.': in-progress or
     pending part files left behind."""
@@ -155,7 +144,12 @@ def hidden_files(directory: str) -> list[str]:
 
 
 def run_segment(
-    segment: Segment, args: argparse.Namespace, spark: Any, run_dir: str, n: int, restore: str | None
+    segment: Segment,
+    args: argparse.Namespace,
+    spark: Any,
+    run_dir: str,
+    n: int,
+    restore: str | None,
 ) -> tuple[dict[str, Any], str | None, int]:
     """Run one segment; (its figures, its savepoint (None: the job finished), the next
     checkpoint id)."""
@@ -187,7 +181,7 @@ def run_segment(
     planned = [f for plan, _ in chaos.jobs if plan is not None for f in plan.faults]
     restore_faults = sum(f.kind is FaultKind.RESTORE for f in planned)
     while not jm.done.is_set():
-        max_bytes = max(max_bytes, _bytes_under(jm.storage.job_dir))
+        max_bytes = max(max_bytes, du_bytes(jm.storage.job_dir))
         injected = [e for e in read_fault_log(chaos.fault_log)[log_start:] if e["event"] == "fault"]
         done_restores = sum(e["kind"] == FaultKind.RESTORE for e in injected)
         if count and len(injected) - done_restores >= count - restore_faults:
@@ -214,6 +208,7 @@ def run_segment(
     orphans = plan_job_dir_sweep(jm.storage)
     counts = jm.stats.checkpoints.counts
     recovery = recovery_times(log)
+    done = {(e["kind"], e["checkpoint_id"], e["slot"]) for e in injected}
     figures = {
         "segment": segment.index,
         "parallelism": segment.parallelism,
@@ -222,7 +217,10 @@ def run_segment(
         "faults_planned": count,
         "faults_injected": len(injected),
         "by_kind": dict(Counter(e["kind"] for e in injected)),
+        "not_injected": [f.describe() for f in planned if f.key not in done],
         "restarts": jm.stats.restarts,
+        #: two faults may end one attempt together
+        "attempts_with_faults": len({e["attempt"] for e in injected}),
         "checkpoints_completed": counts.completed,
         "checkpoints_failed": counts.failed,
         "recovery_s": recovery,
@@ -230,7 +228,7 @@ def run_segment(
         "recovery_p99_s": percentile(recovery, 99),
         "seconds": seconds,
         "job_dir_max_bytes": max_bytes,
-        "job_dir_end_bytes": _bytes_under(jm.storage.job_dir),
+        "job_dir_end_bytes": du_bytes(jm.storage.job_dir),
         "leftover_files": leftover,
         "orphans": [*orphans.directories, *orphans.files],
         "savepoint": savepoint,

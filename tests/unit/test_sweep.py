@@ -12,7 +12,13 @@ from tidegate.checkpoint.metadata import (
     OperatorMetadata,
 )
 from tidegate.checkpoint.storage import CheckpointStorage
-from tidegate.checkpoint.sweep import UNREADABLE, SweepPlan, plan_sweep, sweep_job_dir
+from tidegate.checkpoint.sweep import (
+    UNREADABLE,
+    SweepPlan,
+    plan_job_dir_sweep,
+    plan_sweep,
+    sweep_job_dir,
+)
 from tidegate.state.handles import (
     ChannelStateHandle,
     IncrementalFile,
@@ -86,10 +92,16 @@ def test_a_sweep_of_a_job_directory_keeps_what_completed_checkpoints_reference(t
         _write(storage, path)
     storage.write_metadata(storage.checkpoint_dir(4), metadata)
 
+    listed = storage.list_files()
+    planned = plan_job_dir_sweep(storage)  # what a sweep would delete; deletes nothing
+    assert storage.list_files() == listed
+
     plan = sweep_job_dir(storage)
 
-    assert plan == SweepPlan(
-        directories=("chk-5",), files=("chk-4/op-1-g1-dd.state", "shared/2.sst")
+    assert (
+        plan
+        == planned
+        == SweepPlan(directories=("chk-5",), files=("chk-4/op-1-g1-dd.state", "shared/2.sst"))
     )
     remaining = storage.list_files()
     assert all(path in remaining for path in kept)
