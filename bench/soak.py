@@ -349,10 +349,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def main(argv: list[str] | None = None, spark: Any = None) -> dict[str, Any]:
+    """Run the soak; `spark`: the session to run on (default: started for `--runner spark`)."""
     args = parse_args(argv)
     soak_jobs.register_by_value()
-    spark = start(args)
+    if spark is None:
+        spark = start(args)
     run_dir = args.work_dir or tempfile.mkdtemp(prefix="tidegate-soak-")
     shutil.rmtree(run_dir, ignore_errors=True)  # an earlier run's fault log would stop faults
     print(f"soak: {args.faults_total} faults, runner {args.runner}, work directory {run_dir}")

@@ -15,7 +15,8 @@ from tidegate.runtime.faults import FaultKind
 def test_soak_quick_loses_and_duplicates_nothing(spark, tmp_path):
     summary = soak.main(
         ["--quick", "--runner", "spark", "--work-dir", str(tmp_path / "work"),
-         "--out", str(tmp_path / "soak.json")]
+         "--out", str(tmp_path / "soak.json")],
+        spark,
     )  # fmt: skip
     segments = summary["segments"]
     assert [s["parallelism"] for s in segments] == [2, 3, 1, 4, 2]  # the last one drains
