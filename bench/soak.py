@@ -143,17 +143,6 @@ def hidden_files(directory: str) -> list[str]:
     return sorted(found)
 
 
-def empty_checkpoint_dirs(job_dir: str) -> list[str]:
-    """`chk-<n>` directories left empty in `job_dir` (the sweep lists files, not directories)."""
-    if not os.path.isdir(job_dir):
-        return []
-    return sorted(
-        name
-        for name in os.listdir(job_dir)
-        if name.startswith("chk-") and not os.listdir(os.path.join(job_dir, name))
-    )
-
-
 def run_segment(
     segment: Segment,
     args: argparse.Namespace,
@@ -242,7 +231,6 @@ def run_segment(
         "job_dir_end_bytes": du_bytes(jm.storage.job_dir),
         "leftover_files": leftover,
         "orphans": [*orphans.directories, *orphans.files],
-        "empty_checkpoint_dirs": empty_checkpoint_dirs(jm.storage.job_dir),
         "savepoint": savepoint,
         "status": jm.status.name,
     }
@@ -321,7 +309,6 @@ def soak(args: argparse.Namespace, spark: Any, run_dir: str) -> dict[str, Any]:
         "records_unexpected": sum(p["unexpected"] for p in pipelines),
         "leftover_files": sum(len(s["leftover_files"]) for s in results),
         "orphans": sum(len(s["orphans"]) for s in results),
-        "empty_checkpoint_dirs": sum(len(s["empty_checkpoint_dirs"]) for s in results),
         "job_dir_max_bytes": max(s["job_dir_max_bytes"] for s in results),
     }
 
@@ -333,8 +320,7 @@ def _segment_line(s: dict[str, Any]) -> str:
         f"{s['backend']:<19} faults {s['faults_injected']:>3}/{s['faults_planned']:<3} "
         f"restarts {s['restarts']:>3} recovery p50 {p50:>6} "
         f"{s['seconds']:6.1f}s job dir max {s['job_dir_max_bytes'] / 1e6:.2f} MB, "
-        f"leftovers {len(s['leftover_files'])}, orphans {len(s['orphans'])}, "
-        f"empty chk dirs {len(s['empty_checkpoint_dirs'])}"
+        f"leftovers {len(s['leftover_files'])}, orphans {len(s['orphans'])}"
     )
 
 
@@ -359,7 +345,6 @@ def print_summary(summary: dict[str, Any]) -> None:
         f"restarts {summary['restarts']}; recovery p50 "
         f"{'-' if p50 is None else f'{p50:.2f}s'}, p99 {'-' if p99 is None else f'{p99:.2f}s'}; "
         f"leftover files {summary['leftover_files']}, orphans {summary['orphans']}, "
-        f"empty chk dirs {summary['empty_checkpoint_dirs']}, "
         f"job dir max {summary['job_dir_max_bytes'] / 1e6:.2f} MB"
     )
 

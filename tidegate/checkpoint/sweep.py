@@ -55,12 +55,18 @@ class SweepPlan:
         return bool(self.directories or self.files)
 
 
-def plan_sweep(files: Iterable[str], references: Mapping[str, frozenset[str] | None]) -> SweepPlan:
+def plan_sweep(
+    files: Iterable[str],
+    references: Mapping[str, frozenset[str] | None],
+    checkpoint_dirs: Iterable[str] = (),
+) -> SweepPlan:
     """What to delete of a job directory holding `files` (relative paths, e.g.
-    `chk-3/op-0-g1-ab.state`, `shared/x.sst`), whose `chk-<n>` directories with a `_metadata`
-    are the keys of `references`, each with the job-directory-relative files it references
-    (UNREADABLE: its `_metadata` could not be read)."""
-    directories: set[str] = set()
+    `chk-3/op-0-g1-ab.state`, `shared/x.sst`) and the `checkpoint_dirs` (`chk-<n>` names, with
+    the empty ones: a discard that raced a failed attempt's writer, which then deleted its
+    partial file, leaves one), whose `chk-<n>` directories with a `_metadata` are the keys of
+    `references`, each with the job-directory-relative files it references (UNREADABLE: its
+    `_metadata` could not be read)."""
+    directories = {d for d in checkpoint_dirs if _CHK_DIR.fullmatch(d) and d not in references}
     orphans: list[str] = []
     referenced = frozenset().union(*(r for r in references.values() if r is not UNREADABLE))
     shared_known = UNREADABLE not in references.values()
@@ -119,7 +125,7 @@ def plan_job_dir_sweep(storage: CheckpointStorage) -> SweepPlan:
                 references[top] = UNREADABLE
                 continue
             references[top] = referenced_files(metadata, checkpoint_dir, job_dir)
-    return plan_sweep(files, references)
+    return plan_sweep(files, references, storage.checkpoint_dir_names())
 
 
 def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
