@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import jobs
 from bench.jobs import JobParams, build_env, first_record_times
+from tidegate.common.configuration import Configuration
 
 PY_SPY = os.path.join(os.path.dirname(sys.executable), "py-spy")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint-ms", type=int, default=1000, help="0: checkpointing off")
     ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (state size)")
     ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
     ap.add_argument("--seconds", type=float, default=10.0, help="sampling duration")
     ap.add_argument("--rate", type=int, default=200, help="samples per second")
     ap.add_argument("--records", type=int, help="default: enough for warm-up + sampling")
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = get_spark(None, 2)
     env = build_env(params, runner=args.runner, work_dir=work_dir, spark=spark)
+    env.configure(Configuration().set_string("state.backend.type", args.backend))
     client = env.execute_async("profile")
     jm = client.jobmaster
     markers = os.path.join(work_dir, "markers")
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": {
             **vars(args),
             "records": n,
-            "pipeline": f"keyed count {args.keys} keys p={args.parallelism}",
+            "pipeline": f"keyed count {args.keys} keys p={args.parallelism} {args.backend}",
         },
         "job_still_running_at_end_of_sampling": still_running,
         "slots": {},

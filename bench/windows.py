@@ -2,10 +2,14 @@
 timestamped batches of `(key, value)` with a watermark after each batch, against a bare Python
 loop that computes the same results with a dict (the ratio is the figure to watch, DESIGN §8).
 
-    .venv/bin/python bench/windows.py [--records 200000] [--keys 100] [--json out.json]
+    .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--json FILE]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
 process (all elements kept), session windows (gap 50 ms) reduce. Timestamps are 1 ms apart.
+Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
+shared machine changes them less than wall time); each case runs the operator and the bare
+loop alternately `--repeats` times and reports the medians and the median of the ratios.
+JSON: bench/results/windows.json (`--json`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -64,18 +69,18 @@ def _operator_rate(spec: WindowSpec, batches: list) -> tuple[float, int]:
     op.outputs = [out]
     op.open()
     n = sum(len(b) for b in batches)
-    start = time.perf_counter()
+    start = time.process_time()
     for batch in batches:
         op.process_batch(batch)
         op.process_watermark(batch.timestamps[-1])
     op.process_watermark(MAX_WATERMARK)
-    return n / (time.perf_counter() - start), out.n
+    return n / (time.process_time() - start), out.n
 
 
 def _bare_rate(size: int, slide: int, batches: list) -> float:
     """A dict of sums per (key, window start), emitted when the watermark passes the end."""
     n = sum(len(b) for b in batches)
-    start = time.perf_counter()
+    start = time.process_time()
     sums: dict = collections.defaultdict(int)
     emitted = 0
     for batch in batches:
@@ -87,14 +92,18 @@ def _bare_rate(size: int, slide: int, batches: list) -> float:
         for k in [k for k in sums if k[1] + size - 1 <= watermark]:
             del sums[k]
             emitted += 1
-    return n / (time.perf_counter() - start)
+    return n / (time.process_time() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=100)
-    parser.add_argument("--json")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--json",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "windows.json"),
+    )
     args = parser.parse_args()
     batches = [
         TimestampedBatch(
@@ -125,12 +134,38 @@ def main() -> None:
     }
     results = {}
     for name, (spec, bare) in cases.items():
-        rate, fired = _operator_rate(spec, batches)
-        bare_rate = _bare_rate(*bare, batches) if bare else None
-        ratio = f"{rate / bare_rate:.2f}" if bare_rate else "-"
-        results[name] = {"elements_per_s": round(rate), "windows": fired, "bare_ratio": ratio}
-        print(f"{name:24} {rate:>12,.0f} elements/s  {fired:>7} windows  x bare loop {ratio}")
+        rates, bare_rates, ratios = [], [], []
+        for _ in range(args.repeats):
+            rate, fired = _operator_rate(spec, batches)
+            rates.append(rate)
+            if bare:
+                bare_rates.append(_bare_rate(*bare, batches))
+                ratios.append(rate / bare_rates[-1])
+        rate = statistics.median(rates)
+        bare_rate = statistics.median(bare_rates) if bare_rates else None
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        results[name] = {
+            "elements_per_cpu_s": round(rate),
+            "bare_elements_per_cpu_s": round(bare_rate) if bare_rate else None,
+            "windows": fired,
+            "bare_ratio": ratio,
+            "ratios": [round(r, 3) for r in ratios],
+        }
+        bare_text = f"{bare_rate:>12,.0f}" if bare_rate else f"{'-':>12}"
+        print(
+            f"{name:24} {rate:>12,.0f} elements/cpu-s  bare {bare_text}  {fired:>7} windows  "
+            f"x bare loop {ratio}  ({', '.join(f'{r:.2f}' for r in ratios) or '-'})"
+        )
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+    results["_run"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "load_average": load,
+        "cores": os.cpu_count(),
+        "args": vars(args),
+    }
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 

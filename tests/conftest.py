@@ -55,6 +55,7 @@ SLOW: dict[str, set[str]] = {
     "e2e/test_chaos.py": {
         "test_chaos_passes_on_our_file_sink_under_every_fault_kind",
         "test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them",
+        "test_chaos_a_hung_storage_write_and_a_driver_restart_keep_exactly_once",
     },
     "e2e/test_soak.py": {"test_soak_quick_loses_and_duplicates_nothing"},
     "e2e/test_cli_run.py": {
@@ -62,6 +63,7 @@ SLOW: dict[str, set[str]] = {
         "test_a_failing_function_is_located_in_the_script_with_the_oldest_cloudpickle_allowed",
     },
     "e2e/test_cluster.py": {
+        "test_chaos_loses_a_whole_executor_and_finds_the_committed_output_equal",
         "test_a_job_spans_two_hosts_exactly_once_without_network_settings",
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
         "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
@@ -82,7 +84,7 @@ SLOW: dict[str, set[str]] = {
         "test_an_archive_is_extracted_into_each_slots_working_directory",
         "test_requirements_install_on_the_workers_from_shipped_wheels",
     },
-    "e2e/test_dead_letters.py": {
+    "e2e/test_poison_records.py": {
         "test_dead_letters_are_exactly_once_through_a_kill_and_an_exception",
     },
     "e2e/test_connected_streams.py": {

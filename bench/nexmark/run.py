@@ -49,7 +49,7 @@ FLINK_PER_CORE = {
 }
 #: rough events/s per slot on the 2-core dev box: sizes runs to about --seconds; a hint only
 EST_RATE = {"q0": 200_000, "q1": 250_000, "q2": 350_000, "q3": 300_000, "q4": 170_000}
-EST_RATE |= {"q5": 20_000, "q5-typed": 20_000, "q5-timers": 60_000}
+EST_RATE |= {"q5": 60_000, "q5-typed": 60_000, "q5-timers": 60_000}
 EST_RATE_DEFAULT = 150_000
 
 

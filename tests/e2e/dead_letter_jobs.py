@@ -1,4 +1,4 @@
-"""The job of tests/e2e/test_dead_letters.py (its functions must be importable by workers)."""
+"""The job of tests/e2e/test_poison_records.py (its functions must be importable by workers)."""
 
 from __future__ import annotations
 

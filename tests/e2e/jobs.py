@@ -68,11 +68,22 @@ class ScheduledFailures(MapFunction, CheckpointedFunction, CheckpointListener):
             return
         if name == "close" and self.attempt < int(Path(self.markers, "kill").read_text()):
             return  # a slot of the killed attempt, closed late (its teardown may lag)
+        if name == "snapshot" and self.attempt <= self._fired_in(before):
+            # a subtask of the attempt the map failure ends, still running: its decline would
+            # be ignored (the coordinator drops a dying attempt's), no restart would follow
+            return
         try:
-            os.close(os.open(f"{self.markers}/{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(f"{self.markers}/{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return
+        os.write(fd, str(getattr(self, "attempt", "")).encode())  # none yet in a restore
+        os.close(fd)
         raise InjectedFailure(f"scheduled failure in {name}")
+
+    def _fired_in(self, name: str) -> int:
+        """The attempt failure `name` fired in (its marker being written: as if this one)."""
+        text = Path(self.markers, name).read_text()
+        return int(text) if text else self.attempt
 
     def initialize_state(self, context) -> None:
         if context.is_restored():

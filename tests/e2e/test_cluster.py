@@ -7,6 +7,7 @@ output with the reference, record for record."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -24,6 +25,7 @@ from tests.support.cluster import PYSPARK_DAEMON, NamespaceCluster, spark_home
 from tests.support.output import committed_lines
 from tests.support.references import check_exactly_once
 from tests.support.s3 import start_s3_server
+from tidegate.runtime.faults import read_fault_log
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 300
@@ -102,6 +104,26 @@ def test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing(clus
     assert code == 0, stderr[-3000:]
     assert "attempt 0 failed" in stderr  # the kill was noticed and the job restarted
     check_exactly_once(committed_lines(tmp_path / "out"), n, 2)
+
+
+def test_chaos_loses_a_whole_executor_and_finds_the_committed_output_equal(cluster, tmp_path):
+    """`tidegate chaos` on the cluster: after checkpoint 2 a slot SIGKILLs the executor JVM it
+    runs under (the whole executor goes, its Python workers with it); the master starts
+    another, the job restarts once, and the harness finds both runs' output equal."""
+    summary = tmp_path / "summary.json"
+    command = [sys.executable, "-m", "tidegate", "chaos", str(CHAOS_JOB), "-p", "2"]
+    command += ["--spark-master", cluster.master_url, "--conf", "spark.cores.max=2"]
+    command += ["--work-dir", str(tmp_path / "work"), "--json", str(summary)]
+    command += ["--kinds", "executor-loss", "--faults", "1", "--schedule", "at:2"]
+    done = _run_example(cluster, tmp_path, [*command, "--", "counts", "3000", "1500"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(summary.read_text())
+    assert result["faults_injected"] == {"executor-loss": 1}, done.stdout[-2000:]
+    (fault,) = [e for e in read_fault_log(str(tmp_path / "work" / "faulty" / "faults.jsonl"))
+                if e["event"] == "fault"]  # fmt: skip
+    assert re.fullmatch(r"executor JVM \d+ killed", fault["note"]), fault
+    assert result["restarts"] == 1
+    assert (result["records_lost"], result["records_duplicated"]) == (0, 0)
 
 
 def test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key(cluster, tmp_path):
@@ -184,6 +206,7 @@ def test_without_a_checkpoint_directory_a_cluster_job_is_refused(cluster, tmp_pa
 
 
 EXAMPLE = REPO / "examples" / "account_balances.py"
+CHAOS_JOB = REPO / "tests" / "e2e" / "chaos_job.py"
 
 
 def _run_example(cluster: NamespaceCluster, tmp_path: Path, command: list[str]):

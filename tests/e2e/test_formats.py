@@ -72,7 +72,7 @@ def test_csv_in_json_out_with_dead_letters(runner, tmp_path):
         ).build()
     )
     orders.get_side_output(DEAD).map(
-        lambda letter: f"{letter.message}|{letter.field}|{letter.position}"
+        lambda letter: f"{letter.record}|{letter.field}|{letter.position}"
     ).sink_to(file_sink(tmp_path / "dead"))
     env.execute("formats")
 

@@ -76,6 +76,16 @@ def test_a_slot_data_listener_refuses_a_wrong_secret_and_delivers_nothing(secret
         network.close()
 
 
+def test_a_server_that_closes_during_the_handshake_is_named_as_such(secret):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        dialled = Client(server.getsockname())
+        accepted, _ = server.accept()
+        accepted.close()  # a peer that died before sending its challenge
+        with pytest.raises(AuthenticationFailedError, match="the server closed the connection"):
+            authenticate_client(dialled, secret)
+        dialled.close()
+
+
 def test_a_client_that_never_answers_does_not_block_other_connections(secret):
     events: queue.Queue = queue.Queue()
     server = ControlServer(secret, "127.0.0.1", events.put, 50.0)

@@ -2,7 +2,7 @@
 is read routes the records its function raises on there, drops what they emitted, keeps every
 other record's output in order, in one batch and with its timestamp; without a reader the
 exception fails the task; errors that say nothing about a record fail it under the policy too.
-(The job on Spark, under a kill and an exception: tests/e2e/test_dead_letters.py.)"""
+(The job on Spark, under a kill and an exception: tests/e2e/test_poison_records.py.)"""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tidegate.datastream.dead_letters import DEAD_LETTERS, DeadLetter
 from tidegate.datastream.formats.json import JsonRowDeserializationSchema
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.datastream.window import TumblingEventTimeWindows
+from tidegate.runtime.faults import InjectedFault
 from tidegate.runtime.operators import (
     FilterOperator,
     FlatMapOperator,
@@ -159,13 +160,15 @@ def test_without_a_reader_of_dead_letters_the_exception_fails_the_task():
         op.process_batch(["1", "x"])
 
 
-def test_errors_that_say_nothing_about_the_record_fail_the_task_under_the_policy_too():
-    def exhausted(value):
-        raise MemoryError
+@pytest.mark.parametrize("error", [MemoryError, RecursionError, InjectedFault])
+def test_errors_that_say_nothing_about_the_record_fail_the_task_under_the_policy_too(error):
+    # InjectedFault: a chaos run's exception stands for a failure of the task, not a bad record
+    def failing(value):
+        raise error("chaos" if error is InjectedFault else None)
 
-    op = MapOperator(None, exhausted, uid="m", name="Map")
+    op = MapOperator(None, failing, uid="m", name="Map")
     _, dead, _ = opened(op)
-    with pytest.raises(MemoryError):
+    with pytest.raises(error):
         op.process_batch([1])
     assert dead.records == []
 

@@ -7,15 +7,19 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from dataclasses import replace
 
 import pytest
 import rocksdict
 
 from tidegate.common.configuration import Configuration
 from tidegate.datastream import StreamExecutionEnvironment
+from tidegate.datastream.functions import AggregateFunction
 from tidegate.datastream.state import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
+    ReducingStateDescriptor,
     ValueStateDescriptor,
 )
 from tidegate.datastream.state_backend import (
@@ -188,7 +192,10 @@ def test_state_larger_than_the_block_cache_and_write_buffers_works(tmp_path):
     n = 250_000  # 4 to 7 MiB of SST files
     kib = 1024
     tiny = RocksDBOptions(
-        local_dir=str(tmp_path), block_cache_size=256 * kib, write_buffer_size=256 * kib
+        local_dir=str(tmp_path),
+        block_cache_size=256 * kib,
+        write_buffer_size=256 * kib,
+        value_cache_entries=1000,  # the reads below go to RocksDB
     )
     backend = RocksDBKeyedStateBackend(M, range(M), tiny)
     try:
@@ -292,9 +299,10 @@ def test_state_backend_type_and_rocksdb_keys_configure_the_job():
     conf.set_string("state.backend.rocksdb.writebuffer.size", "2mb")
     conf.set_string("state.backend.rocksdb.writebuffer.count", "3")
     conf.set_string("state.backend.rocksdb.localdir", "/data/rocksdb")
+    conf.set_string("state.backend.rocksdb.value-cache.entries", "5000")
     backend = StreamExecutionEnvironment(conf).get_state_backend()
     assert isinstance(backend, EmbeddedRocksDBStateBackend)
-    assert backend.rocksdb_options() == RocksDBOptions("/data/rocksdb", 8 * MIB, 2 * MIB, 3)
+    assert backend.rocksdb_options() == RocksDBOptions("/data/rocksdb", 8 * MIB, 2 * MIB, 3, 5000)
     assert isinstance(StreamExecutionEnvironment().get_state_backend(), HashMapStateBackend)
 
 
@@ -318,6 +326,11 @@ def test_bad_state_backend_settings_are_clear_errors():
         resolve_state_backend(EmbeddedRocksDBStateBackend(), bad_size)
     with pytest.raises(ValueError, match="write_buffer_count must be at least 2"):
         EmbeddedRocksDBStateBackend(write_buffer_count=1)
+    many = Configuration().set_string("state.backend.rocksdb.value-cache.entries", "many")
+    with pytest.raises(ValueError, match=r"value-cache\.entries must be an integer, got 'many'"):
+        resolve_state_backend(EmbeddedRocksDBStateBackend(), many)
+    with pytest.raises(ValueError, match="value_cache_entries must be a positive integer, got 0"):
+        EmbeddedRocksDBStateBackend(value_cache_entries=0)
     with pytest.raises(ValueError, match="unsupported state backend dict"):
         StreamExecutionEnvironment().set_state_backend({})
 
@@ -329,7 +342,7 @@ def test_buffered_writes_reach_rocksdb_when_the_buffer_fills_and_reads_see_both(
         backend.current_key = key
         state.update(key)
     assert 20 <= len(list(backend._column_family("v").keys())) < 25  # two flushes of 10
-    assert len(backend.buffer.table("v")) < 10
+    assert len(state._cache.dirty) < 10
     for key in range(0, 25, 2):  # deletes buffered over flushed and buffered values
         backend.current_key = key
         state.update(None)
@@ -407,3 +420,107 @@ def test_the_database_is_shut_down_before_its_directory_is_deleted(options, monk
         gc.collect()
     assert reopened == [True]
     assert not os.path.exists(path)
+
+
+# the value cache (rocksdb_cache) -----------------------------------------------------------------
+class CollectAll(AggregateFunction):
+    """An accumulator changed in place (a list), as many aggregate functions do."""
+
+    def create_accumulator(self):
+        return []
+
+    def add(self, value, accumulator):
+        accumulator.append(value)
+        return accumulator
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, a, b):
+        return a + b
+
+
+def test_values_changed_in_place_after_a_write_or_a_read_are_not_stored(backend):
+    value = backend.get_state(ValueStateDescriptor("v"))
+    reducing = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    aggregating = backend.get_aggregating_state(AggregatingStateDescriptor("a", CollectAll()))
+    backend.current_key = "k"
+    written = [1, 2]
+    value.update(written)
+    written.append(3)  # after update: not stored (Flink's RocksDB semantics)
+    read = value.value()
+    read.append(4)  # a read is a copy
+    assert value.value() == [1, 2]
+    added = [1]
+    reducing.add(added)
+    added.append(2)
+    reducing.get().append(3)
+    assert reducing.get() == [1]
+    aggregating.add("x")
+    aggregating.get().append("y")
+    aggregating.add("z")
+    assert aggregating.get() == ["x", "z"]
+    out, index = write_snapshot(backend.snapshot())
+    (_, data), *_ = read_key_groups(out, index, range(M))
+    assert {name: entries["k"] for name, (_, entries) in data.items()} == {
+        "v": [1, 2],
+        "r": [1],
+        "a": ["x", "z"],
+    }
+
+
+def test_immutable_values_are_cached_as_objects_and_pickled_when_flushed(backend):
+    value = backend.get_state(ValueStateDescriptor("v"))
+    backend.current_key = "k"
+    pair = ("count", 10**20, (1.5, frozenset({"a"})))
+    value.update(pair)
+    assert value.value() is pair  # no copy: nobody can change it
+    assert list(backend._column_family("v").keys()) == []  # not written yet
+    backend.buffer.flush()
+    assert [codec.loads(raw) for raw in backend._column_family("v").values()] == [("k", pair)]
+    assert value.value() is pair  # still cached
+    value.clear()
+    backend.buffer.flush()
+    assert list(backend._column_family("v").keys()) == []
+
+
+def test_a_snapshot_right_after_updates_holds_them_and_removals(backend):
+    value = backend.get_state(ValueStateDescriptor("v"))
+    reducing = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    for key in range(300):
+        backend.current_key = key
+        value.update((key, "x"))
+        reducing.add(key)
+        reducing.add(1)
+    backend.buffer.flush()  # in RocksDB; then removals and changes only in the cache
+    for key in range(0, 300, 3):
+        backend.current_key = key
+        value.clear()
+        reducing.add(1)
+    out, index = write_snapshot(backend.snapshot())
+    written: dict = {}
+    for _, data in read_key_groups(out, index, range(M)):
+        for name, (_, entries) in data.items():
+            written.setdefault(name, {}).update(entries)
+    assert written == {
+        "v": {k: (k, "x") for k in range(300) if k % 3},
+        "r": {k: k + 1 + (k % 3 == 0) for k in range(300)},
+    }
+
+
+def test_the_value_cache_keeps_at_most_its_entries_and_dirty_keys_per_state(options):
+    backend = RocksDBKeyedStateBackend(M, range(M), replace(options, value_cache_entries=100))
+    backend.buffer.max_entries = 50  # dirty keys per state
+    try:
+        state = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+        for _ in range(3):
+            for key in range(1000):
+                state.add_for_key(key, 1)
+                assert len(state._cache.values) <= 100
+                assert len(state._cache.dirty) <= 50
+        for key in range(0, 1000, 7):
+            backend.current_key = key
+            assert state.get() == 3
+        assert dict(backend.entries("r")) == dict.fromkeys(range(1000), 3)
+    finally:
+        backend.dispose()

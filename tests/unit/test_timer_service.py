@@ -117,6 +117,14 @@ def keyed_operator(backend_type, tmp_path):
 REGISTER_P, REGISTER_E = "register_processing_time_timer", "register_event_time_timer"
 
 
+def test_an_operator_whose_timers_never_fire_holds_no_timer_state(keyed_operator):
+    # its snapshots (and the State Processor API, tidegate check-restore) show no `__timers__`
+    op, _ = keyed_operator()
+    op.timers.fire_processing_timers()
+    op.on_watermark(5_000)
+    assert TIMER_STATE not in op.keyed_backend.snapshot(None).state_kinds
+
+
 def test_a_processing_time_timer_fires_once_the_clock_reaches_it_with_the_keys_state(
     keyed_operator,
 ):

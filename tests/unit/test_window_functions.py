@@ -4,12 +4,12 @@ kept apart from snapshots (scripted elements, watermarks and processing time).""
 
 from __future__ import annotations
 
-import pytest
-import window_harness
 from test_window_operator import SumProcess, sum_spec
-from window_harness import Harness
+from window_harness import (
+    Harness,
+    window_state_backend,  # noqa: F401 (autouse: both state backends)
+)
 
-from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     GlobalWindows,
@@ -20,16 +20,6 @@ from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunctio
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import CountTrigger
 from tidegate.runtime.windows.windows import CountWindow, TimeWindow
-
-
-@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
-def window_state_backend(request, tmp_path, monkeypatch):
-    """Every test runs on both state backends: window state is keyed state."""
-    backend = None
-    if request.param == "rocksdb":
-        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
-    monkeypatch.setattr(window_harness, "STATE_BACKEND", backend)
-    return request.param
 
 
 class FiringsPerWindow:

@@ -5,10 +5,14 @@ and window state kept in keyed state across a snapshot and restore (real heap ba
 from __future__ import annotations
 
 import pytest
-import window_harness
-from window_harness import Harness, SumProcess, add_values, sum_spec
+from window_harness import (
+    Harness,
+    SumProcess,
+    add_values,
+    sum_spec,
+    window_state_backend,  # noqa: F401 (autouse: both state backends)
+)
 
-from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
@@ -23,16 +27,6 @@ from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import CountTrigger, EventTimeTrigger, PurgingTrigger
 from tidegate.runtime.windows.windows import GlobalWindow, TimeWindow
-
-
-@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
-def window_state_backend(request, tmp_path, monkeypatch):
-    """Every test runs on both state backends: window state is keyed state."""
-    backend = None
-    if request.param == "rocksdb":
-        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
-    monkeypatch.setattr(window_harness, "STATE_BACKEND", backend)
-    return request.param
 
 
 class GenericEventTimeTrigger(EventTimeTrigger):

@@ -3,8 +3,12 @@ injected processing-time clock (shared by the window unit tests)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import pytest
+
+from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.runtime.operators import OperatorRuntime, SideOutputOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.windows.contents import Aggregation
@@ -45,6 +49,17 @@ class Clock:
 #: the state backend harnesses create (None: hashmap); the window test modules run each test on
 #: both backends by setting it (fixture `window_state_backend`)
 STATE_BACKEND: Any = None
+
+
+@pytest.fixture(autouse=True, params=["hashmap", "rocksdb"])
+def window_state_backend(request, tmp_path, monkeypatch):
+    """Every test of a module importing this fixture runs on both state backends: window
+    state is keyed state."""
+    backend = None
+    if request.param == "rocksdb":
+        backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "rocksdb"))
+    monkeypatch.setattr(sys.modules[__name__], "STATE_BACKEND", backend)
+    return request.param
 
 
 class Harness:

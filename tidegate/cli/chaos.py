@@ -10,6 +10,7 @@ injected and every sink committed the same records (in the same order, where it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -25,15 +26,27 @@ from typing import Any
 import click
 
 import tidegate
+from tidegate.checkpoint.metadata import METADATA_FILE_NAME
 from tidegate.cli.chaos_report import ChaosSummary, committed_records, summarize
 from tidegate.cli.errors import EXIT_JOB_FAILED, CliError, verbose_option
 from tidegate.cli.run import _check_script
-from tidegate.deploy.chaos import ChaosSettings
-from tidegate.runtime.faults import FaultKind, FaultSchedule, read_fault_log
+from tidegate.common.configuration import JOB_ID
+from tidegate.deploy.chaos import ChaosSettings, load_plan
+from tidegate.runtime.faults import (
+    CLUSTER_KINDS,
+    FaultKind,
+    FaultSchedule,
+    due_driver_restart,
+    log_fault,
+    read_fault_log,
+)
 
-DEFAULT_KINDS = tuple(FaultKind)
+#: every kind that runs on any master (`executor-loss` only when asked for: it needs a cluster)
+DEFAULT_KINDS = tuple(k for k in FaultKind if k not in CLUSTER_KINDS)
 #: the end of a failed run's output shown in its error
 TAIL_LINES = 40
+#: how often the harness looks for a due `driver-restart` (seconds)
+POLL_S = 0.05
 
 
 @click.command("chaos")
@@ -99,7 +112,8 @@ def chaos_command(
 
     Runs JOB.py once without faults (the reference), then again while injecting faults
     (exceptions in user functions, SIGKILL of slot processes, failed snapshot phases, commits,
-    checkpoint storage writes and restores), and compares the records its sinks committed: lost,
+    checkpoint storage writes and restores, hanging storage writes, stalled subtasks, dropped
+    data connections, driver restarts), and compares the records its sinks committed: lost,
     duplicated, unexpected and (where the order is defined) reordered ones. The script runs
     unchanged: its file sinks and checkpoints are moved to the work directory. Arguments after
     `--` go to the script. Exit status 0 only when the outputs are equal.
@@ -141,7 +155,8 @@ def chaos_command(
     faults_log = read_fault_log(os.path.join(settings.run_dir, "faults.jsonl"))
     for entry in faults_log:
         if entry["event"] == "fault":
-            echo(f"  injected: {entry['description']} (attempt {entry['attempt']})")
+            driver = f"driver run {entry['driver']}, " if entry.get("driver") else ""
+            echo(f"  injected: {entry['description']} ({driver}attempt {entry['attempt']})")
     if faulty["error"] is not None:
         _report_failure(faulty, faults_log, json_path)
     if len(faulty["sinks"]) != len(ref["sinks"]):
@@ -224,37 +239,21 @@ def _run(
 ) -> dict[str, Any]:
     """Run the script once as `tidegate run --chaos` in a subprocess; its run.json. Its output
     goes to `output.log` in the run's directory (and to stderr with --verbose), which starts
-    empty: a fault log left by an earlier run would stop its faults."""
+    empty: a fault log left by an earlier run would stop its faults. A `driver-restart` fault
+    kills the subprocess and starts it again, restoring its job directory (`_driver_restart`)."""
     shutil.rmtree(settings.run_dir, ignore_errors=True)
-    path = settings.save()
     log_path = os.path.join(settings.run_dir, "output.log")
-    package_parent = str(Path(tidegate.__file__).parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "tidegate", "run", script, "--chaos", path]
-    command += ["--status-interval", "0", *options, "--", *job_args]
     click.echo(f"{what} ...", err=True)
     started = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=None if verbose else log,
-            stderr=None if verbose else subprocess.STDOUT,
-            start_new_session=True,  # so a timeout ends the JVM and the workers too
-        )
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise CliError(
-                f"the {what} did not end within {timeout:g}s (its output: {log_path})",
-                "give the job a bounded input, or a longer --timeout",
-                EXIT_JOB_FAILED,
-            ) from None
-        finally:
-            if process.poll() is None:  # interrupted: end the run with its processes
-                os.killpg(process.pid, signal.SIGKILL)
+    restore: list[str] = []
+    while True:
+        process = _start(script, job_args, [*options, *restore], settings, log_path, verbose)
+        job_dir = _wait(process, settings, started + timeout, log_path, what, timeout)
+        if job_dir is None:
+            break
+        # the same job id, so the new driver's generation fences the old one's writers
+        restore = ["--from-checkpoint", job_dir, "--conf", f"{JOB_ID}={Path(job_dir).name}"]
+        settings = dataclasses.replace(settings, driver=settings.driver + 1)
     result_path = os.path.join(settings.run_dir, "run.json")
     if not os.path.exists(result_path):
         raise CliError(
@@ -269,6 +268,99 @@ def _run(
         click.echo(_tail(log_path), err=True)
     click.echo(f"{what}: {time.monotonic() - started:.1f}s", err=True)
     return result
+
+
+def _start(
+    script: str,
+    job_args: tuple[str, ...],
+    options: list[str],
+    settings: ChaosSettings,
+    log_path: str,
+    verbose: bool,
+) -> subprocess.Popen:
+    """Start `tidegate run --chaos` (the first driver's output starts the log, a restarted
+    one's is appended)."""
+    path = settings.save()
+    package_parent = str(Path(tidegate.__file__).parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "tidegate", "run", script, "--chaos", path]
+    command += ["--status-interval", "0", *options, "--", *job_args]
+    with open(log_path, "a" if settings.driver else "w", encoding="utf-8") as log:
+        return subprocess.Popen(
+            command,
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the JVM and the workers are in it
+        )
+
+
+def _wait(
+    process: subprocess.Popen,
+    settings: ChaosSettings,
+    deadline: float,
+    log_path: str,
+    what: str,
+    timeout: float,
+) -> str | None:
+    """Wait for the driver to end (None), or carry out a due `driver-restart`: log it, kill
+    the driver's whole process group, and return the job directory to restore."""
+    restarts = FaultKind.DRIVER_RESTART in settings.kinds
+    try:
+        while True:
+            try:
+                process.wait(POLL_S)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise CliError(
+                    f"the {what} did not end within {timeout:g}s (its output: {log_path})",
+                    "give the job a bounded input, or a longer --timeout",
+                    EXIT_JOB_FAILED,
+                )
+            if restarts and (job_dir := _driver_restart(settings)) is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return job_dir
+    finally:
+        if process.poll() is None:  # interrupted: end the run with its processes
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _driver_restart(settings: ChaosSettings) -> str | None:
+    """If this driver's plan has a `driver-restart` due at its latest completed checkpoint:
+    log it (the driver is killed next) and return the job directory."""
+    plan = load_plan(settings.run_dir)
+    if plan is None or plan.driver != settings.driver:
+        return None  # the driver has not built its job yet
+    latest = _latest_completed(os.path.join(settings.run_dir, "checkpoints"))
+    if latest is None:
+        return None
+    job_dir, checkpoint_id = latest
+    log = read_fault_log(plan.log_path)
+    fault = due_driver_restart(plan, log, checkpoint_id)
+    if fault is None:
+        return None
+    attempts = [e["attempt"] for e in log if e.get("driver", 0) == plan.driver]
+    log_fault(plan, fault, max(attempts, default=0), checkpoint_id)
+    return job_dir
+
+
+def _latest_completed(checkpoints: str) -> tuple[str, int] | None:
+    """(job directory, id) of the newest completed checkpoint (one with its `_metadata`) under
+    the run's checkpoint storage."""
+    found = []
+    for metadata in Path(checkpoints).glob(f"*/chk-*/{METADATA_FILE_NAME}"):
+        checkpoint_id = metadata.parent.name.removeprefix("chk-")
+        if checkpoint_id.isdigit():
+            found.append((int(checkpoint_id), str(metadata.parent.parent)))
+    if not found:
+        return None
+    checkpoint_id, job_dir = max(found)
+    return job_dir, checkpoint_id
 
 
 def _tail(log_path: str) -> str:

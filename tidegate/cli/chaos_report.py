@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.cli.formatting import format_table
+from tidegate.runtime.faults import NON_FAILING_KINDS, FaultKind
 
 #: how many differing records a report shows per category
 SHOWN = 5
@@ -115,22 +116,26 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def recovery_times(log: Sequence[dict[str, Any]]) -> list[float]:
-    """Seconds from each attempt's first injected fault to the next attempt's subtasks running
-    again, their state restored (the last of its slots to log `running`), from a fault log
-    (runtime/faults.py)."""
-    first_fault: dict[int, float] = {}
-    running: dict[int, float] = {}
+    """Seconds from each attempt's first injected fault (of a kind that fails something: not
+    `slow`) to the next attempt's subtasks running again, their state restored (the last of its
+    slots to log `running`), from a fault log (runtime/faults.py). Attempts are numbered per run
+    of the driver: after a `driver-restart`, the next attempt is the new driver's first."""
+    first_fault: dict[tuple[int, int], float] = {}
+    running: dict[tuple[int, int], float] = {}
     for entry in log:
-        attempt, at = entry["attempt"], entry["time"]
+        attempt, at = (entry.get("driver", 0), entry["attempt"]), entry["time"]
         if entry["event"] == "fault":
+            if entry["kind"] in NON_FAILING_KINDS:
+                continue
             first_fault[attempt] = min(first_fault.get(attempt, at), at)
         else:
             running[attempt] = max(running.get(attempt, at), at)
-    return [
-        running[attempt + 1] - at
-        for attempt, at in sorted(first_fault.items())
-        if attempt + 1 in running
-    ]
+    times = []
+    for attempt, at in sorted(first_fault.items()):
+        following = [a for a in running if a > attempt]
+        if following:
+            times.append(running[min(following)] - at)
+    return times
 
 
 @dataclass(frozen=True)
@@ -207,19 +212,38 @@ def summarize(
     each sink's (reference, faulty) committed records."""
     jobs = faulty["jobs"]
     injected = [entry for entry in faults_log if entry["event"] == "fault"]
+    # a restarted driver's attempts number their part files from 0 again: the file names no
+    # longer follow the order the records were written in
+    restarted = any(entry["kind"] == FaultKind.DRIVER_RESTART for entry in injected)
     sinks = tuple(
-        compare_records(_sink_name(sink), ref, got, sink["ordered"])
+        compare_records(_sink_name(sink), ref, got, sink["ordered"] and not restarted)
         for sink, (ref, got) in zip(reference["sinks"], outputs, strict=True)
     )
     return ChaosSummary(
         planned=sum(len(job["planned_faults"]) for job in jobs),
         injected=Counter(entry["kind"] for entry in injected),
-        restarts=sum(job["restarts"] for job in jobs),
+        restarts=sum(job["restarts"] for job in jobs) + _killed_drivers_restarts(faults_log),
         checkpoints_completed=sum(job["checkpoints_completed"] for job in jobs),
         checkpoints_failed=sum(job["checkpoints_failed"] for job in jobs),
         recovery_s=tuple(recovery_times(faults_log)),
         sinks=sinks,
     )
+
+
+def _killed_drivers_restarts(log: Sequence[dict[str, Any]]) -> int:
+    """The restarts of the drivers a `driver-restart` killed (their run.json was never
+    written): each one's own (its last attempt that ran, from the log), and the kill."""
+    killed = {
+        e.get("driver", 0)
+        for e in log
+        if e["event"] == "fault" and e["kind"] == FaultKind.DRIVER_RESTART
+    }
+    attempts = [
+        max((e["attempt"] for e in log if e["event"] == "running" and e.get("driver", 0) == d),
+            default=0)
+        for d in killed
+    ]  # fmt: skip
+    return sum(attempts) + len(killed)
 
 
 def _sink_name(sink: dict[str, Any]) -> str:

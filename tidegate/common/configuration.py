@@ -18,6 +18,9 @@ ADVERTISED_HOST = "tidegate.network.advertised-host"
 BATCH_SIZE = "tidegate.network.batch-size"  # records per frame, default 512
 BUFFER_TIMEOUT_MS = "execution.buffer-timeout"  # flush partly filled frames after this, default 10
 QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input gate, default 64
+#: container allocations between young collections of Python's cyclic GC in slot processes,
+#: default 50000 (Python's: 700); 0 keeps Python's settings (runtime/collector.py)
+GC_THRESHOLD = "tidegate.python.gc-threshold"
 HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, default 50000
 #: "true": a restore skips damaged checkpoints and falls back to an older one (default false)
 RESTORE_FALLBACK = "execution.checkpointing.restore-fallback"
@@ -59,6 +62,9 @@ ROCKSDB_LOCALDIR = "state.backend.rocksdb.localdir"
 ROCKSDB_BLOCK_CACHE_SIZE = "state.backend.rocksdb.block-cache-size"
 ROCKSDB_WRITEBUFFER_SIZE = "state.backend.rocksdb.writebuffer.size"
 ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
+#: rocksdb backend: keys per value, reducing or aggregating state whose values stay in memory
+#: as Python objects (default 1048576; tidegate's own key)
+ROCKSDB_VALUE_CACHE_ENTRIES = "state.backend.rocksdb.value-cache.entries"
 #: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
 #: filesystem options (common/filesystems.py): Flink's S3 keys, mapped to s3fs's options, and

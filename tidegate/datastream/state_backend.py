@@ -13,6 +13,7 @@ from typing import Any
 from tidegate.common.configuration import (
     ROCKSDB_BLOCK_CACHE_SIZE,
     ROCKSDB_LOCALDIR,
+    ROCKSDB_VALUE_CACHE_ENTRIES,
     ROCKSDB_WRITEBUFFER_COUNT,
     ROCKSDB_WRITEBUFFER_SIZE,
     STATE_BACKEND_INCREMENTAL,
@@ -76,6 +77,9 @@ class EmbeddedRocksDBStateBackend:
     write_buffer_count: int | None = None
     #: where instance directories are created on each worker (default: the system temp dir)
     local_dir: str | None = None
+    #: keys per value, reducing or aggregating state whose values stay in memory as Python
+    #: objects, read and written without pickling (default 1048576)
+    value_cache_entries: int | None = None
 
     def __post_init__(self) -> None:
         self.rocksdb_options()  # bad sizes fail here, when the job is built
@@ -90,6 +94,7 @@ class EmbeddedRocksDBStateBackend:
             "write_buffer_size": ROCKSDB_WRITEBUFFER_SIZE,
             "write_buffer_count": ROCKSDB_WRITEBUFFER_COUNT,
             "local_dir": ROCKSDB_LOCALDIR,
+            "value_cache_entries": ROCKSDB_VALUE_CACHE_ENTRIES,
         }
         changes = {
             name: configuration.get_string(key)
@@ -102,13 +107,6 @@ class EmbeddedRocksDBStateBackend:
 
     def rocksdb_options(self) -> RocksDBOptions:
         defaults = RocksDBOptions()
-        count = self.write_buffer_count
-        try:
-            count = defaults.write_buffer_count if count is None else int(count)
-        except ValueError:
-            raise ValueError(
-                f"{ROCKSDB_WRITEBUFFER_COUNT} must be an integer, got {count!r}"
-            ) from None
         return RocksDBOptions(
             local_dir=self.local_dir,
             block_cache_size=_size(
@@ -117,7 +115,12 @@ class EmbeddedRocksDBStateBackend:
             write_buffer_size=_size(
                 ROCKSDB_WRITEBUFFER_SIZE, self.write_buffer_size, defaults.write_buffer_size
             ),
-            write_buffer_count=count,
+            write_buffer_count=_count(
+                ROCKSDB_WRITEBUFFER_COUNT, self.write_buffer_count, defaults.write_buffer_count
+            ),
+            value_cache_entries=_count(
+                ROCKSDB_VALUE_CACHE_ENTRIES, self.value_cache_entries, defaults.value_cache_entries
+            ),
         )
 
     def create_keyed_state_backend(
@@ -142,6 +145,13 @@ class EmbeddedRocksDBStateBackend:
             attempt=attempt,
             incremental=self.is_incremental_checkpoints_enabled(),
         )
+
+
+def _count(key: str, value: int | str | None, default: int) -> int:
+    try:
+        return default if value is None else int(value)
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {value!r}") from None
 
 
 def _size(key: str, value: int | str | None, default: int) -> int:

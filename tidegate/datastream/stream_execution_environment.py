@@ -16,6 +16,7 @@ from tidegate.common.configuration import (
     BUFFER_TIMEOUT_MS,
     CHECKPOINTS_HISTORY,
     CLAIM_MODE,
+    GC_THRESHOLD,
     HEARTBEAT_TIMEOUT_MS,
     IGNORE_UNCLAIMED_STATE,
     JOB_ID,
@@ -63,6 +64,7 @@ from tidegate.deploy.python_deps import PythonDependencies, script_directory
 from tidegate.graph.job_graph import build_job_graph
 from tidegate.graph.stream_graph import StreamGraph
 from tidegate.runtime.buffer_timeout import check_millis
+from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD, check_gc_threshold
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.plan import JobGraph
 
@@ -335,6 +337,7 @@ class StreamExecutionEnvironment:
             batch_size=cfg.get_integer(BATCH_SIZE, 512),
             buffer_timeout_ms=check_millis(cfg.get_integer(BUFFER_TIMEOUT_MS, 10)),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
+            gc_threshold=check_gc_threshold(cfg.get_integer(GC_THRESHOLD, DEFAULT_GC_THRESHOLD)),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
             job_id=cfg.get_string(JOB_ID),
             spark_session=self._spark_session,

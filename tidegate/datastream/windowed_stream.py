@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.common.time import to_millis
 from tidegate.common.typeinfo import TypeInformation, as_type_info
+from tidegate.datastream.core_functions import AggregateFunction
 from tidegate.runtime.windows.assigners import (
     CountSlidingWindowAssigner,
     CountTumblingWindowAssigner,
@@ -132,11 +133,14 @@ class _Windowed:
         output_type: Any = None,
     ) -> DataStream:
         """Aggregate each window incrementally (AggregateFunction; sessions also need its
-        `merge`); with `window_function`, it gets the one result."""
+        `merge`, and sliding windows use it to merge their slices); with `window_function`, it
+        gets the one result."""
         missing = [m for m in _AGGREGATE_METHODS if not callable(getattr(aggregate_function, m, 0))]
         if missing:
             raise TypeError(f"aggregate expects an AggregateFunction; it lacks {missing}")
-        aggregation = Aggregation(aggregate_function=aggregate_function)
+        merge = getattr(type(aggregate_function), "merge", None)
+        mergeable = callable(merge) and merge is not AggregateFunction.merge
+        aggregation = Aggregation(aggregate_function=aggregate_function, mergeable=mergeable)
         as_type_info(accumulator_type, "aggregate(accumulator_type=...)")
         out = as_type_info(output_type, "aggregate(output_type=...)")
         return self._build("Window(Aggregate)", self._function(window_function), aggregation, out)

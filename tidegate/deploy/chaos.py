@@ -12,6 +12,8 @@ A run's directory:
     checkpoints/         the jobs' checkpoint storage
     faults.jsonl         the faults the slots carried out, and when their subtasks ran
                          again after each restart (runtime/faults.py)
+    plan.json            the planned faults, written when the job is built (`load_plan`: the
+                         harness carries out the `driver-restart` ones)
     run.json             written by `ChaosRun.write`
 """
 
@@ -32,6 +34,8 @@ from tidegate.connectors.print_sink import PrintSink
 from tidegate.deploy.job_spec import JobSpec
 from tidegate.graph.stream_graph import StreamGraph, Transformation
 from tidegate.runtime.faults import (
+    CLUSTER_KINDS,
+    Fault,
     FaultKind,
     FaultPlan,
     FaultSchedule,
@@ -43,6 +47,11 @@ from tidegate.runtime.faults import (
 _NOT_USER_FUNCTIONS = frozenset({"source", "sink", "side_output", "timestamps_watermarks"})
 #: how long a restarted job waits (ms): short, the faults are planned
 _RESTART_DELAY_MS = 200
+#: with `storage-hang` faults, the checkpoint timeout is at most the longer of these and ten
+#: checkpoint intervals (a hung write outlasts it twice)
+_HANG_TIMEOUT_MS = 3000
+#: the kinds carried out by wrapped user functions' operators
+_USER_FUNCTION_KINDS = frozenset({FaultKind.EXCEPTION, FaultKind.SLOW})
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ class ChaosSettings:
     count: int = 0
     seed: int = 0
     schedule: str = "every:2"
+    #: which run of the driver this is (after `driver-restart` faults: 1, 2, ...)
+    driver: int = 0
 
     @property
     def path(self) -> str:
@@ -88,6 +99,10 @@ class ChaosRun:
     @property
     def result_path(self) -> str:
         return os.path.join(self.settings.run_dir, "run.json")
+
+    @property
+    def plan_path(self) -> str:
+        return plan_path(self.settings.run_dir)
 
     # building the job ---------------------------------------------------------------------------
     def redirect(self, graph: StreamGraph, parallelism: int) -> None:
@@ -124,7 +139,7 @@ class ChaosRun:
                     "ordered": _ordered(t, parallelism),
                 }
             )
-        if self.settings.count and FaultKind.EXCEPTION in self._kinds:
+        if self.settings.count and _USER_FUNCTION_KINDS & set(self._kinds):
             for t in reachable:
                 user = t.kind not in _NOT_USER_FUNCTIONS
                 if user and not isinstance(t.make_operator, FaultyOperatorFactory):
@@ -142,10 +157,24 @@ class ChaosRun:
                 "tidegate chaos needs periodic checkpoints: the job has none (call "
                 "env.enable_checkpointing(INTERVAL_MS), and run it in STREAMING mode)"
             )
+        cluster_kinds = CLUSTER_KINDS & set(self._kinds)
+        master = spec.spark_master  # local[N] runs executors in the driver's JVM
+        one_jvm = master is None or master == "local" or master.startswith("local[")
+        if self.settings.count and cluster_kinds and (spec.runner == "local" or one_jvm):
+            raise ValueError(
+                f"the {', '.join(sorted(cluster_kinds))} fault needs executors apart from the "
+                "driver: run on a Spark cluster (--spark-master spark://HOST:PORT), or leave "
+                "it out of --kinds"
+            )
+        timeout_ms = spec.checkpoint.timeout_ms
+        if self.settings.count and FaultKind.STORAGE_HANG in self._kinds:
+            hang_ms = max(_HANG_TIMEOUT_MS, 10 * spec.checkpoint.interval_ms)
+            timeout_ms = min(timeout_ms, hang_ms)
         checkpoint = dataclasses.replace(
             spec.checkpoint,
             storage=os.path.join(self.settings.run_dir, "checkpoints"),
             storage_defaulted=False,
+            timeout_ms=timeout_ms,
         )
         plan = None
         if self.settings.count:
@@ -162,8 +191,10 @@ class ChaosRun:
             ]
             slots = dict.fromkeys(FaultKind, graph.num_slots) | {
                 FaultKind.EXCEPTION: max(user, default=1),
+                FaultKind.SLOW: max(user, default=1),
                 FaultKind.COMMIT: max(sinks, default=1),
                 FaultKind.METADATA_WRITE: 1,  # the driver's
+                FaultKind.DRIVER_RESTART: 1,
             }
             faults = plan_faults(
                 FaultSchedule.parse(self.settings.schedule),
@@ -172,8 +203,10 @@ class ChaosRun:
                 self.settings.seed,
                 slots,
                 spec.checkpoint.interval_ms / 1000,
+                timeout_s=timeout_ms / 1000,
             )
-            plan = FaultPlan(faults, self.fault_log)
+            plan = FaultPlan(faults, self.fault_log, self.settings.driver)
+            _save_plan(plan, self.plan_path)
         restarts = RestartStrategies.fixed_delay_restart(self.settings.count + 3, _RESTART_DELAY_MS)
         return dataclasses.replace(
             spec, checkpoint=checkpoint, restart_strategy=restarts, faults=plan
@@ -243,3 +276,25 @@ def _job_result(plan: FaultPlan | None, jm: Any) -> dict[str, Any]:
             for f in (plan.faults if plan is not None else ())
         ],
     }
+
+
+def plan_path(run_dir: str) -> str:
+    return os.path.join(run_dir, "plan.json")
+
+
+def _save_plan(plan: FaultPlan, path: str) -> None:
+    data = [{**dataclasses.asdict(f), "kind": str(f.kind)} for f in plan.faults]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"faults": data, "log_path": plan.log_path, "driver": plan.driver}, f)
+    os.replace(path + ".tmp", path)
+
+
+def load_plan(run_dir: str) -> FaultPlan | None:
+    """The plan a run under faults wrote when it built its job (None: not yet)."""
+    path = plan_path(run_dir)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    faults = tuple(Fault(**{**d, "kind": FaultKind(d["kind"])}) for d in data["faults"])
+    return FaultPlan(faults, data["log_path"], data["driver"])

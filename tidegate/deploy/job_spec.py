@@ -10,6 +10,7 @@ from typing import Any
 from tidegate.checkpoint.options import CheckpointOptions
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.deploy.python_deps import PythonDependencies
+from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
 from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
 
@@ -114,6 +115,8 @@ class JobSpec:
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64
+    #: `tidegate.python.gc-threshold` (runtime/collector.py)
+    gc_threshold: int = DEFAULT_GC_THRESHOLD
     heartbeat_timeout_ms: int = 50_000
     #: a restore may skip damaged checkpoints and use an older one (restore fallback)
     restore_fallback: bool = False

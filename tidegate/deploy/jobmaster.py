@@ -497,6 +497,7 @@ class JobMaster:
             batch_size=self.spec.batch_size,
             buffer_timeout_ms=self.spec.buffer_timeout_ms,
             queue_capacity=self.spec.queue_capacity,
+            gc_threshold=self.spec.gc_threshold,
             restore=plan,
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,

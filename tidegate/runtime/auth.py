@@ -116,5 +116,8 @@ def _deadline(conn: Connection, timeout_s: float, peer: str) -> Iterator[None]:
         )
     if isinstance(failure, AuthenticationFailedError):
         raise failure
+    if isinstance(failure, EOFError):  # its text is empty
+        raise AuthenticationFailedError(f"{peer} closed the connection during the handshake")
     if failure is not None:
-        raise AuthenticationFailedError(f"handshake failed: {failure or type(failure).__name__}")
+        reason = str(failure) or type(failure).__name__
+        raise AuthenticationFailedError(f"the handshake with {peer} failed: {reason}")

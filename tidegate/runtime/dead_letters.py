@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tidegate.formats.base import FormatError
+from tidegate.runtime.faults import InjectedFault
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 
 log = logging.getLogger(__name__)
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 DEAD_LETTER_TAG_ID = "tidegate.dead-letters"
 _TAG = SimpleNamespace(tag_id=DEAD_LETTER_TAG_ID)
 
-#: errors that say nothing about the record: they fail the job under any policy
-_NOT_POISON = (MemoryError, RecursionError)
+#: errors that say nothing about the record: they fail the job under any policy (a chaos run's
+#: injected exception among them: it stands for a failure, not a bad record)
+_NOT_POISON = (MemoryError, RecursionError, InjectedFault)
 
 
 @dataclass(frozen=True)

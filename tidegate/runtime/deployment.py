@@ -8,6 +8,7 @@ from typing import Any
 
 from tidegate.checkpoint.shared_storage import StorageCheck
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
+from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
 from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
 
@@ -27,6 +28,8 @@ class Deployment:
     batch_size: int = 512
     buffer_timeout_ms: int = 10
     queue_capacity: int = 64
+    #: young-generation threshold of the slots' cyclic GC (runtime/collector.py; 0: Python's)
+    gc_threshold: int = DEFAULT_GC_THRESHOLD
     #: (vertex id, subtask) -> operator uid -> RestoredOperatorState; empty on a fresh start
     restore: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     #: checkpoint id this attempt was restored from (None on a fresh start)

@@ -17,11 +17,25 @@ plans the same faults. The kinds:
 - `commit`: a sink's commit of checkpoint N fails (`notify_checkpoint_complete`);
 - `storage-write`: writing a state file of checkpoint N fails with an I/O error part-way
   (`FaultyCheckpointStorage`);
+- `storage-hang`: writing a state file of checkpoint N blocks for longer than the checkpoint
+  timeout (`duration_s`), so the checkpoint expires; the blocked write then fails without
+  writing, and so does it at once when its slot ends (`close`): it never wedges a later attempt;
+- `slow`: a user function's subtask stalls (sleeps `duration_s` before a batch) a random time
+  after checkpoint N completed: backpressure builds and an aligned checkpoint waits, nothing
+  fails (the job does not restart);
+- `disconnect`: one of the slot's outgoing data connections to another slot is shut down a
+  random time after checkpoint N completed (`SlotNetwork.drop_connection`, from a timer thread):
+  the next send on it fails, and the job restarts;
 - `metadata-write`: the driver's write of checkpoint N's `_metadata` fails, after every
   subtask acknowledged (every sink pre-committed) and before the checkpoint completed
   (`fail_metadata_write`, called by the JobMaster);
 - `restore`: the first restore from checkpoint N or a later one fails while it reads keyed
-  state (then the next attempt restores normally).
+  state (then the next attempt restores normally);
+- `executor-loss`: a random time after checkpoint N completed, a slot SIGKILLs the executor JVM
+  it runs under (the whole executor is lost; cluster masters only: `CLUSTER_KINDS`);
+- `driver-restart`: the harness SIGKILLs the whole driver (`tidegate run`, its JVM and slots)
+  once checkpoint N completed, and starts it again restoring the job directory's latest
+  completed checkpoint under the same job id (cli/chaos.py; `due_driver_restart`).
 
 The sites call `reach(site, checkpoint_id)` (and `restoring()`): with chaos off (`_active` is
 None) a site costs one global lookup per checkpoint or restore, and no per-record code has a
@@ -59,8 +73,13 @@ class FaultKind(enum.StrEnum):
     SNAPSHOT_ASYNC = "snapshot-async"
     COMMIT = "commit"
     STORAGE_WRITE = "storage-write"
+    STORAGE_HANG = "storage-hang"
     METADATA_WRITE = "metadata-write"
     RESTORE = "restore"
+    SLOW = "slow"
+    DISCONNECT = "disconnect"
+    DRIVER_RESTART = "driver-restart"
+    EXECUTOR_LOSS = "executor-loss"
 
 
 class Site(enum.Enum):
@@ -90,11 +109,23 @@ _WHEN = {
     FaultKind.SNAPSHOT_ASYNC: "in the asynchronous phase of checkpoint {}",
     FaultKind.COMMIT: "in the commit of checkpoint {}",
     FaultKind.STORAGE_WRITE: "writing a state file of checkpoint {}",
+    FaultKind.STORAGE_HANG: "writing a state file of checkpoint {}",
     FaultKind.METADATA_WRITE: "writing the _metadata of checkpoint {}",
     FaultKind.RESTORE: "restoring keyed state from checkpoint {}",
+    FaultKind.DRIVER_RESTART: "killed (SIGKILL) after checkpoint {} completed, started again",
 }
 #: the kinds that happen on the driver, not in a slot
-DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE})
+DRIVER_KINDS = frozenset({FaultKind.METADATA_WRITE, FaultKind.DRIVER_RESTART})
+#: the kinds that fail nothing by themselves (no restart follows them)
+NON_FAILING_KINDS = frozenset({FaultKind.SLOW})
+#: the kinds carried out a random time after their checkpoint completed
+_DELAYED_KINDS = frozenset(
+    {FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT, FaultKind.EXECUTOR_LOSS}
+)
+#: the kinds that need executors of their own (JVMs apart from the driver's): a cluster master
+CLUSTER_KINDS = frozenset({FaultKind.EXECUTOR_LOSS})
+#: an executor JVM's command line (Spark's standalone, YARN and Kubernetes executors)
+_EXECUTOR_JVM = b"CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -103,9 +134,11 @@ class Fault:
     checkpoint_id: int
     #: the slot (parallel index) it happens in
     slot: int
-    #: `exception` and `kill`: seconds after checkpoint `checkpoint_id` completed (None: a kill
-    #: during that checkpoint's asynchronous phase)
+    #: `exception`, `slow`, `disconnect` and `kill`: seconds after checkpoint `checkpoint_id`
+    #: completed (None: a kill during that checkpoint's asynchronous phase)
     delay_s: float | None = None
+    #: `slow`: how long the subtask stalls; `storage-hang`: how long the write blocks at most
+    duration_s: float | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -120,6 +153,10 @@ class Fault:
         else:
             when = _WHEN[self.kind].format(cid)
         where = "on the driver" if self.kind in DRIVER_KINDS else f"in slot {self.slot}"
+        if self.kind is FaultKind.SLOW:
+            where += f" stalled {self.duration_s:.2f}s"
+        elif self.kind is FaultKind.STORAGE_HANG:
+            when += f" (blocked up to {self.duration_s:.2f}s)"
         return f"{self.kind} {where} {when}"
 
 
@@ -174,11 +211,14 @@ def plan_faults(
     seed: int,
     slots: Mapping[FaultKind, int],
     interval_s: float,
+    *,
+    timeout_s: float,
 ) -> tuple[Fault, ...]:
     """`count` faults at the schedule's checkpoints, their kinds taken from `kinds` in a seeded
     shuffled cycle (every kind once before any twice), each in a random slot of the
-    `slots[kind]` that have its site; delays within one checkpoint interval. Pure: the same
-    arguments give the same plan."""
+    `slots[kind]` that have its site; delays within one checkpoint interval, stalls of 3 to 6
+    intervals (at least 1 s), hangs of twice the checkpoint timeout `timeout_s`. Pure: the
+    same arguments give the same plan."""
     if not kinds:
         raise ValueError("no fault kinds to plan")
     rng = random.Random(seed)
@@ -189,10 +229,14 @@ def plan_faults(
     faults = []
     for checkpoint_id, kind in zip(ids, sequence, strict=False):
         slot = rng.randrange(max(slots.get(kind, 1), 1))
-        delay = None
-        if kind is FaultKind.EXCEPTION or (kind is FaultKind.KILL and rng.random() < 0.5):
+        delay = duration = None
+        if kind in _DELAYED_KINDS or (kind is FaultKind.KILL and rng.random() < 0.5):
             delay = round(rng.uniform(0.1, 0.9) * interval_s, 3)
-        faults.append(Fault(kind, checkpoint_id, slot, delay))
+        if kind is FaultKind.SLOW:
+            duration = round(max(rng.uniform(3, 6) * interval_s, 1.0), 3)
+        elif kind is FaultKind.STORAGE_HANG:
+            duration = 2 * timeout_s
+        faults.append(Fault(kind, checkpoint_id, slot, delay, duration))
     return tuple(faults)
 
 
@@ -203,6 +247,8 @@ class FaultPlan:
     faults: tuple[Fault, ...]
     #: a local file every slot appends a JSON line to for each fault it carries out
     log_path: str
+    #: which run of the driver this is (0, then 1 after a `driver-restart`, ...)
+    driver: int = 0
 
 
 def read_fault_log(path: str) -> list[dict[str, Any]]:
@@ -216,11 +262,11 @@ def read_fault_log(path: str) -> list[dict[str, Any]]:
 
 def _logged(log_path: str) -> set[tuple[str, int, int]]:
     """The `Fault.key`s of the faults the log holds."""
-    return {
-        (e["kind"], e["checkpoint_id"], e["slot"])
-        for e in read_fault_log(log_path)
-        if e["event"] == "fault"
-    }
+    return _fault_keys(read_fault_log(log_path))
+
+
+def _fault_keys(log: Sequence[dict[str, Any]]) -> set[tuple[str, int, int]]:
+    return {(e["kind"], e["checkpoint_id"], e["slot"]) for e in log if e["event"] == "fault"}
 
 
 def _append(log_path: str, entry: dict[str, Any]) -> None:
@@ -232,18 +278,38 @@ def _append(log_path: str, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def _log_fault(log_path: str, fault: Fault, attempt: int, at: int) -> None:
+def log_fault(
+    plan: FaultPlan, fault: Fault, attempt: int, at: int, note: str | None = None
+) -> None:
+    """Log `fault` as carried out in attempt `attempt` of `plan`'s driver, at checkpoint `at`
+    (`note`: how, where the kind leaves a choice)."""
     entry = {
         "event": "fault",
         "kind": str(fault.kind),
         "checkpoint_id": fault.checkpoint_id,
         "at_checkpoint": at,
         "slot": fault.slot,
+        "driver": plan.driver,
         "attempt": attempt,
         "time": time.time(),
         "description": fault.describe(at),
     }
-    _append(log_path, entry)
+    if note is not None:
+        entry["note"] = note
+    _append(plan.log_path, entry)
+
+
+def due_driver_restart(
+    plan: FaultPlan, log: Sequence[dict[str, Any]], completed: int | None
+) -> Fault | None:
+    """The `driver-restart` fault due now that checkpoint `completed` is the latest completed
+    one (None: none yet), among those the fault log `log` does not hold."""
+    done = _fault_keys(log)
+    for fault in plan.faults:
+        due = completed is not None and fault.checkpoint_id <= completed
+        if fault.kind is FaultKind.DRIVER_RESTART and due and fault.key not in done:
+            return fault
+    return None
 
 
 def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int) -> None:
@@ -256,7 +322,7 @@ def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int
     for fault in plan.faults:
         due = fault.kind is FaultKind.METADATA_WRITE and fault.checkpoint_id <= checkpoint_id
         if due and fault.key not in done:
-            _log_fault(plan.log_path, fault, attempt, checkpoint_id)
+            log_fault(plan, fault, attempt, checkpoint_id)
             raise OSError(
                 errno.EIO,
                 "tidegate chaos injected a checkpoint storage write failure: "
@@ -266,20 +332,29 @@ def fail_metadata_write(plan: FaultPlan | None, checkpoint_id: int, attempt: int
 
 class FaultInjector:
     """Carries out the faults of one slot of one attempt; thread-safe (sites are reached from
-    task threads, the snapshot executor and the control connection's reader)."""
+    task threads, the snapshot executor and the control connection's reader). `network`: the
+    slot's SlotNetwork (what `disconnect` faults shut a connection of; None: none)."""
 
     def __init__(
-        self, plan: FaultPlan, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+        self,
+        plan: FaultPlan,
+        slot: int,
+        attempt: int,
+        restored_checkpoint_id: int | None = None,
+        network: Any = None,
     ) -> None:
-        self.slot, self.attempt, self.log_path = slot, attempt, plan.log_path
+        self.plan, self.slot, self.attempt, self.log_path = plan, slot, attempt, plan.log_path
         self.restored_checkpoint_id = restored_checkpoint_id
+        self.network = network
         done = _logged(plan.log_path)
         self._pending = [f for f in plan.faults if f.slot == slot and f.key not in done]
         self._lock = threading.Lock()
-        #: an `exception` fault due: the next batch of a user function's operator raises it
-        self.armed: Fault | None = None
-        self._armed_at = 0
+        #: `exception` and `slow` faults due, with their checkpoints: the next batch of a user
+        #: function's operator raises or stalls
+        self.armed: list[tuple[Fault, int]] = []
         self._timers: list[threading.Timer] = []
+        #: set when the slot ends: a hanging storage write gives up
+        self._closed = threading.Event()
 
     def _take(self, match: Callable[[Fault], bool]) -> Fault | None:
         with self._lock:
@@ -289,16 +364,22 @@ class FaultInjector:
                     return fault
         return None
 
-    def record(self, fault: Fault, at: int) -> None:
+    def record(self, fault: Fault, at: int, note: str | None = None) -> None:
         """Log `fault` as carried out at checkpoint `at` (before it happens: a kill leaves no
         time after)."""
-        _log_fault(self.log_path, fault, self.attempt, at)
+        log_fault(self.plan, fault, self.attempt, at, note)
 
     def subtasks_running(self) -> None:
         """Log that this slot's subtasks were created, their state restored."""
         _append(
             self.log_path,
-            {"event": "running", "slot": self.slot, "attempt": self.attempt, "time": time.time()},
+            {
+                "event": "running",
+                "slot": self.slot,
+                "driver": self.plan.driver,
+                "attempt": self.attempt,
+                "time": time.time(),
+            },
         )
 
     def restoring(self) -> None:
@@ -317,6 +398,16 @@ class FaultInjector:
     def _kill(self, fault: Fault, at: int) -> None:
         self.record(fault, at)
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def _kill_executor(self, fault: Fault, at: int) -> None:
+        """SIGKILL the executor JVM this slot runs under: the whole executor is lost (its
+        Python workers with it) and Spark starts another."""
+        executor = executor_jvm(os.getpid())
+        if executor is None:  # planned only for cluster masters: say so rather than skip it
+            self.record(fault, at, "no executor JVM above the slot: the slot failed instead")
+            raise InjectedFault(f"tidegate chaos found no executor JVM for {fault.describe(at)}")
+        self.record(fault, at, f"executor JVM {executor} killed")
+        os.kill(executor, signal.SIGKILL)
 
     def reach(self, site: Site, checkpoint_id: int) -> None:
         kind = _FAILING_AT[site]
@@ -340,33 +431,59 @@ class FaultInjector:
         if not isinstance(message, NotifyCheckpointComplete):
             return
         cid = message.checkpoint_id
-        while (
-            fault := self._take(lambda f: f.delay_s is not None and f.checkpoint_id <= cid)
-        ) is not None:
-            action = self._kill if fault.kind is FaultKind.KILL else self._arm
+        with self._lock:  # all due ones first: a disconnect without a peer comes back pending
+            due = [f for f in self._pending if f.delay_s is not None and f.checkpoint_id <= cid]
+            self._pending = [f for f in self._pending if f not in due]
+        for fault in due:
+            action = {
+                FaultKind.KILL: self._kill,
+                FaultKind.DISCONNECT: self._disconnect,
+                FaultKind.EXECUTOR_LOSS: self._kill_executor,
+            }.get(fault.kind, self._arm)
             timer = threading.Timer(fault.delay_s or 0.0, action, args=(fault, cid))
             timer.daemon = True
             self._timers.append(timer)
             timer.start()
 
     def _arm(self, fault: Fault, at: int) -> None:
-        self.armed = fault
-        self._armed_at = at
+        with self._lock:
+            self.armed = [*self.armed, (fault, at)]
 
     def fire_armed(self) -> None:
-        """Called by a user function's operator before a batch while `armed` is set."""
+        """Called by a user function's operator before a batch while `armed` is not empty:
+        stalls for the `slow` faults, raises the `exception`."""
         with self._lock:
-            fault, self.armed = self.armed, None
-        if fault is not None:
-            self._fail(fault, self._armed_at)
+            due, self.armed = self.armed, []
+        for fault, at in sorted(due, key=lambda d: d[0].kind is FaultKind.EXCEPTION):
+            if fault.kind is FaultKind.SLOW:
+                self.record(fault, at)
+                self._closed.wait(fault.duration_s or 0.0)
+            else:
+                self._fail(fault, at)
+
+    def _disconnect(self, fault: Fault, at: int) -> None:
+        """Shut down one of the slot's outgoing data connections to another slot (none: the
+        fault waits for the next checkpoint)."""
+        peers = [] if self.network is None else self.network.remote_peers()
+        if not peers:
+            with self._lock:
+                self._pending.append(fault)
+            return
+        self.record(fault, at)
+        self.network.drop_connection(peers[0])
 
     def storage_fault(self, checkpoint_id: int) -> Fault | None:
-        """The `storage-write` fault due for a file of checkpoint `checkpoint_id`, if any."""
-        return self._take(
-            lambda f: f.kind is FaultKind.STORAGE_WRITE and f.checkpoint_id <= checkpoint_id
-        )
+        """The `storage-write` or `storage-hang` fault due for a file of checkpoint
+        `checkpoint_id`, if any."""
+        storage = (FaultKind.STORAGE_WRITE, FaultKind.STORAGE_HANG)
+        return self._take(lambda f: f.kind in storage and f.checkpoint_id <= checkpoint_id)
+
+    def hang(self, seconds: float) -> None:
+        """Block for `seconds`, or until the slot ends."""
+        self._closed.wait(seconds)
 
     def close(self) -> None:
+        self._closed.set()
         for timer in self._timers:
             timer.cancel()
 
@@ -376,14 +493,19 @@ _active: FaultInjector | None = None
 
 
 def install(
-    plan: FaultPlan | None, slot: int, attempt: int, restored_checkpoint_id: int | None = None
+    plan: FaultPlan | None,
+    slot: int,
+    attempt: int,
+    restored_checkpoint_id: int | None = None,
+    network: Any = None,
 ) -> FaultInjector | None:
     """Start injecting `plan`'s faults of `slot` in this process (nothing if `plan` is None):
-    of attempt `attempt`, which restores checkpoint `restored_checkpoint_id` (None: none)."""
+    of attempt `attempt`, which restores checkpoint `restored_checkpoint_id` (None: none), its
+    data connections in `network`."""
     global _active
     _active = None
     if plan is not None:
-        _active = FaultInjector(plan, slot, attempt, restored_checkpoint_id)
+        _active = FaultInjector(plan, slot, attempt, restored_checkpoint_id, network)
     return _active
 
 
@@ -422,8 +544,8 @@ def on_message(message: Any) -> None:
 @dataclass(frozen=True)
 class FaultyOperatorFactory:
     """Creates a user function's operator (with `make_operator`) whose batches first check for
-    an armed `exception` fault: wraps the operator, not its per-record loop, and only in a
-    chaos run (the job is built with these factories only then)."""
+    an armed `exception` or `slow` fault: wraps the operator, not its per-record loop, and only
+    in a chaos run (the job is built with these factories only then)."""
 
     make_operator: Callable[..., Any]
 
@@ -441,7 +563,7 @@ class FaultyOperatorFactory:
 
 def _checked(process: Callable[[list], Any], injector: FaultInjector) -> Callable[[list], Any]:
     def process_batch(records: list) -> Any:
-        if injector.armed is not None:
+        if injector.armed:
             injector.fire_armed()
         return process(records)
 
@@ -450,7 +572,9 @@ def _checked(process: Callable[[list], Any], injector: FaultInjector) -> Callabl
 
 class FaultyCheckpointStorage(CheckpointStorage):
     """The slot's checkpoint storage in a chaos run: a file of a checkpoint with a due
-    `storage-write` fault fails with EIO at its first write (a partial, empty file stays)."""
+    `storage-write` fault fails with EIO at its first write (a partial, empty file stays); with
+    a `storage-hang` fault, the first write blocks first (`FaultInjector.hang`), then fails
+    without writing."""
 
     def open_write(self, path: str) -> Any:
         raw = super().open_write(path)
@@ -469,9 +593,11 @@ class _FailingFile:
         self._description = fault.describe(at)
 
     def write(self, data: Any) -> int:
-        if self._fault is not None:
-            self._injector.record(self._fault, self._at)
-        self._fault = None
+        fault, self._fault = self._fault, None
+        if fault is not None:
+            self._injector.record(fault, self._at)
+            if fault.kind is FaultKind.STORAGE_HANG:
+                self._injector.hang(fault.duration_s or 0.0)
         raise OSError(
             errno.EIO,
             f"tidegate chaos injected a checkpoint storage write failure: {self._description}",
@@ -485,3 +611,21 @@ class _FailingFile:
 
     def __exit__(self, *exc: object) -> None:
         self._raw.close()
+
+
+def executor_jvm(pid: int, levels: int = 6) -> int | None:
+    """The pid of the executor JVM above process `pid` (a slot runs in a Python worker forked
+    by PySpark's daemon, which the executor started), or None: no executor JVM within `levels`
+    ancestors (a local master runs executors inside the driver's JVM)."""
+    for _ in range(levels):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # ppid, after the name
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if _EXECUTOR_JVM in f.read():
+                    return pid
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None

@@ -48,6 +48,9 @@ def processing_time_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: hot paths compare domains by identity (an Enum's `.value` and hash are Python-level calls)
+_EVENT = TimeDomain.EVENT_TIME
+
 #: called for each firing timer, with the timer's key set as the backend's current key
 Trigger = Callable[[int, TimeDomain], None]
 
@@ -104,11 +107,12 @@ class InternalTimerService:
         domain is the same timer (timers are deduplicated per key, timestamp and domain)."""
         timestamp = _check_timestamp(timestamp)
         key = self._current_key()
-        timer = (domain.value, timestamp, key)
+        d = 0 if domain is _EVENT else 1
+        timer = (d, timestamp, key)
         if timer in self._live:
             return
         self._live.add(timer)
-        self._timer_state().put((domain.value, timestamp), True)
+        self._timer_state().put((d, timestamp), True)
         heapq.heappush(self._queues[domain], (timestamp, next(self._sequence), key))
 
     def delete(self, domain: TimeDomain, timestamp: int) -> None:
@@ -135,17 +139,45 @@ class InternalTimerService:
         """Fire `domain`'s timers due at `time_ms`, in timestamp order, including those that
         firing timers register at or before it. Returns how many fired."""
         queue, live, backend, fired = self._queues[domain], self._live, self._backend, 0
+        if not queue or queue[0][0] > time_ms:
+            return 0  # (and no `__timers__` state registered by an operator without timers)
+        d, pop, trigger = (0 if domain is _EVENT else 1), heapq.heappop, self._trigger
+        remove = self._timer_state().remove
         while queue and queue[0][0] <= time_ms:
-            timestamp, _, key = heapq.heappop(queue)
-            timer = (domain.value, timestamp, key)
+            timestamp, _, key = pop(queue)
+            timer = (d, timestamp, key)
             if timer not in live:
                 continue  # deleted
             live.discard(timer)
             backend.current_key = key
-            self._timer_state().remove((domain.value, timestamp))  # same step: fires once
-            self._trigger(timestamp, domain)
+            remove((d, timestamp))  # same step: fires once
+            trigger(timestamp, domain)
             fired += 1
         return fired
+
+    def pop_event_timers(self, watermark: int) -> list[tuple[int, Any]]:
+        """`advance_watermark` for a caller that fires the due timers itself, in one loop:
+        the event-time clock moves to `watermark` and the event-time timers due are removed
+        (from the state too) and returned as `(timestamp, key)` in firing order. Only for
+        callers that register no timer at or before `watermark` while firing them (such a
+        timer would fire at the next advance instead)."""
+        if watermark <= self.current_watermark:
+            return []
+        self.current_watermark = watermark
+        queue, live, backend, due = self._queues[_EVENT], self._live, self._backend, []
+        if not queue or queue[0][0] > watermark:
+            return due
+        pop, remove = heapq.heappop, self._timer_state().remove
+        while queue and queue[0][0] <= watermark:
+            timestamp, _, key = pop(queue)
+            timer = (0, timestamp, key)
+            if timer not in live:
+                continue  # deleted
+            live.discard(timer)
+            backend.current_key = key
+            remove((0, timestamp))
+            due.append((timestamp, key))
+        return due
 
     def advance_watermark(self, watermark: int) -> int:
         """The event-time clock moves to `watermark`: fire every event-time timer <= it.

@@ -273,6 +273,20 @@ class SlotNetwork:
                 self._transports[key] = RemoteTransport(conn)
         return self._transports[key]
 
+    def remote_peers(self) -> list[tuple[int, int]]:
+        """The (slot, vertex) of each outgoing connection to another slot, in order."""
+        return sorted(
+            k for k, t in list(self._transports.items()) if isinstance(t, RemoteTransport)
+        )
+
+    def drop_connection(self, peer: tuple[int, int]) -> None:
+        """Shut down the outgoing connection to `peer` (slot, vertex) abruptly, as a failing
+        network would (`tidegate chaos`'s `disconnect` fault, from a timer thread, never on the
+        record path): the peer reads EOF, and the next send on it fails, which fails the
+        subtask. The connection object stays open until `close`, so no send of another thread
+        can write to a reused file descriptor."""
+        shutdown_socket(self._transports[peer].conn)
+
     def close(self) -> None:
         self._closed = True
         # copies: a cancellation (another thread) may close while transports are created
@@ -307,8 +321,14 @@ def _address_by_host_name(ipv6: bool) -> str:
 def shutdown_connection(conn: Connection) -> None:
     """Close a connection so the peer sees EOF at once, even while a thread of ours is blocked
     reading it (a plain close() then sends no FIN)."""
+    shutdown_socket(conn)
+    conn.close()
+
+
+def shutdown_socket(conn: Connection) -> None:
+    """Shut down both directions of a connection's socket, leaving the connection open: the
+    peer sees EOF, our reads see EOF and our sends fail."""
     with contextlib.suppress(OSError):
         sock = socket.socket(fileno=os.dup(conn.fileno()))
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
-    conn.close()

@@ -27,6 +27,7 @@ from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.common.record_codec import batch_codec
 from tidegate.runtime import faults
 from tidegate.runtime.addresses import is_wildcard
+from tidegate.runtime.collector import tuned_collector
 from tidegate.runtime.control import ControlClient
 from tidegate.runtime.deployment import Deployment
 from tidegate.runtime.faults import FaultyCheckpointStorage
@@ -85,7 +86,9 @@ def run_slot(
     except BaseException:
         control.close()
         raise
-    faults.install(deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id)
+    faults.install(
+        deployment.faults, slot, deployment.attempt, deployment.restored_checkpoint_id, network
+    )
     inbox = _SlotInbox(deployment.graph, subtasks, gates, network.close)
     control.start_reader(inbox.on_message, inbox.on_driver_lost)
     _register(control, deployment, slot, network, host or socket.gethostname(), startup)
@@ -107,7 +110,8 @@ def run_slot(
         # Step 4
         tasks_created = time.time()
         faults.subtasks_running()
-        _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
+        with tuned_collector(deployment.gc_threshold):
+            _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
         if env.local_state is not None:
             env.local_state.remove_job()  # the job finished: no restart needs the copies

@@ -29,6 +29,7 @@ from tidegate.state.heap_changelog import (
     needs_materialization,
 )
 from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
+from tidegate.state.immutable import is_immutable
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
 from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.rocksdb_incremental import (
@@ -223,7 +224,7 @@ class _MergingState(_KeyedState):
         too). `_private` holds the keys whose object was made since the last snapshot.
         """
         value = self._table.get(key, _ABSENT)
-        if not self._backend.snapshots_in_flight or _is_immutable(value):
+        if not self._backend.snapshots_in_flight or is_immutable(value):
             return value  # no snapshot holds it, or nobody can change it in place
         epoch = self._backend._snapshots_taken
         if self._epoch != epoch:
@@ -234,14 +235,6 @@ class _MergingState(_KeyedState):
             if value is not _ABSENT:
                 value = copy.deepcopy(value)
         return value
-
-
-_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset})
-
-
-def _is_immutable(value: Any) -> bool:
-    t = type(value)
-    return t in _IMMUTABLE or (t is tuple and all(type(v) in _IMMUTABLE for v in value))
 
 
 class HeapReducingState(_MergingState):

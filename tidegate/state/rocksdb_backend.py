@@ -2,13 +2,17 @@
 state, keys prefixed by key group (layout: `rocksdb_codec`). State may be far larger than memory.
 
 It has the interface and the value semantics of `HeapKeyedStateBackend`, with one difference
-users can see: values are serialized on every write, so a value changed in place after `update`
-(or `add`, `put`) is not stored until it is written again.
+users can see: a value changed in place after `update` (or `add`, `put`) is not stored until it
+is written again, and changing a value that was read does not change the state (values that can
+be changed in place are pickled when written and unpickled when read; immutable ones are shared).
 
-Hot path (DESIGN §8): the key bytes of the current key (key group + canonical encoding) are
-computed once per current key, on the first state access after the runtime set it, and memoised
-across records; a state access is then a pickle plus a dict access in the write buffer
-(`rocksdb_buffer`) or one RocksDB read; buffered writes reach RocksDB in batches.
+Hot path (DESIGN §8): value, reducing and aggregating state keep the values of up to
+`value_cache_entries` keys per state as Python objects (`rocksdb_cache`): an access of a cached
+key is a dict access, with no pickle and no RocksDB call; dirty values are pickled and written
+to RocksDB in batches (`rocksdb_buffer`). List and map state, and a value-like state's cache
+misses, use the key bytes of the current key (key group + canonical encoding), computed once
+per key and memoised (as many keys as the value cache holds); a list or map state access is a
+pickle plus a dict access in the write buffer or one RocksDB read.
 
 Snapshots: the synchronous phase hard-links the database's files into a checkpoint directory
 (`RocksDBInstance.checkpoint`, which flushes the memtables first); the asynchronous phase reads
@@ -27,6 +31,7 @@ import rocksdict
 from tidegate.state import rocksdb_codec as codec
 from tidegate.state.heap import NoKeyContextError
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
+from tidegate.state.rocksdb_cache import KeyPrefixes
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
 from tidegate.state.rocksdb_restore import restore_rocksdb_backend
@@ -44,9 +49,6 @@ from tidegate.state.snapshot_format import (
     describe_key_groups,
 )
 from tidegate.state.ttl.factory import snapshot_transformers
-
-#: memoised key prefixes per backend before the memo is cleared (bounds its memory)
-PREFIX_CACHE_LIMIT = 100_000
 
 
 class RocksDBKeyedStateBackend(KeyedStateRegistry):
@@ -85,10 +87,13 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         # a backend dropped without dispose() (its task failed to start) still frees its files
         self._close_instance = weakref.finalize(self, self.instance.close)
         self.buffer = self.instance.buffer
+        #: keys per value-like state in the value cache (rocksdb_cache)
+        self.cache_entries = self.options.value_cache_entries
         self._current_key: Any = None
         #: key bytes of the current key (None: not computed since it was set)
         self._prefix: bytes | None = None
-        self._prefixes: dict[Any, bytes] = {}
+        #: the key bytes of a key (memoised, as many keys as the value cache holds)
+        self.prefix_of = KeyPrefixes(max_parallelism, self.cache_entries)
         self._kinds: dict[str, StateKind] = {}
         self._value_types: dict[str, Any] = {}  # declared, not used: values are pickled
         self._states: dict[str, Any] = {}
@@ -106,15 +111,6 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
     def current_key(self, key: Any) -> None:
         self._current_key = key
         self._prefix = None
-
-    def prefix_of(self, key: Any) -> bytes:
-        """The key bytes of `key` (memoised)."""
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            if len(self._prefixes) >= PREFIX_CACHE_LIMIT:
-                self._prefixes.clear()
-            prefix = self._prefixes[key] = codec.key_prefix(key, self.max_parallelism)
-        return prefix
 
     def current_prefix(self, state_name: str) -> bytes:
         """The key bytes of the current key; raises NoKeyContextError if there is none."""
@@ -188,6 +184,7 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         The same contract and checks as `HeapKeyedStateBackend.restore`.
         """
         self.buffer.flush()  # restored entries are written directly, after anything buffered
+        self.buffer.discard()  # and cached values may not know them
         for kg, data in key_groups:
             self._claim_restored_key_group(kg)
             batch = rocksdict.WriteBatch(raw_mode=True)

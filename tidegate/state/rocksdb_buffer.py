@@ -1,14 +1,17 @@
 """A small write-back buffer in front of a RocksDB instance: the rocksdb backend's hot path.
 
 A call into RocksDB from Python costs about a microsecond (the binding, not RocksDB), several
-times a dict access. The states therefore write serialized values (bytes, so nothing the user
-holds can change them) into one dict per state, and read through it; the buffer goes to RocksDB
-in one `WriteBatch` when it holds `max_entries` entries or `max_bytes` bytes, and before
-anything reads RocksDB directly: a snapshot's checkpoint, a map state's scan or range delete,
-`entries()`. A deleted key is buffered as None.
+times a dict access. List and map state therefore write serialized values (bytes, so nothing
+the user holds can change them) into one dict per state, and read through it. Value, reducing
+and aggregating state keep their values as objects in a `StateCache` (`rocksdb_cache`)
+registered here, serialized only when flushed. The buffer goes to RocksDB in one `WriteBatch`
+when the list and map states hold `max_entries` entries or `max_bytes` bytes, or a state's
+cache holds `max_entries` dirty keys, and before anything reads RocksDB directly: a snapshot's
+checkpoint, a map state's scan or range delete, `entries()`. A deleted key is buffered as None.
 
-Memory: at most `max_entries` keys and about `max_bytes` of serialized values (counted per
-write, so an overwritten value still counts: the bound errs on the safe side).
+Memory: at most `max_entries` keys and about `max_bytes` of serialized values of list and map
+state (counted per write, so an overwritten value still counts: the bound errs on the safe
+side); the caches' own bound is theirs (`rocksdb_cache`).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any
 
 import rocksdict
 
-#: a buffered key's value is not known: read RocksDB
-MISSING: Any = object()
+from tidegate.state.rocksdb_cache import ABSENT, Serialized, StateCache
+from tidegate.state.rocksdb_codec import dumps
+
 DEFAULT_MAX_ENTRIES = 16_384
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
@@ -39,6 +43,7 @@ class WriteBuffer:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._tables: dict[str, dict[bytes, bytes | None]] = {}
+        self._caches: dict[str, StateCache] = {}
         self.entries = 0
         self.bytes = 0
 
@@ -50,6 +55,13 @@ class WriteBuffer:
             table = self._tables[name] = {}
         return table
 
+    def cache(self, name: str, prefix_of: Any, max_entries: int) -> StateCache:
+        """The value cache of state `name` (one per state, flushed with the buffer)."""
+        cache = self._caches.get(name)
+        if cache is None:
+            cache = self._caches[name] = StateCache(name, prefix_of, max_entries)
+        return cache
+
     def written(self, new_entries: int, size: int) -> None:
         """Count one buffered write of `size` bytes that added `new_entries` (0 or 1) keys;
         flush if the buffer is full."""
@@ -60,9 +72,12 @@ class WriteBuffer:
 
     def flush(self) -> None:
         """Write every buffered entry to RocksDB (one batch) and empty the buffer."""
-        if not any(self._tables.values()):
+        if not any(self._tables.values()) and not any(c.dirty for c in self._caches.values()):
             return
         batch = rocksdict.WriteBatch(raw_mode=True)
+        for cache in self._caches.values():
+            if cache.dirty:
+                self._put_cached(batch, cache)
         for name, table in self._tables.items():
             if not table:
                 continue
@@ -73,10 +88,30 @@ class WriteBuffer:
                 else:
                     batch.put(key, value, handle)
         self._write(batch)
-        self.discard()
+        for cache in self._caches.values():
+            cache.flushed()
+        self._clear_tables()
+
+    def _put_cached(self, batch: rocksdict.WriteBatch, cache: StateCache) -> None:
+        """The dirty entries of `cache` into `batch`, as `(key, value)` pickles."""
+        handle = self._handle(cache.name)
+        prefix_of = cache.prefix_of
+        for key, value in cache.dirty.items():
+            if value is ABSENT:
+                batch.delete(prefix_of(key), handle)
+            elif type(value) is Serialized:
+                batch.put(prefix_of(key), value.raw, handle)
+            else:
+                batch.put(prefix_of(key), dumps((key, value)), handle)
 
     def discard(self) -> None:
-        """Forget the buffered writes (the instance is being disposed)."""
+        """Forget the buffered writes and the cached values (the database is being closed or
+        replaced by restored files)."""
+        for cache in self._caches.values():
+            cache.clear()
+        self._clear_tables()
+
+    def _clear_tables(self) -> None:
         for table in self._tables.values():
             table.clear()
         self.entries = 0

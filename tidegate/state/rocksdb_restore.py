@@ -48,6 +48,7 @@ def _check_max_parallelism(handle: IncrementalKeyedStateHandle, max_parallelism:
 def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHandle]) -> None:
     """Load `handles` into a fresh `RocksDBKeyedStateBackend` (before the first record)."""
     backend.buffer.flush()  # restored entries are written directly, after anything buffered
+    backend.buffer.discard()  # and cached values may not know them
     for h in handles:
         _check_max_parallelism(h, backend.max_parallelism)
         for name, kind in h.handle.state_kinds.items():

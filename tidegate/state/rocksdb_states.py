@@ -1,11 +1,14 @@
 """The state objects of the rocksdb backend: views of one column family, scoped to the current key.
 
 Semantics as the heap states (tidegate/state/heap.py): None in a ValueState means absent; an empty
-list or map is not stored; reading a list or map gives a copy. Values are (un)pickled on every
-access, so there is no copy-on-write to do: nothing read from RocksDB is shared.
+list or map is not stored; reading a list or map gives a copy. Unlike the heap states, a value
+changed in place after it was written is not stored until it is written again.
 
-Reads and writes go through the backend's write buffer (`rocksdb_buffer`): `_read` looks in the
-state's buffered writes first, `_write` buffers (None deletes). The hot paths inline both.
+Value, reducing and aggregating state hold their values in the backend's value cache
+(`rocksdb_cache`), keyed by the key object: a cached access is a dict access and no pickle;
+values that are not immutable are kept pickled, so they are copied on every read and write as
+before. List and map state write pickles through the write buffer (`rocksdb_buffer`): `_read`
+looks in the state's buffered writes first, `_write` buffers (None deletes).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
-from tidegate.state.rocksdb_buffer import MISSING
+from tidegate.state.immutable import ATOMIC, is_immutable
+from tidegate.state.rocksdb_cache import ABSENT, MISSING, Serialized
 
 if TYPE_CHECKING:
     from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -59,28 +63,74 @@ class _RocksDBState:
         return f"{type(self).__name__}({self._name!r})"
 
 
-class RocksDBValueState(_RocksDBState):
+class _CachedState(_RocksDBState):
+    """Base of value, reducing and aggregating state: one value per key, in the value cache
+    (`_dirty`: written since the last flush; `_values`: as in RocksDB)."""
+
+    __slots__ = ("_cache", "_dirty", "_max_dirty", "_values")
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, name: str, db: rocksdict.Rdict) -> None:
+        super().__init__(backend, name, db)
+        self._cache = self._buffer.cache(name, backend.prefix_of, backend.cache_entries)
+        self._values = self._cache.values
+        self._dirty = self._cache.dirty
+        self._max_dirty = self._buffer.max_entries
+
+    def _clean(self, key: Any) -> Any:
+        """The value of `key` in RocksDB, or ABSENT: cached, else read and cached (a copy when
+        it is not immutable)."""
+        value = self._values.get(key, MISSING)
+        if value is not MISSING:
+            return _loads(value.raw)[1] if type(value) is Serialized else value
+        raw = self._db.get(self._backend.prefix_of(key))
+        if raw is None:
+            value = cached = ABSENT
+        else:
+            value = _loads(raw)[1]
+            cached = value if is_immutable(value) else Serialized(raw)
+        self._values[key] = cached
+        self._cache.bound()
+        return value
+
+    def _get(self, key: Any) -> Any:
+        """The value of `key`, or ABSENT (a copy when it is not immutable)."""
+        value = self._dirty.get(key, MISSING)
+        if value is MISSING:
+            return self._clean(key)
+        return _loads(value.raw)[1] if type(value) is Serialized else value
+
+    def _put(self, key: Any, value: Any) -> None:
+        """`value` (ABSENT: remove) as the key's new value, to be written by a flush."""
+        if type(value) not in ATOMIC and value is not ABSENT and not is_immutable(value):
+            value = Serialized(_dumps((key, value)))
+        dirty = self._dirty
+        if len(dirty) >= self._max_dirty and key not in dirty:
+            self._buffer.flush()
+        dirty[key] = value
+
+    def _current(self) -> Any:
+        """The current key; raises NoKeyContextError if there is none."""
+        key = self._backend._current_key
+        if key is None:
+            self._backend.current_prefix(self._name)  # raises
+        return key
+
+    def clear(self) -> None:
+        """Remove the current key's value."""
+        self._put(self._current(), ABSENT)
+
+
+class RocksDBValueState(_CachedState):
     """`ValueState`: one value per key; None means absent."""
 
     __slots__ = ()
 
     def value(self) -> Any:
-        prefix = self._backend._prefix or self._prefix()
-        raw = self._buf.get(prefix, MISSING)
-        if raw is MISSING:
-            raw = self._db.get(prefix)
-        return None if raw is None else _loads(raw)[1]
+        value = self._get(self._current())
+        return None if value is ABSENT else value
 
     def update(self, value: Any) -> None:
-        prefix = self._backend._prefix or self._prefix()
-        if value is None:
-            self._write(prefix, None)
-            return
-        raw = _dumps((self._backend._current_key, value))
-        buf = self._buf
-        size = len(buf)
-        buf[prefix] = raw
-        self._buffer.written(len(buf) - size, len(raw))
+        self._put(self._current(), ABSENT if value is None else value)
 
 
 class RocksDBListState(_RocksDBState):
@@ -171,7 +221,7 @@ class RocksDBMapState(_RocksDBState):
         self._db.delete_range(prefix, codec.successor(prefix))
 
 
-class RocksDBReducingState(_RocksDBState):
+class RocksDBReducingState(_CachedState):
     """`ReducingState`: added values are combined with the reduce function `(a, b) -> c`."""
 
     __slots__ = ("_function",)
@@ -183,29 +233,29 @@ class RocksDBReducingState(_RocksDBState):
         self._function = function
 
     def get(self) -> Any:
-        raw = self._read(self._prefix())
-        return None if raw is None else _loads(raw)[1]
+        value = self._get(self._current())
+        return None if value is ABSENT else value
 
     def add(self, value: Any) -> None:
-        self.add_for_key(self._backend._current_key, value, self._prefix())
+        self.add_for_key(self._current(), value)
 
-    def add_for_key(self, key: Any, value: Any, prefix: bytes | None = None) -> Any:
-        """`add` under an explicit key; returns the new value (the keyed reduce's hot path)."""
-        if prefix is None:
-            prefix = self._backend.prefix_of(key)
-        buf = self._buf
-        raw = buf.get(prefix, MISSING)
-        if raw is MISSING:
-            raw = self._db.get(prefix)
-        new = value if raw is None else self._function(_loads(raw)[1], value)
-        raw = _dumps((key, new))
-        size = len(buf)
-        buf[prefix] = raw
-        self._buffer.written(len(buf) - size, len(raw))
+    def add_for_key(self, key: Any, value: Any) -> Any:
+        """`add` under an explicit key; returns the new value (the keyed reduce's hot path:
+        `_get` and `_put` inlined)."""
+        dirty = self._dirty
+        current = dirty.get(key, MISSING)
+        if current is MISSING:  # not written since the last flush
+            current = self._clean(key)
+            if len(dirty) >= self._max_dirty:
+                self._buffer.flush()
+        elif type(current) is Serialized:
+            current = _loads(current.raw)[1]
+        new = value if current is ABSENT else self._function(current, value)
+        dirty[key] = new if is_immutable(new) else Serialized(_dumps((key, new)))
         return new
 
 
-class RocksDBAggregatingState(_RocksDBState):
+class RocksDBAggregatingState(_CachedState):
     """`AggregatingState`: added values go into an accumulator; `get` returns its result."""
 
     __slots__ = ("_function",)
@@ -217,12 +267,13 @@ class RocksDBAggregatingState(_RocksDBState):
         self._function = function
 
     def get(self) -> Any:
-        raw = self._read(self._prefix())
-        return None if raw is None else self._function.get_result(_loads(raw)[1])
+        accumulator = self._get(self._current())
+        return None if accumulator is ABSENT else self._function.get_result(accumulator)
 
     def add(self, value: Any) -> None:
-        prefix = self._prefix()
-        raw = self._read(prefix)
+        key = self._current()
+        accumulator = self._get(key)
         function = self._function
-        accumulator = function.create_accumulator() if raw is None else _loads(raw)[1]
-        self._write(prefix, _dumps((self._backend._current_key, function.add(value, accumulator))))
+        if accumulator is ABSENT:
+            accumulator = function.create_accumulator()
+        self._put(key, function.add(value, accumulator))

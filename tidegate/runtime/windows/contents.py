@@ -26,9 +26,14 @@ ELEMENTS_STATE = "__window_elements__"
 class Aggregation:
     """Pre-aggregation of a window's values: a ReduceFunction or an AggregateFunction."""
 
-    def __init__(self, reduce_function: Any = None, aggregate_function: Any = None) -> None:
+    def __init__(
+        self, reduce_function: Any = None, aggregate_function: Any = None, mergeable: bool = False
+    ) -> None:
         self.reduce = getattr(reduce_function, "reduce", reduce_function)
         self.aggregate = aggregate_function
+        #: partial results can be merged: a ReduceFunction (it is its own merge), or an
+        #: AggregateFunction that implements `merge` (the caller knows: `mergeable`)
+        self.mergeable = aggregate_function is None or mergeable
         #: the user's function object (its open/close run with the operator's)
         self.function = aggregate_function if aggregate_function is not None else reduce_function
 
@@ -49,6 +54,17 @@ class Aggregation:
         if self.aggregate is None:
             return self.reduce(private_copy(a), b)
         return self.aggregate.merge(private_copy(a), b)
+
+    def merge_into(self, parts: list[Any]) -> Any:
+        """The accumulators `parts` (stored in state, in time order) merged into one; a single
+        one is returned as it is."""
+        acc = parts[0]
+        if len(parts) > 1:
+            merge = self.reduce if self.aggregate is None else self.aggregate.merge
+            acc = private_copy(acc)
+            for part in parts[1:]:
+                acc = merge(acc, part)
+        return acc
 
     def result(self, acc: Any) -> Any:
         return acc if self.aggregate is None else self.aggregate.get_result(acc)
@@ -205,9 +221,11 @@ class InternalWindowFunction:
             case _:
                 return self._call(window, inputs)
 
+    def has_clear(self) -> bool:
+        """A ProcessWindowFunction with `clear(context)` (called when a window is gone)."""
+        return self.kind.endswith("process") and getattr(self.function, "clear", None) is not None
+
     def clear(self, ctx: Any) -> None:
         """The window is gone for good: ProcessWindowFunction.clear(context)."""
-        if self.kind.endswith("process"):
-            clear = getattr(self.function, "clear", None)
-            if clear is not None:
-                clear(ctx)
+        if self.has_clear():
+            self.function.clear(ctx)

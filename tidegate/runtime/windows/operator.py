@@ -30,6 +30,7 @@ from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.merging import MergingWindowSet
+from tidegate.runtime.windows.slicing import SlicedWindows, sliced_size
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
 from tidegate.runtime.windows.window_timers import WindowTimers
@@ -70,6 +71,9 @@ class WindowOperator(StreamOperator):
         if user_function is None and spec.aggregation is not None:
             user_function = spec.aggregation.function
         super().__init__(user_function, **kw)
+        #: `yield tag, value` of a window function goes to a side output (no function: the
+        #: pre-aggregated results themselves are emitted, never tagged)
+        self.tagged_outputs = spec.function.kind != "pass"
         self.spec = spec
         self.key_selector = key_selector
         self.assigner = spec.assigner
@@ -82,6 +86,9 @@ class WindowOperator(StreamOperator):
             and spec.evictor is None
             and not hasattr(self.assigner, "merge_windows")
         )
+        slice_size = sliced_size(spec, self.trigger)
+        #: tumbling/sliding event-time windows with pre-aggregation: one slice per element
+        self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -95,11 +102,17 @@ class WindowOperator(StreamOperator):
 
     def open(self) -> None:
         backend = self.keyed_backend
-        self.timers = WindowTimers(backend, self._on_timer, self._flush, self.clock)
+        sliced = self.sliced
+        on_timer = self._on_timer if sliced is None else None
+        derived = None if sliced is None else sliced.on_timer
+        self.timers = WindowTimers(backend, on_timer, self._flush, self.clock, derived=derived)
         self.timers.internal.batch = self.ctx.batch
         self.timers.internal.current_watermark = self.current_watermark  # a restored one
         spec = self.spec
-        self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
+        if sliced is not None:
+            sliced.open()
+        else:
+            self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
         if hasattr(self.assigner, "merge_windows"):
             self.merging = MergingWindowSet(self.assigner, backend)
         self.trigger_scope = WindowScope(backend, "__trigger__")
@@ -113,7 +126,11 @@ class WindowOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         backend, select = self.keyed_backend, self.key_selector
         timestamps = timestamps_of(records)
-        if timestamps is None:
+        if self.sliced is not None:
+            if timestamps is None and records:  # the assigner raises: records need timestamps
+                self.assigner.assign_windows(records[0], None, self.clock_ctx)
+            self.sliced.process(records, timestamps or [])
+        elif timestamps is None:
             for r in records:
                 backend.current_key = select(r)
                 self._process_element(r, None)
@@ -148,10 +165,14 @@ class WindowOperator(StreamOperator):
             self._act(result, window, state_window)
             self._register_cleanup_timer(window)
         if skipped and self._is_element_late(timestamp):
-            if self.spec.late_data_tag is not None:
-                self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
-            else:
-                self.num_late_records_dropped += 1
+            self.late_element(value, timestamp)
+
+    def late_element(self, value: Any, timestamp: int | None) -> None:
+        """An element too late for all its windows: to the late-data output, or dropped."""
+        if self.spec.late_data_tag is not None:
+            self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
+        else:
+            self.num_late_records_dropped += 1
 
     def _process_plain_event_time(self, value: Any, timestamp: int | None) -> None:
         """`_process_element` for the most common windows, with the default EventTimeTrigger
@@ -174,10 +195,7 @@ class WindowOperator(StreamOperator):
             if lateness:
                 register(EVENT, min(end + lateness, MAX_WATERMARK), window)
         if skipped and self._is_element_late(timestamp):
-            if self.spec.late_data_tag is not None:
-                self.side_outputs.collect(self.spec.late_data_tag, value, timestamp)
-            else:
-                self.num_late_records_dropped += 1
+            self.late_element(value, timestamp)
 
     def _act(self, result: Any, window: Any, state_window: Any) -> None:
         if result.is_fire():
@@ -209,14 +227,19 @@ class WindowOperator(StreamOperator):
         inputs = self.contents.inputs(state_window, evictor, self.clock_ctx)
         if inputs is None:
             return  # an empty window does not fire (as in Flink)
+        self.emit_window(window, inputs)
+        self.contents.after_fire(state_window, evictor, self.clock_ctx)
+
+    def emit_window(self, window: Any, inputs: list[Any]) -> None:
+        """The window function on `inputs`; its outputs carry the window's max timestamp."""
         ctx = self.window_ctx
         ctx._set_window(window)
         produced = self.spec.function(self.keyed_backend.current_key, window, ctx, inputs)
-        self.contents.after_fire(state_window, evictor, self.clock_ctx)
         if produced is not None:
-            before = len(self._out)
-            self._out.extend(produced)
-            self._out_ts.extend([window.max_timestamp()] * (len(self._out) - before))
+            out = self._out
+            before = len(out)
+            out.extend(produced)
+            self._out_ts.extend([window.max_timestamp()] * (len(out) - before))
 
     def _on_timer(self, window: Any, timestamp: int, domain: TimeDomain) -> None:
         """A timer of `window` fired, with the timer's key current."""
@@ -242,10 +265,14 @@ class WindowOperator(StreamOperator):
         ctx = self.trigger_ctx
         ctx.window = window
         self.trigger.clear(window, ctx)
-        self.window_ctx._set_window(window)
-        self.spec.function.clear(self.window_ctx)
+        self.clear_window_function(window)
         if self.merging is not None:
             self.merging.retire_window(window)
+
+    def clear_window_function(self, window: Any) -> None:
+        """`window` is gone: ProcessWindowFunction.clear(context)."""
+        self.window_ctx._set_window(window)
+        self.spec.function.clear(self.window_ctx)
 
     def _flush(self) -> None:
         if self._out:
@@ -289,12 +316,22 @@ class WindowOperator(StreamOperator):
             self.timers.delete(*timer, window)
 
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False) -> Any:
-        self.contents.on_snapshot()  # before the keyed snapshot shares the accumulators
+        # before the keyed snapshot shares the accumulators
+        (self.contents if self.sliced is None else self.sliced).on_snapshot()
         return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def on_watermark(self, watermark: int) -> None:
-        self.timers.advance_watermark(watermark)
+        if self.sliced is None:
+            self.timers.advance_watermark(watermark)
+        else:
+            self.sliced.advance(watermark)
+            self._flush()
 
     def finish(self) -> None:
-        self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
+        if self.sliced is None:
+            self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
+        else:  # only event-time timers: the end of input fires them all
+            self.timers.internal.quiesced = True
+            self.sliced.advance(MAX_WATERMARK)
+            self._flush()
         super().finish()

@@ -19,17 +19,13 @@ from tidegate.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-
-_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset})
+from tidegate.state.immutable import is_immutable
 
 
 def private_copy(value: Any) -> Any:
     """`value`, or a deep copy of it if a function could change it in place (values in state
     must not change while a snapshot holds them)."""
-    t = type(value)
-    if t in _IMMUTABLE or (t is tuple and all(type(v) in _IMMUTABLE for v in value)):
-        return value
-    return copy.deepcopy(value)
+    return value if is_immutable(value) else copy.deepcopy(value)
 
 
 def _call(function: Any, method: str) -> Callable[..., Any]:

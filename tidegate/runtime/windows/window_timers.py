@@ -9,6 +9,11 @@ looked up there and `on_timer(window, timestamp, domain)` runs for each of its w
 An in-memory set of the registered `(domain, timestamp, key, window)` (rebuilt from the state
 after a restore) answers "already registered?" without reading the state: most elements
 register the timers their window already has.
+
+Sliced windows (slicing.py) know their window from a timer's timestamp: with `derived`, the
+timer service calls `derived(timestamp, domain)` instead, the map is not written, and
+`pop_event_timers` hands a watermark's due timers to the caller in one list (entries of the
+map restored from a checkpoint of the per-window operator are removed as their timers fire).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from tidegate.state.descriptors import MapStateDescriptor
 WINDOW_TIMERS_STATE = "__window_timers__"
 
 OnTimer = Callable[[Any, int, TimeDomain], None]
-_VALUES = {d: d.value for d in TimeDomain}
+#: compared by identity (an Enum's `.value` and hash are Python-level calls)
+_EVENT = TimeDomain.EVENT_TIME
 
 
 class WindowTimers:
@@ -31,9 +37,11 @@ class WindowTimers:
     def __init__(
         self,
         backend: Any,
-        on_timer: OnTimer,
+        on_timer: OnTimer | None,
         flush: Callable[[], None],
         clock: Callable[[], int] = processing_time_ms,
+        *,
+        derived: Callable[[int, TimeDomain], None] | None = None,
     ) -> None:
         self._on_timer = on_timer
         self._flush = flush
@@ -43,11 +51,11 @@ class WindowTimers:
         for key, timers in backend.entries(WINDOW_TIMERS_STATE):
             for (domain, timestamp), windows in timers.items():
                 self._registered.update((domain, timestamp, key, w) for w in windows)
-        self.internal = InternalTimerService(backend, self._fire, clock)
+        self.internal = InternalTimerService(backend, derived or self._fire, clock)
         self.internal.restore()
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        d = _VALUES[domain]
+        d = 0 if domain is _EVENT else 1
         timer = (d, timestamp, self._backend.current_key, window)
         if timer in self._registered:
             return
@@ -57,7 +65,7 @@ class WindowTimers:
         self.internal.register(domain, timestamp)
 
     def delete(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
-        d = _VALUES[domain]
+        d = 0 if domain is _EVENT else 1
         timer = (d, timestamp, self._backend.current_key, window)
         if timer not in self._registered:
             return
@@ -72,13 +80,27 @@ class WindowTimers:
             self.internal.delete(domain, timestamp)
 
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
-        key = (_VALUES[domain], timestamp)
+        key = (0 if domain is _EVENT else 1, timestamp)
         windows = self._windows.get(key) or ()
         self._windows.remove(key)  # same step as the timer service's removal: fires once
         current = self._backend.current_key
         self._registered.difference_update((*key, current, w) for w in windows)
         for window in windows:
             self._on_timer(window, timestamp, domain)
+
+    def pop_event_timers(self, watermark: int) -> list[tuple[int, Any]]:
+        """The derived timers due at `watermark`, `(timestamp, key)` in firing order, for the
+        caller to fire (InternalTimerService.pop_event_timers)."""
+        due = self.internal.pop_event_timers(watermark)
+        if self._registered and due:  # restored entries of the window map
+            backend, windows, registered = self._backend, self._windows, self._registered
+            for timestamp, key in due:
+                backend.current_key = key
+                entry = windows.get((0, timestamp))
+                if entry is not None:
+                    windows.remove((0, timestamp))
+                    registered.difference_update((0, timestamp, key, w) for w in entry)
+        return due
 
     # the task's hooks (ChainTimers) and the operator's -----------------------------------------
     def fire_processing_timers(self) -> None:

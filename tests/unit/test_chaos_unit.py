@@ -5,13 +5,18 @@ driven by scripted sites and messages, how a run moves a job's sinks and checkpo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 
 import pytest
 from click.testing import CliRunner
 
 from tidegate.cli import cli
+from tidegate.cli.chaos import _latest_completed
 from tidegate.cli.chaos_report import (
     committed_records,
     compare_records,
@@ -23,7 +28,7 @@ from tidegate.common import Encoder
 from tidegate.datastream import StreamExecutionEnvironment
 from tidegate.datastream.connectors.file_system import FileSink
 from tidegate.datastream.connectors.number_seq import NumberSequenceSource
-from tidegate.deploy.chaos import ChaosRun, ChaosSettings
+from tidegate.deploy.chaos import ChaosRun, ChaosSettings, load_plan
 from tidegate.runtime import faults
 from tidegate.runtime.faults import (
     Fault,
@@ -35,11 +40,16 @@ from tidegate.runtime.faults import (
     FaultyOperatorFactory,
     InjectedFault,
     Site,
+    due_driver_restart,
+    executor_jvm,
     fail_metadata_write,
+    log_fault,
     plan_faults,
     read_fault_log,
 )
+from tidegate.runtime.gate import InputGate
 from tidegate.runtime.messages import NotifyCheckpointComplete
+from tidegate.runtime.network import SlotNetwork
 
 ALL_SLOTS = dict.fromkeys(FaultKind, 2)
 
@@ -67,22 +77,46 @@ def test_a_bad_schedule_says_what_is_accepted(text):
 def test_the_plan_is_reproducible_and_uses_every_kind_before_any_twice():
     schedule = FaultSchedule.parse("every:2")
     kinds = tuple(FaultKind)
-    plan = plan_faults(schedule, kinds, 10, 42, ALL_SLOTS, 1.0)
-    assert plan == plan_faults(schedule, kinds, 10, 42, ALL_SLOTS, 1.0)
-    assert plan != plan_faults(schedule, kinds, 10, 43, ALL_SLOTS, 1.0)
-    assert [f.checkpoint_id for f in plan] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    n = 2 * len(kinds)
+    plan = plan_faults(schedule, kinds, n, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert plan == plan_faults(schedule, kinds, n, 42, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert plan != plan_faults(schedule, kinds, n, 43, ALL_SLOTS, 1.0, timeout_s=5.0)
+    assert [f.checkpoint_id for f in plan] == list(range(2, 2 * n + 1, 2))
     assert Counter(f.kind for f in plan[: len(kinds)]) == Counter(kinds)
     for fault in plan:
         assert fault.slot in (0, 1)
-        if fault.kind is FaultKind.EXCEPTION:
+        delayed = (FaultKind.EXCEPTION, FaultKind.SLOW, FaultKind.DISCONNECT)
+        if fault.kind in (*delayed, FaultKind.EXECUTOR_LOSS):
             assert 0.1 <= fault.delay_s <= 0.9
         elif fault.kind is not FaultKind.KILL:
             assert fault.delay_s is None
+        if fault.kind is FaultKind.SLOW:  # 3 to 6 checkpoint intervals
+            assert 3.0 <= fault.duration_s <= 6.0
+        elif fault.kind is FaultKind.STORAGE_HANG:  # outlasts the checkpoint timeout
+            assert fault.duration_s == 10.0
+        else:
+            assert fault.duration_s is None
+
+
+def test_a_stall_lasts_at_least_a_second_and_a_hang_twice_the_checkpoint_timeout():
+    schedule = FaultSchedule.parse("every:1")
+    kinds = [FaultKind.SLOW, FaultKind.STORAGE_HANG]
+    plan = plan_faults(schedule, kinds, 6, 9, ALL_SLOTS, 0.1, timeout_s=3.0)
+    assert {f.duration_s for f in plan if f.kind is FaultKind.SLOW} == {1.0}
+    assert {f.duration_s for f in plan if f.kind is FaultKind.STORAGE_HANG} == {6.0}
+    assert Fault(FaultKind.SLOW, 2, 1, 0.25, 1.5).describe() == (
+        "slow in slot 1 stalled 1.50s 0.25s after checkpoint 2 completed"
+    )
+    assert Fault(FaultKind.STORAGE_HANG, 4, 0, None, 6.0).describe(5) == (
+        "storage-hang in slot 0 writing a state file of checkpoint 5 (blocked up to 6.00s)"
+    )
 
 
 def test_faults_go_to_slots_that_have_their_site():
     slots = ALL_SLOTS | {FaultKind.COMMIT: 1}
-    plan = plan_faults(FaultSchedule.parse("every:1"), [FaultKind.COMMIT], 20, 3, slots, 1.0)
+    plan = plan_faults(
+        FaultSchedule.parse("every:1"), [FaultKind.COMMIT], 20, 3, slots, 1.0, timeout_s=5.0
+    )
     assert {f.slot for f in plan} == {0}
 
 
@@ -155,7 +189,7 @@ def test_an_exception_is_armed_after_its_checkpoint_completed(tmp_path):
     arm = inj._arm
     inj._arm = lambda fault, at: (arm(fault, at), armed.set())
     inj.on_message(NotifyCheckpointComplete(4))
-    assert inj.armed is None
+    assert inj.armed == []
     inj.on_message(NotifyCheckpointComplete(5))
     assert armed.wait(5.0), "the exception was not armed"
     with pytest.raises(InjectedFault, match=r"exception in slot 0 0\.00s after checkpoint 5"):
@@ -178,7 +212,7 @@ def test_a_user_functions_operator_raises_the_armed_exception_before_a_batch(tmp
     try:
         operator = FaultyOperatorFactory(Operator)()
         operator.process_batch([1, 2])
-        inj.armed = Fault(FaultKind.EXCEPTION, 1, 0, 0.5)
+        inj.armed = [(Fault(FaultKind.EXCEPTION, 1, 0, 0.5), 1)]
         with pytest.raises(InjectedFault):
             operator.process_batch([3])
         operator.process_batch([4])
@@ -203,6 +237,137 @@ def test_a_storage_write_fault_fails_a_file_of_its_checkpoint_with_eio(tmp_path)
     finally:
         faults.uninstall()
     assert [e["kind"] for e in read_fault_log(plan.log_path)] == ["storage-write"]
+
+
+def test_a_storage_hang_blocks_the_write_until_its_slot_ends_then_fails_unwritten(tmp_path):
+    plan = FaultPlan(
+        (Fault(FaultKind.STORAGE_HANG, 2, 0, None, 60.0),), str(tmp_path / "faults.jsonl")
+    )
+    faults.install(plan, 0, 0)
+    storage = FaultyCheckpointStorage(str(tmp_path / "chk"), "job", generation=1)
+    artifact = storage.create_artifact(storage.checkpoint_dir(2), "op-0", ".state")
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            artifact.write(b"never written")
+        except OSError as e:
+            errors.append(e)
+
+    writer = threading.Thread(target=write)
+    try:
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive(), "the write did not hang"
+        # logged when the hang began (the checkpoint's timeout comes while it blocks)
+        assert [e["kind"] for e in read_fault_log(plan.log_path)] == ["storage-hang"]
+    finally:
+        faults.uninstall()  # the slot ended: the hung write gives up at once
+    writer.join(5.0)
+    assert not writer.is_alive()
+    assert "injected a checkpoint storage write failure: storage-hang" in str(errors[0])
+    artifact.close()
+    directory = storage.checkpoint_dir(2)
+    assert [os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)] == [0]
+
+
+def test_a_storage_hang_ends_by_itself_after_its_duration(tmp_path):
+    plan = FaultPlan(
+        (Fault(FaultKind.STORAGE_HANG, 1, 0, None, 0.3),), str(tmp_path / "faults.jsonl")
+    )
+    faults.install(plan, 0, 0)
+    try:
+        storage = FaultyCheckpointStorage(str(tmp_path / "chk"), "job", generation=1)
+        artifact = storage.create_artifact(storage.checkpoint_dir(3), "op-0", ".state")
+        started = time.monotonic()
+        with pytest.raises(OSError, match=r"blocked up to 0\.30s"):
+            artifact.write(b"late")
+        assert 0.3 <= time.monotonic() - started < 5.0
+    finally:
+        faults.uninstall()
+
+
+def armed_after(inj: FaultInjector, checkpoint_id: int, count: int) -> None:
+    """Complete `checkpoint_id` and wait until `count` faults are armed."""
+    inj.on_message(NotifyCheckpointComplete(checkpoint_id))
+    deadline = time.monotonic() + 5.0
+    while len(inj.armed) < count:
+        assert time.monotonic() < deadline, "the faults were not armed"
+        time.sleep(0.01)
+
+
+def test_a_slow_fault_stalls_the_next_batch_and_fails_nothing(tmp_path):
+    inj = injector(
+        tmp_path,
+        Fault(FaultKind.SLOW, 2, 0, delay_s=0.0, duration_s=0.4),
+        Fault(FaultKind.EXCEPTION, 2, 0, delay_s=0.0),
+    )
+    armed_after(inj, 2, 2)
+    started = time.monotonic()
+    # both due before one batch: the stall first, then the exception
+    with pytest.raises(InjectedFault, match="exception in slot 0"):
+        inj.fire_armed()
+    assert time.monotonic() - started >= 0.4
+    assert [e["kind"] for e in read_fault_log(inj.log_path)] == ["slow", "exception"]
+    inj.fire_armed()  # spent
+
+
+def test_a_slow_fault_is_not_a_failure_to_recover_from():
+    log = [
+        {"event": "running", "attempt": 0, "slot": 0, "time": 1.0},
+        {"event": "fault", "attempt": 0, "slot": 0, "time": 5.0, "kind": "slow"},
+        {"event": "fault", "attempt": 0, "slot": 0, "time": 9.0, "kind": "disconnect"},
+        {"event": "running", "attempt": 1, "slot": 0, "time": 10.0},
+        {"event": "fault", "attempt": 1, "slot": 0, "time": 12.0, "kind": "slow"},
+    ]
+    assert recovery_times(log) == [1.0]
+
+
+def test_a_disconnect_shuts_an_outgoing_data_connection_so_the_next_send_fails(tmp_path):
+    gates = {7: InputGate(16)}
+    receiver = SlotNetwork(1, b"secret", "127.0.0.1", gates, {}, 30.0)
+    sender = SlotNetwork(0, b"secret", "127.0.0.1", {}, {}, 30.0)
+    try:
+        transport = sender.transport(1, 7, {1: receiver.address})
+        transport.send(0, [1, 2])
+        assert gates[7].get(5.0) == (False, (0, [1, 2]))
+        plan = FaultPlan(
+            (Fault(FaultKind.DISCONNECT, 3, 0, delay_s=0.0),), str(tmp_path / "faults.jsonl")
+        )
+        inj = FaultInjector(plan, 0, attempt=1, network=sender)
+        assert sender.remote_peers() == [(1, 7)]
+        inj.on_message(NotifyCheckpointComplete(3))
+        deadline = time.monotonic() + 5.0
+        while not read_fault_log(plan.log_path):
+            assert time.monotonic() < deadline, "no disconnect"
+            time.sleep(0.01)
+        with pytest.raises(OSError):
+            for _ in range(100):  # the shutdown may race the first send after it
+                transport.send(0, [3])
+                time.sleep(0.01)
+        log = read_fault_log(plan.log_path)
+        assert [(e["kind"], e["at_checkpoint"]) for e in log] == [("disconnect", 3)]
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_a_disconnect_waits_for_a_slot_with_a_connection_to_another_slot(tmp_path):
+    gates = {7: InputGate(16)}
+    alone = SlotNetwork(0, b"secret", "127.0.0.1", gates, {}, 30.0)
+    try:
+        alone.transport(0, 7, {})  # to itself: no connection to drop
+        plan = FaultPlan(
+            (Fault(FaultKind.DISCONNECT, 1, 0, delay_s=0.0),), str(tmp_path / "faults.jsonl")
+        )
+        inj = FaultInjector(plan, 0, attempt=0, network=alone)
+        inj.on_message(NotifyCheckpointComplete(1))
+        for timer in inj._timers:
+            timer.join(5.0)
+        assert read_fault_log(plan.log_path) == []
+        assert inj._pending == list(plan.faults)  # due again at the next checkpoint
+    finally:
+        alone.close()
 
 
 # a run: sinks and checkpoints moved -----------------------------------------------------------
@@ -242,11 +407,57 @@ def test_a_run_moves_sinks_and_checkpoints_and_plans_its_faults(monkeypatch, tmp
     assert spec.restart_strategy.restart_attempts == 4 + 3
     assert [f.checkpoint_id for f in spec.faults.faults] == [2, 4, 6, 8]
     assert {f.kind for f in spec.faults.faults} == {FaultKind.EXCEPTION, FaultKind.COMMIT}
+    assert load_plan(str(tmp_path)) == spec.faults  # for the harness's driver restarts
     wrapped = [
         op.name for v in spec.graph.vertices.values() for op in v.operators
         if isinstance(op.factory, FaultyOperatorFactory)
     ]  # fmt: skip
     assert wrapped == ["Map"]
+
+
+def test_storage_hangs_shorten_the_checkpoint_timeout_and_slow_faults_wrap_user_functions(
+    monkeypatch, tmp_path
+):
+    settings = ChaosSettings(str(tmp_path), ("storage-hang", "slow"), 2, 1, "every:1")
+    spec = chaos_job_spec(monkeypatch, ChaosRun(settings))
+    # the job's 10 min: a hang would last 20; 10 intervals of 500 ms
+    assert spec.checkpoint.timeout_ms == 5000
+    hang = next(f for f in spec.faults.faults if f.kind is FaultKind.STORAGE_HANG)
+    assert hang.duration_s == 10.0
+    wrapped = [
+        op.name for v in spec.graph.vertices.values() for op in v.operators
+        if isinstance(op.factory, FaultyOperatorFactory)
+    ]  # fmt: skip
+    assert wrapped == ["Map"]
+    without = ChaosSettings(str(tmp_path), ("slow",), 2, 1, "every:1")
+    assert chaos_job_spec(monkeypatch, ChaosRun(without)).checkpoint.timeout_ms == 600_000
+
+
+def test_executor_loss_is_refused_where_the_executors_run_in_the_drivers_jvm(monkeypatch, tmp_path):
+    settings = ChaosSettings(str(tmp_path), ("executor-loss",), 1, 1, "every:1")
+    with pytest.raises(ValueError, match=r"executor-loss fault needs executors apart from the"):
+        chaos_job_spec(monkeypatch, ChaosRun(settings))
+
+
+def test_the_executor_jvm_above_a_slot_is_found_by_its_command_line():
+    # a process named like an executor JVM, whose child (as a slot is) looks it up
+    child = (
+        "from tidegate.runtime.faults import executor_jvm; import os; "
+        "print(executor_jvm(os.getpid()))"
+    )
+    parent = (
+        "import subprocess, sys; "
+        f"r = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True); "
+        "import os; print(os.getpid(), r.stdout.strip(), r.stderr[-300:])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent, "CoarseGrainedExecutorBackend"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    parent_pid, found, *_ = done.stdout.split()
+    assert found == parent_pid, done.stdout + done.stderr
+    assert executor_jvm(os.getpid()) is None  # pytest runs under no executor
 
 
 def test_the_reference_run_plans_no_faults(monkeypatch, tmp_path):
@@ -367,6 +578,62 @@ def test_the_summary_counts_faults_restarts_and_records():
     assert "faults injected        2 of 3 planned" in text
     assert "sink 0 'Sink: FileSink' (uid out): DIFFERENT" in text
     assert "  duplicated: a" in text
+
+
+def test_a_driver_restart_is_due_once_its_checkpoint_completed(tmp_path):
+    plan = FaultPlan(
+        (Fault(FaultKind.DRIVER_RESTART, 3, 0), Fault(FaultKind.KILL, 2, 0)),
+        str(tmp_path / "faults.jsonl"),
+    )
+    assert due_driver_restart(plan, [], None) is None
+    assert due_driver_restart(plan, [], 2) is None
+    fault = due_driver_restart(plan, [], 4)  # 3 may have failed: the next completed one
+    assert fault == plan.faults[0]
+    log_fault(plan, fault, attempt=1, at=4)
+    log = read_fault_log(plan.log_path)
+    assert [(e["kind"], e["driver"], e["attempt"], e["at_checkpoint"]) for e in log] == [
+        ("driver-restart", 0, 1, 4)
+    ]
+    assert due_driver_restart(plan, log, 9) is None  # once
+    assert fault.describe(4) == (
+        "driver-restart on the driver killed (SIGKILL) after checkpoint 4 completed, started again"
+    )
+
+
+def test_recovery_from_a_driver_restart_runs_to_the_new_drivers_first_attempt():
+    def running(driver, attempt, at):
+        return {"event": "running", "driver": driver, "attempt": attempt, "slot": 0, "time": at}
+
+    log = [
+        running(0, 0, 1.0),
+        {"event": "fault", "kind": "commit", "driver": 0, "attempt": 0, "slot": 0, "time": 2.0},
+        running(0, 1, 3.0),
+        {"event": "fault", "kind": "driver-restart", "driver": 0, "attempt": 1, "time": 5.0,
+         "slot": 0},
+        running(1, 0, 9.0),
+    ]  # fmt: skip
+    assert recovery_times(log) == [1.0, 4.0]
+    job = {"restarts": 1, "checkpoints_completed": 3, "checkpoints_failed": 0, "planned_faults": []}
+    sink = {"index": 0, "name": "s", "uid": None, "path": "-", "ordered": True}
+    outputs = [(["a", "b"], ["b", "a"])]
+    summary = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, log, outputs)
+    # the last driver's restart, the killed driver's own, and the kill
+    assert summary.restarts == 3
+    # the new driver's part files do not sort after the old one's: the order is not compared
+    assert summary.sinks[0].equal
+    without_restart = summarize({"sinks": [sink]}, {"sinks": [sink], "jobs": [job]}, [], outputs)
+    assert without_restart.sinks[0].reordered_at == 0
+
+
+def test_the_harness_finds_the_latest_completed_checkpoint(tmp_path):
+    assert _latest_completed(str(tmp_path)) is None
+    for checkpoint, metadata in (("chk-9", True), ("chk-10", True), ("chk-11", False)):
+        directory = tmp_path / "job-a" / checkpoint
+        directory.mkdir(parents=True)
+        if metadata:
+            (directory / "_metadata").write_bytes(b"x")
+    (tmp_path / "job-a" / "shared").mkdir()
+    assert _latest_completed(str(tmp_path)) == (str(tmp_path / "job-a"), 10)
 
 
 def test_bad_kinds_and_schedules_are_usage_errors(tmp_path):
