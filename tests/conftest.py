@@ -57,6 +57,7 @@ SLOW: dict[str, set[str]] = {
         "test_chaos_finds_both_planted_bugs_and_passes_the_sink_beside_them",
         "test_chaos_a_hung_storage_write_and_a_driver_restart_keep_exactly_once",
     },
+    "e2e/test_soak.py": {"test_soak_quick_loses_and_duplicates_nothing"},
     "e2e/test_cli_run.py": {
         "test_a_failed_job_is_resumed_from_its_checkpoint_with_exactly_once_output",
         "test_a_failing_function_is_located_in_the_script_with_the_oldest_cloudpickle_allowed",

@@ -12,7 +12,13 @@ from tidegate.checkpoint.metadata import (
     OperatorMetadata,
 )
 from tidegate.checkpoint.storage import CheckpointStorage
-from tidegate.checkpoint.sweep import UNREADABLE, SweepPlan, plan_sweep, sweep_job_dir
+from tidegate.checkpoint.sweep import (
+    UNREADABLE,
+    SweepPlan,
+    plan_job_dir_sweep,
+    plan_sweep,
+    sweep_job_dir,
+)
 from tidegate.state.handles import (
     ChannelStateHandle,
     IncrementalFile,
@@ -40,6 +46,14 @@ def test_the_plan_deletes_unfinished_checkpoints_and_unreferenced_files_only():
         files=("chk-1/_metadata.tmp-1234", "chk-1/op-1-g1-bb.state", "shared/2.sst"),
     )
     assert not plan_sweep(["chk-1/_metadata", "chk-1/op-0-g1-aa.state", "shared/1.sst"], references)
+
+
+def test_the_plan_deletes_an_empty_unfinished_checkpoint_directory():
+    # a discard of chk-3 raced a writer of the failed attempt, which then deleted its partial
+    # file: an empty chk-3 is left, which no file in the listing shows
+    files = ["chk-1/_metadata", "chk-1/a.state"]
+    plan = plan_sweep(files, {"chk-1": frozenset({"chk-1/a.state"})}, ["chk-1", "chk-3"])
+    assert plan == SweepPlan(directories=("chk-3",))
 
 
 def test_an_unreadable_metadata_keeps_its_checkpoint_and_every_shared_file():
@@ -84,16 +98,26 @@ def test_a_sweep_of_a_job_directory_keeps_what_completed_checkpoints_reference(t
     left = ["chk-4/op-1-g1-dd.state", "chk-5/op-0-g1-ee.state", "shared/2.sst"]
     for path in kept + left:
         _write(storage, path)
+    os.makedirs(storage.checkpoint_dir(6))  # empty: a discard raced a writer
     storage.write_metadata(storage.checkpoint_dir(4), metadata)
+
+    listed = storage.list_files()
+    planned = plan_job_dir_sweep(storage)  # what a sweep would delete; deletes nothing
+    assert storage.list_files() == listed
 
     plan = sweep_job_dir(storage)
 
-    assert plan == SweepPlan(
-        directories=("chk-5",), files=("chk-4/op-1-g1-dd.state", "shared/2.sst")
+    assert (
+        plan
+        == planned
+        == SweepPlan(
+            directories=("chk-5", "chk-6"), files=("chk-4/op-1-g1-dd.state", "shared/2.sst")
+        )
     )
     remaining = storage.list_files()
     assert all(path in remaining for path in kept)
     assert not any(path in remaining for path in left)
     assert not os.path.exists(storage.checkpoint_dir(5))
+    assert not os.path.exists(storage.checkpoint_dir(6))
     assert storage.read_metadata(storage.checkpoint_dir(4)) == metadata
     assert not sweep_job_dir(storage)  # nothing left to sweep

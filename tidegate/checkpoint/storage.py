@@ -262,14 +262,20 @@ class CheckpointStorage:
         """The completed checkpoints (chk-<n> directories holding `_metadata`), by id."""
         return _completed_checkpoints(self.fs, self._fs_path(self.job_dir), self.job_dir)
 
-    def highest_checkpoint_id(self) -> int:
-        """The highest n of any chk-<n> directory in the job directory, completed or not (0 if
-        there is none): a new checkpoint must not reuse an existing directory."""
+    def checkpoint_dir_names(self) -> list[str]:
+        """The names of the chk-<n> entries of the job directory, completed or not, empty ones
+        too ([] if there is no job directory)."""
         try:
             names = self.fs.ls(self._fs_path(self.job_dir), detail=False)
         except FileNotFoundError:
-            return 0
-        found = (_CHK_DIR.fullmatch(posixpath.basename(n.rstrip("/"))) for n in names)
+            return []
+        names = (posixpath.basename(n.rstrip("/")) for n in names)
+        return sorted(n for n in names if _CHK_DIR.fullmatch(n))
+
+    def highest_checkpoint_id(self) -> int:
+        """The highest n of any chk-<n> directory in the job directory, completed or not (0 if
+        there is none): a new checkpoint must not reuse an existing directory."""
+        found = (_CHK_DIR.fullmatch(n) for n in self.checkpoint_dir_names())
         return max((int(m.group(1)) for m in found if m), default=0)
 
     def verify_writable(self) -> None:

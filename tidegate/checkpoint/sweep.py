@@ -55,12 +55,18 @@ class SweepPlan:
         return bool(self.directories or self.files)
 
 
-def plan_sweep(files: Iterable[str], references: Mapping[str, frozenset[str] | None]) -> SweepPlan:
+def plan_sweep(
+    files: Iterable[str],
+    references: Mapping[str, frozenset[str] | None],
+    checkpoint_dirs: Iterable[str] = (),
+) -> SweepPlan:
     """What to delete of a job directory holding `files` (relative paths, e.g.
-    `chk-3/op-0-g1-ab.state`, `shared/x.sst`), whose `chk-<n>` directories with a `_metadata`
-    are the keys of `references`, each with the job-directory-relative files it references
-    (UNREADABLE: its `_metadata` could not be read)."""
-    directories: set[str] = set()
+    `chk-3/op-0-g1-ab.state`, `shared/x.sst`) and the `checkpoint_dirs` (`chk-<n>` names, with
+    the empty ones: a discard that raced a failed attempt's writer, which then deleted its
+    partial file, leaves one), whose `chk-<n>` directories with a `_metadata` are the keys of
+    `references`, each with the job-directory-relative files it references (UNREADABLE: its
+    `_metadata` could not be read)."""
+    directories = {d for d in checkpoint_dirs if _CHK_DIR.fullmatch(d) and d not in references}
     orphans: list[str] = []
     referenced = frozenset().union(*(r for r in references.values() if r is not UNREADABLE))
     shared_known = UNREADABLE not in references.values()
@@ -102,9 +108,9 @@ def referenced_files(
     return frozenset(found)
 
 
-def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
-    """Delete what `plan_sweep` finds in `storage`'s job directory; returns the plan. A file
-    that cannot be deleted is logged and left (the next sweep tries again)."""
+def plan_job_dir_sweep(storage: CheckpointStorage) -> SweepPlan:
+    """What a sweep of `storage`'s job directory would delete (`plan_sweep` over its listing
+    and its completed checkpoints' references); deletes nothing."""
     job_dir = storage.job_dir.rstrip("/")
     files = storage.list_files()
     references: dict[str, frozenset[str] | None] = {}
@@ -119,7 +125,14 @@ def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
                 references[top] = UNREADABLE
                 continue
             references[top] = referenced_files(metadata, checkpoint_dir, job_dir)
-    plan = plan_sweep(files, references)
+    return plan_sweep(files, references, storage.checkpoint_dir_names())
+
+
+def sweep_job_dir(storage: CheckpointStorage) -> SweepPlan:
+    """Delete what `plan_job_dir_sweep` finds in `storage`'s job directory; returns the plan.
+    A file that cannot be deleted is logged and left (the next sweep tries again)."""
+    job_dir = storage.job_dir.rstrip("/")
+    plan = plan_job_dir_sweep(storage)
     for directory in plan.directories:
         _best_effort(storage.discard_checkpoint_dir, f"{job_dir}/{directory}")
     for file in plan.files:
