@@ -266,14 +266,16 @@ def kill_slots(client, kills: int, after_checkpoints: int = 1) -> threading.Thre
 
 
 def check_restarts(client, *, kills: int, exceptions: Collection[int] = (0,)) -> None:
-    """The job restarted exactly once per injected fault and for nothing else: each recorded
-    failure is an InjectedFailure or one of the `kills` slots killed (or stopped), and the number of
-    InjectedFailures that fired is one of `exceptions` (a schedule of exceptions per attempt
-    can lose one to a kill that ends the attempt first)."""
+    """The job restarted once per failure and failed only by the injected faults: each recorded
+    failure is an InjectedFailure or one of the `kills` slots killed (or stopped), and the number
+    of InjectedFailures that fired is one of `exceptions`. A fault may land in an attempt another
+    one is already ending, which then records one failure for both: a schedule of exceptions
+    per attempt can lose one to a kill, and a kill can be absorbed by an exception."""
     failures = client.jobmaster.stats.timeline.failures()
     fired = sum("InjectedFailure" in f.message + f.detail for f in failures)
     summary = [(f.attempt, f.name, f.message[:120]) for f in failures]
-    assert client.jobmaster.stats.restarts == len(failures) == fired + kills, summary
+    assert client.jobmaster.stats.restarts == len(failures), summary
+    assert 0 <= len(failures) - fired <= kills, summary  # the others: the kills
     assert fired in exceptions, (fired, summary)
 
 
