@@ -177,6 +177,26 @@ def test_reading_metadata_of_an_incomplete_checkpoint_says_it_did_not_complete(s
 # ------------------------------------------------------------------ listing and discarding
 
 
+def test_a_discard_that_races_a_writer_leaves_the_directory_with_a_warning(
+    storage, monkeypatch, caplog
+):
+    directory = storage.create_checkpoint_dir(3)
+
+    def rm_failing_with(code):
+        def rm(path, recursive=False):
+            raise OSError(code, os.strerror(code), path)
+
+        return rm
+
+    # a writer added a file after rm listed the directory
+    monkeypatch.setattr(storage.fs, "rm", rm_failing_with(errno.ENOTEMPTY))
+    storage.discard_checkpoint_dir(directory)
+    assert "left behind: a file was written into it meanwhile" in caplog.text
+    monkeypatch.setattr(storage.fs, "rm", rm_failing_with(errno.EACCES))
+    with pytest.raises(PermissionError):  # any other failure is the caller's
+        storage.discard_checkpoint_dir(directory)
+
+
 @pytest.mark.parametrize("fixture", ["storage", "memory_storage"])
 def test_only_checkpoints_with_metadata_are_listed_in_id_order(fixture, request):
     storage: CheckpointStorage = request.getfixturevalue(fixture)

@@ -27,7 +27,6 @@ Threading: acks and declines arrive on server threads while timers fire on the s
 from __future__ import annotations
 
 import enum
-import errno
 import logging
 import threading
 from collections import OrderedDict
@@ -409,11 +408,6 @@ class CheckpointCoordinator:
         # A failing hook or listener must not leave the coordinator half-updated.
         try:
             fn(*args)
-        except OSError as e:
-            if e.errno != errno.ENOTEMPTY:
-                log.exception("checkpoint coordinator: %s failed", what)
-            else:  # a writer of a failed attempt still adding a file: the next sweep takes it
-                log.warning("checkpoint coordinator: %s left a directory behind (%s)", what, e)
         except Exception:
             log.exception("checkpoint coordinator: %s failed", what)
 

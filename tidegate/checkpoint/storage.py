@@ -232,14 +232,22 @@ class CheckpointStorage:
 
         Refuses paths outside this job's directory: this is a recursive delete. A fenced
         storage raises FencedWriterError once a newer generation took over (the newer one may
-        be restoring from that very checkpoint).
+        be restoring from that very checkpoint). A file a writer of a failed attempt adds while
+        the directory is deleted leaves it behind, with a warning: the orphan sweep of the
+        next attempt takes it (checkpoint/sweep.py).
         """
         fs_path = self._fs_path(path).rstrip("/")
         if not fs_path.startswith(self._fs_path(self.job_dir).rstrip("/") + "/"):
             raise ValueError(f"refusing to delete {path}: it is not inside {self.job_dir}")
         self.check_fence(f"delete {path}")
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.fs.rm(fs_path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise
+            log.warning("%s was left behind: a file was written into it meanwhile (%s)", path, e)
 
     def delete_file(self, path: str) -> None:
         """Delete one file (a shared file no checkpoint uses any more); a missing one is fine.
