@@ -12,16 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import re
 import uuid
 
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME
 from tidegate.checkpoint.options import CheckpointOptions, CheckpointType
+from tidegate.checkpoint.storage import CHECKPOINT_DIR
 from tidegate.checkpoint.store import CompletedCheckpoint
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 
 SAVEPOINT_DIR_PREFIX = "savepoint-"
-_CHK_DIR = re.compile(r"chk-\d+")
 
 
 def savepoint_location(base_dir: str, job_id: str) -> str:
@@ -49,7 +48,7 @@ def discard_snapshot_dir(path: str, filesystems: FileSystems = NO_OPTIONS) -> No
     name = posixpath.basename(fs_path)
     looks_like_snapshot = (
         name.startswith(SAVEPOINT_DIR_PREFIX)
-        or _CHK_DIR.fullmatch(name) is not None
+        or CHECKPOINT_DIR.fullmatch(name) is not None
         or fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME))
     )
     if not looks_like_snapshot:

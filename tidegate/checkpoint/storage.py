@@ -41,7 +41,8 @@ from tidegate.state.checksums import ChecksummingWriter
 
 log = logging.getLogger(__name__)
 
-_CHK_DIR = re.compile(r"chk-(\d+)")
+#: a checkpoint directory's name (its id the group)
+CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
 #: stores where one put is atomic (readers see all of the object or none of it)
 _ATOMIC_PUT_PROTOCOLS = frozenset(
     {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory"}
@@ -278,12 +279,12 @@ class CheckpointStorage:
         except FileNotFoundError:
             return []
         names = (posixpath.basename(n.rstrip("/")) for n in names)
-        return sorted(n for n in names if _CHK_DIR.fullmatch(n))
+        return sorted(n for n in names if CHECKPOINT_DIR.fullmatch(n))
 
     def highest_checkpoint_id(self) -> int:
         """The highest n of any chk-<n> directory in the job directory, completed or not (0 if
         there is none): a new checkpoint must not reuse an existing directory."""
-        found = (_CHK_DIR.fullmatch(n) for n in self.checkpoint_dir_names())
+        found = (CHECKPOINT_DIR.fullmatch(n) for n in self.checkpoint_dir_names())
         return max((int(m.group(1)) for m in found if m), default=0)
 
     def verify_writable(self) -> None:
@@ -383,7 +384,7 @@ def checkpoint_candidates(path: str, filesystems: FileSystems = NO_OPTIONS) -> l
     completed = _completed_checkpoints(fs, fs_path, uri)
     if completed:
         return [directory for _, directory in reversed(completed)]
-    if _CHK_DIR.fullmatch(name):
+    if CHECKPOINT_DIR.fullmatch(name):
         raise CheckpointNotFoundError(
             f"{path} holds no {METADATA_FILE_NAME}: that checkpoint did not complete (or was "
             "being discarded). Restore from a completed one, e.g. pass the job directory "
@@ -405,7 +406,7 @@ def _completed_checkpoints(
     found = []
     for entry in entries:
         name = posixpath.basename(entry["name"].rstrip("/"))
-        match = _CHK_DIR.fullmatch(name)
+        match = CHECKPOINT_DIR.fullmatch(name)
         if (
             match
             and entry["type"] == "directory"

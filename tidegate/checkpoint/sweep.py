@@ -23,17 +23,13 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata
+from tidegate.checkpoint.storage import CHECKPOINT_DIR, CheckpointStorage
 from tidegate.state.incremental_handles import SHARED_DIR_NAME, relative_to, resolve
-
-if TYPE_CHECKING:
-    from tidegate.checkpoint.storage import CheckpointStorage
 
 log = logging.getLogger(__name__)
 
-_CHK_DIR = re.compile(r"chk-\d+")
 #: files a checkpoint's writers create in its directory: state, channel state, a `_metadata`
 #: being written
 _CHECKPOINT_FILE = re.compile(r".+\.state|channels-.+\.inflight|_metadata\.tmp-.+")
@@ -66,7 +62,9 @@ def plan_sweep(
     partial file, leaves one), whose `chk-<n>` directories with a `_metadata` are the keys of
     `references`, each with the job-directory-relative files it references (UNREADABLE: its
     `_metadata` could not be read)."""
-    directories = {d for d in checkpoint_dirs if _CHK_DIR.fullmatch(d) and d not in references}
+    directories = {
+        d for d in checkpoint_dirs if CHECKPOINT_DIR.fullmatch(d) and d not in references
+    }
     orphans: list[str] = []
     referenced = frozenset().union(*(r for r in references.values() if r is not UNREADABLE))
     shared_known = UNREADABLE not in references.values()
@@ -74,7 +72,7 @@ def plan_sweep(
         top, _, rest = path.partition("/")
         if not rest:
             continue  # the job directory's own files: the fence's, storage checks, ...
-        if _CHK_DIR.fullmatch(top):
+        if CHECKPOINT_DIR.fullmatch(top):
             if top not in references:
                 directories.add(top)
             elif (
@@ -116,7 +114,7 @@ def plan_job_dir_sweep(storage: CheckpointStorage) -> SweepPlan:
     references: dict[str, frozenset[str] | None] = {}
     for path in files:
         top, _, rest = path.partition("/")
-        if rest == METADATA_FILE_NAME and _CHK_DIR.fullmatch(top):
+        if rest == METADATA_FILE_NAME and CHECKPOINT_DIR.fullmatch(top):
             checkpoint_dir = f"{job_dir}/{top}"
             try:
                 metadata = storage.read_metadata(checkpoint_dir)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from tidegate.checkpoint.errors import (
 )
 from tidegate.checkpoint.metadata import METADATA_FILE_NAME, CheckpointMetadata
 from tidegate.checkpoint.storage import (
+    CHECKPOINT_DIR,
     CheckpointStorage,
     read_checkpoint_metadata,
     resolve_checkpoint_path,
@@ -29,8 +29,6 @@ from tidegate.cli.jobs import address_options, show_job_checkpoints
 from tidegate.cli.verify import report_damage, verification_of, verification_summary
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.handles import StateHandle
-
-_CHK_DIR = re.compile(r"chk-\d+")
 
 
 @click.command("checkpoints")
@@ -107,7 +105,7 @@ def _names_one_checkpoint(path: str) -> bool:
     """A `_metadata` file, a chk-<n> directory, or any directory holding `_metadata`."""
     fs, fs_path = NO_OPTIONS.resolve(path)
     name = posixpath.basename(fs_path.rstrip("/"))
-    if name == METADATA_FILE_NAME or _CHK_DIR.fullmatch(name):
+    if name == METADATA_FILE_NAME or CHECKPOINT_DIR.fullmatch(name):
         return True
     return fs.isfile(posixpath.join(fs_path, METADATA_FILE_NAME))
 
@@ -124,7 +122,7 @@ def find_checkpoints(path: str) -> list[_Found]:
         for e in fs.ls(fs_path, detail=True)
         if e["type"] == "directory"
     ]
-    if any(_CHK_DIR.fullmatch(name) for name in subdirs):
+    if any(CHECKPOINT_DIR.fullmatch(name) for name in subdirs):
         parent, job_id = uri.rsplit("/", 1)
         jobs = [(parent or "/", job_id)]
     else:
