@@ -22,7 +22,7 @@ from typing import Any
 
 from tidegate.formats.base import FormatError
 from tidegate.runtime.faults import InjectedFault
-from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.records import TimestampedBatch, timestamps_of, with_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +84,15 @@ class _Collect:
             self.timestamps.extend(timestamps)
         self.values.extend(records)
 
-    def truncate(self, n: int, n_timestamps: int) -> None:
+    def truncate(self, n: int) -> None:
+        """Back to the first `n` records (an input batch's outputs are all timestamped or none
+        are, so the timestamps run parallel to them)."""
         del self.values[n:]
         if self.timestamps is not None:
-            del self.timestamps[n_timestamps:]
+            del self.timestamps[n:]
 
     def batch(self) -> list:
-        if self.timestamps is None:
-            return self.values
-        return TimestampedBatch(self.values, self.timestamps)
+        return with_timestamps(self.values, self.timestamps)
 
 
 def route_dead_letters(operator: Any) -> None:
@@ -111,13 +111,13 @@ def route_dead_letters(operator: Any) -> None:
         try:
             for i, record in enumerate(records):
                 t = None if timestamps is None else timestamps[i]
-                n, n_ts = len(collect.values), len(collect.timestamps or ())
+                n = len(collect.values)
                 try:
                     process_batch([record] if t is None else TimestampedBatch([record], [t]))
                 except _NOT_POISON:
                     raise
                 except Exception as e:
-                    collect.truncate(n, n_ts)
+                    collect.truncate(n)
                     side.discard()  # the failing record's side outputs
                     dead.append((dead_letter(record, name, e), t))
         finally:
