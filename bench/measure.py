@@ -12,7 +12,7 @@ import signal
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -38,15 +38,20 @@ for i in range(n):
 """
 
 
-def _bare_loop_function(n: int) -> None:
-    counts: dict[int, int] = {}
+def bare_keyed_count(numbers: Iterable[int], counts: dict[int, int]) -> list:
+    """The bare loop's work over `numbers`, counting into `counts`: `(key, count)` per event."""
     out = []
-    for i in range(n):
+    for i in numbers:
         event = (i % 10_000, 1)
         key = event[0]
         count = counts.get(key, 0) + event[1]
         counts[key] = count
         out.append((key, count))
+    return out
+
+
+def _bare_loop_function(n: int) -> None:
+    bare_keyed_count(range(n), {})
 
 
 def bare_loop(n: int, *, scope: str = "function") -> float:

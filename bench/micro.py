@@ -45,6 +45,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.jobs import CountWriter, add_counts, first, to_pair
+from bench.measure import bare_keyed_count
 from tidegate.common import Encoder
 from tidegate.connectors.file_sink import BucketAssigner, FileSink
 from tidegate.connectors.number_seq import NumberSequenceReader, NumberSequenceSplit
@@ -178,17 +179,7 @@ def _floor():
 
 def _bare():
     counts: dict = {}
-
-    def bare(b: list) -> None:  # bench/measure.py's bare loop, over the job's numbers
-        get, out = counts.get, []
-        for i in b:
-            event = (i % 10_000, 1)
-            key = event[0]
-            count = get(key, 0) + event[1]
-            counts[key] = count
-            out.append((key, count))
-
-    return bare
+    return lambda b: bare_keyed_count(b, counts)  # bench/measure.py's, over the job's numbers
 
 
 #: stages that are not a part of the job's per-record path (alternatives and references)
