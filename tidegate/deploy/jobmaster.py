@@ -300,7 +300,7 @@ class JobMaster:
         the job runs on; a plan that cannot work fails the job saying which key to set."""
         master = driver_host = None
         if self.spec.runner != "local":
-            spark = self._spark()
+            spark = self._spark(check_slots=False)
             master = spark.sparkContext.master
             driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
         if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
@@ -323,15 +323,20 @@ class JobMaster:
         except ClusterNetworkError as e:
             raise JobFailure(str(e), recoverable=False) from None
 
-    def _spark(self) -> Any:
+    def _spark(self, check_slots: bool = True) -> Any:
         """The job's Spark session: the one it was given, or get_spark's (deploy/spark_session.py;
-        started at the first call, reused after)."""
+        started at the first call, reused after). `check_slots` False: without waiting for a
+        cluster's executors, so that a job its settings rule out fails before they start."""
         from tidegate.deploy.spark_session import get_spark
 
         spark = self.spec.spark_session or get_spark(
-            self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
+            self.spec.spark_master,
+            self.spec.graph.num_slots,
+            self.spec.configuration,
+            check_slots=check_slots,
         )
-        self.stats.startup.mark(self.attempt, "session_ready")
+        if check_slots:
+            self.stats.startup.mark(self.attempt, "session_ready")
         return spark
 
     # attempts ---------------------------------------------------------------------------------

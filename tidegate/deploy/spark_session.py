@@ -22,8 +22,9 @@ EXECUTOR_WAIT_S = 60.0
 #: the Spark setting naming the executors' Python (PySpark reads PYSPARK_PYTHON: spark-submit
 #: turns the setting into it, and so does tidegate for the sessions it creates)
 PYSPARK_PYTHON_CONF = "spark.pyspark.python"
-#: the embedded session's driver JVM: JIT compiler C1 only (the job's own setting wins)
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: the JVMs of a session tidegate creates (its driver, and on a cluster its executors): JIT
+#: compiler C1 only (the job's own setting wins)
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: PySpark's worker daemon with tidegate's slot code imported before it forks workers
 WORKER_DAEMON = "tidegate.deploy.worker_daemon"
 #: where the Spark driver binds its RPC server and block manager, and the address it advertises
@@ -79,10 +80,20 @@ def _task_slots(spark: Any, num_slots: int) -> int:
     return slots
 
 
-def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
+def get_spark(
+    master: str | None,
+    num_slots: int,
+    conf: dict[str, str] | None = None,
+    *,
+    check_slots: bool = True,
+) -> Any:
     """Reuse the active SparkSession, or start one on `master` (default `local[N]`, N =
     max(slots, cores)) with the `spark.*` entries of `conf` (the job's configuration: `tidegate
-    run --conf spark.driver.host=...`); a running session keeps its own settings."""
+    run --conf spark.driver.host=...`); a running session keeps its own settings.
+
+    `check_slots`: wait for Spark to offer `num_slots` task slots (on a cluster, for its
+    executors to register) and fail if it does not; without it the session is returned at once
+    (for checks that need only the master and the driver's address)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -116,12 +127,15 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             .config("spark.sql.shuffle.partitions", "4")
             # the JVM only schedules the slots (records never pass through it): compiling with
             # C1 only starts it about twice as fast (docs/spark.md, bench/startup.py)
-            .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
+            .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
         )
         if master is not None and is_local_master(master):
             # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
             # cluster the executors' Python may lack tidegate until the job ships it
             builder = builder.config("spark.python.daemon.module", WORKER_DAEMON)
+        elif master is not None:
+            # a cluster starts executor JVMs for this application: they too only schedule
+            builder = builder.config("spark.executor.extraJavaOptions", JAVA_OPTIONS)
         for key, value in loopback_driver_conf(master, os.environ, conf or {}).items():
             builder = builder.config(key, value)
         for key, value in (conf or {}).items():  # the job's spark.* entries win
@@ -134,6 +148,8 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             f"a SparkSession on {spark.sparkContext.master!r} is already active in this process; "
             f"cannot switch to {master!r}. Stop it first or leave spark.master unset."
         )
+    if not check_slots:
+        return spark
     cores = _task_slots(spark, num_slots)
     if cores < num_slots:
         raise SparkUnavailableError(
