@@ -209,7 +209,7 @@ def _in_use(path: str) -> bool:
 class RocksDBInstance:
     """The live database of one backend: a column family per state, opened lazily."""
 
-    def __init__(self, path: str, options: RocksDBOptions) -> None:
+    def __init__(self, path: str, options: RocksDBOptions, changelog: bool = False) -> None:
         self.path = path
         self.options = options
         self._opts = db_options(options)
@@ -218,7 +218,7 @@ class RocksDBInstance:
         self.db.set_write_options(self._write_opts)
         _open_instances.add(path)
         #: the states' buffered writes; flushed before the database is read as a whole
-        self.buffer = WriteBuffer(self.write, self.handle)
+        self.buffer = WriteBuffer(self.write, self.handle, changelog=changelog)
         self._checkpoints = 0
         self._restored_cfs: set[str] = set()
         #: the column families handed out by `column_family`: close() closes them first
@@ -255,10 +255,12 @@ class RocksDBInstance:
     def write(self, batch: rocksdict.WriteBatch) -> None:
         self.db.write(batch, self._write_opts)
 
-    def checkpoint(self) -> str:
-        """Hard-link the current files into a new directory (after flushing the write buffer
-        and the memtables): a consistent copy of the whole state, for a snapshot."""
-        self.buffer.flush()
+    def checkpoint(self, flush: bool = True) -> str:
+        """Hard-link the current files into a new directory (after flushing the write buffer,
+        unless `flush` is False, and the memtables): a consistent copy of the database, for a
+        snapshot (with the write buffer flushed: of the whole state)."""
+        if flush:
+            self.buffer.flush()
         self._checkpoints += 1
         parent = os.path.join(self.path, "checkpoints")
         os.makedirs(parent, exist_ok=True)

@@ -74,7 +74,7 @@ class _CachedState(_RocksDBState):
         self._cache = self._buffer.cache(name, backend.prefix_of, backend.cache_entries)
         self._values = self._cache.values
         self._dirty = self._cache.dirty
-        self._max_dirty = self._buffer.max_entries
+        self._max_dirty = self._buffer.max_dirty(self._cache)
 
     def _clean(self, key: Any) -> Any:
         """The value of `key` in RocksDB, or ABSENT: cached, else read and cached (a copy when
