@@ -219,6 +219,8 @@ class RocksDBInstance:
         _open_instances.add(path)
         #: the states' buffered writes; flushed before the database is read as a whole
         self.buffer = WriteBuffer(self.write, self.handle, changelog=changelog)
+        #: nothing was ever written (a read of any key finds nothing: the state's reads skip it)
+        self.empty = True
         self._checkpoints = 0
         self._restored_cfs: set[str] = set()
         #: the column families handed out by `column_family`: close() closes them first
@@ -230,6 +232,7 @@ class RocksDBInstance:
         is moved into place and opened with its column families."""
         db_path = os.path.join(self.path, "db")
         self.buffer.discard()  # nothing cached describes the restored database
+        self.empty = False
         self.db.close()
         shutil.rmtree(db_path)
         os.replace(source, db_path)
@@ -253,6 +256,7 @@ class RocksDBInstance:
         return self.db.get_column_family_handle(CF_PREFIX + name)
 
     def write(self, batch: rocksdict.WriteBatch) -> None:
+        self.empty = False
         self.db.write(batch, self._write_opts)
 
     def checkpoint(self, flush: bool = True) -> str:
