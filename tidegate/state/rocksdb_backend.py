@@ -34,6 +34,7 @@ from tidegate.state.heap import CONTAINER_KINDS, NoKeyContextError
 from tidegate.state.heap_changelog import ChangeLog
 from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
+from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.rocksdb_cache import KeyPrefixes
 from tidegate.state.rocksdb_changelog import (
     Plan,
@@ -113,6 +114,8 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         self.tracker = IncrementalTracker() if incremental or changelog else None
         #: changelog checkpoints (rocksdb_changelog): the entries changed since the base
         self._changes = ChangeLog() if changelog else None
+        #: key -> key group, memoised across changelogs (their asynchronous phase's main cost)
+        self.key_groups = KeyGroupAssigner(max_parallelism)
 
     # the current key ---------------------------------------------------------------------------
     @property

@@ -76,13 +76,9 @@ class WriteBuffer:
 
     def checkpointed(self) -> dict[str, dict[Any, Any]]:
         """Changelog: every cache's entries changed since the last checkpoint, by state (the
-        caches' own dicts: the caller takes them, `heap_changelog.ChangeLog.capture`)."""
-        changed: dict[str, dict[Any, Any]] = {}
-        for name, cache in self._caches.items():
-            cache.checkpointed()
-            assert cache.changed is not None
-            changed[name] = cache.changed
-        return changed
+        caches' own dicts: the caller copies and empties them, `heap_changelog.ChangeLog
+        .capture`)."""
+        return {name: cache.checkpointed() for name, cache in self._caches.items()}
 
     def written(self, new_entries: int, size: int) -> None:
         """Count one buffered write of `size` bytes that added `new_entries` (0 or 1) keys;

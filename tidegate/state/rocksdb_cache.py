@@ -125,18 +125,21 @@ class StateCache:
         self.dirty.clear()
         self.bound()
 
-    def checkpointed(self) -> None:
-        """Changelog: a checkpoint takes `changed` (every entry changed since the last one,
-        key -> value, `Serialized` or ABSENT); the dirty entries join it and become clean
-        values, pending until a flush writes them to RocksDB."""
+    def checkpointed(self) -> dict[Any, Any]:
+        """Changelog: a checkpoint takes every entry changed since the last one (key -> value,
+        `Serialized` or ABSENT), returned: the caller copies it and empties it
+        (`heap_changelog.ChangeLog.capture`). The dirty entries become clean values, pending
+        until a flush writes them to RocksDB (the next miss bounds the cache)."""
         changed, pending = self.changed, self.pending
         assert changed is not None and pending is not None, "not a changelog cache"
         dirty = self.dirty
-        changed.update(dirty)
         pending.update(dirty)
         self.values.update(dirty)
+        if not changed:  # nothing flushed since the last checkpoint: the dirty entries
+            return dirty
+        changed.update(dirty)
         dirty.clear()
-        self.bound()
+        return changed
 
     def bound(self) -> None:
         """Beyond `max_entries` clean values: forget the older half (after writing the pending

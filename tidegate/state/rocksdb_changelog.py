@@ -114,15 +114,14 @@ def changes_of(
     transformers: Mapping[str, Callable[[Any], Any]],
 ) -> KeyedStateChanges:
     """A changelog of the rocksdb `backend`'s cached entries (state -> {key: cached value};
-    owned by the result), key groups from the backend's memoised key bytes."""
+    owned by the result), key groups from the backend's memo (`key_groups`)."""
     tables = {name: (backend._kinds[name].value, e) for name, e in cached.items() if e}
-    prefix_of, key_group_of = backend.prefix_of, codec.key_group_of
     return KeyedStateChanges(
         KeyedStateSnapshot(
             backend.max_parallelism,
             backend.key_group_range,
             tables,
-            lambda key: key_group_of(prefix_of(key)),
+            backend.key_groups.key_group,
             transformers={name: stored_value(transformers.get(name)) for name in tables},
         ),
         {},
