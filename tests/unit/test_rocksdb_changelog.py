@@ -9,6 +9,7 @@ import pytest
 
 from tests.unit.test_incremental_snapshots import Job, M, _owns, fill, read, restored
 from tidegate.common.configuration import Configuration
+from tidegate.datastream import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
 from tidegate.datastream.state import ListStateDescriptor, ValueStateDescriptor
 from tidegate.datastream.state_backend import resolve_state_backend
 from tidegate.state.heap import HeapKeyedStateBackend
@@ -231,6 +232,13 @@ def test_a_savepoint_is_canonical_and_holds_the_pending_values(job, tmp_path):
 
 
 def test_state_backend_changelog_enabled_turns_it_on_for_rocksdb():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.is_changelog_state_backend_enabled() is False
+    env.enable_changelog_state_backend(True).set_state_backend(EmbeddedRocksDBStateBackend())
+    assert env.is_changelog_state_backend_enabled() is True
+    assert env.get_state_backend().enable_changelog is True
+    explicit = EmbeddedRocksDBStateBackend(enable_changelog=False)
+    assert env.set_state_backend(explicit).get_state_backend().enable_changelog is False
     conf = Configuration().add_all(
         {"state.backend.type": "rocksdb", "state.backend.changelog.enabled": "true"}
     )
