@@ -1,16 +1,18 @@
 """Changelog checkpoints of the rocksdb backend (state/rocksdb_changelog.py): the plan of each
 checkpoint (pure), and real RocksDB instances and files through `Job` (test_incremental_snapshots):
 what a checkpoint writes, and restores of the chain at the same parallelism, rescaled, into the
-hashmap backend and through the State Processor API."""
+hashmap backend and through the State Processor API, with state TTL."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.unit.test_incremental_snapshots import Job, M, _owns, fill, read, restored
+from tests.unit.test_ttl_cleanup import Clock
+from tidegate.common import Time
 from tidegate.common.configuration import Configuration
 from tidegate.datastream import EmbeddedRocksDBStateBackend, StreamExecutionEnvironment
-from tidegate.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from tidegate.datastream.state import ListStateDescriptor, StateTtlConfig, ValueStateDescriptor
 from tidegate.datastream.state_backend import resolve_state_backend
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.heap_changelog import ChainFile
@@ -20,6 +22,7 @@ from tidegate.state.rocksdb_codec import key_prefix
 from tidegate.state.rocksdb_instance import RocksDBOptions
 from tidegate.state.rocksdb_restore import restore_keyed_incremental
 from tidegate.state.snapshot_format import read_key_groups, write_state_file
+from tidegate.state.ttl.factory import ttl_states
 from tidegate.state_processor.incremental import rewrite_canonical
 from tidegate.state_processor.snapshot import SnapshotView
 
@@ -246,3 +249,34 @@ def test_state_backend_changelog_enabled_turns_it_on_for_rocksdb():
     assert backend.enable_changelog is True
     plain = resolve_state_backend(None, Configuration().add_all({"state.backend.type": "rocksdb"}))
     assert plain.enable_changelog is False
+
+
+def test_values_expired_at_a_changelog_checkpoint_are_written_as_removed(job):
+    clock = Clock()
+    backend = job.backend(changelog=True)
+    ttl_states(backend, clock)
+    config = (
+        StateTtlConfig.new_builder(Time.milliseconds(1000))
+        .disable_cleanup_in_background()
+        .cleanup_full_snapshot()
+        .build()
+    )
+    descriptor = ValueStateDescriptor("v")
+    descriptor.enable_time_to_live(config)
+    state = backend.get_state(descriptor)
+    for k in range(10):
+        backend.current_key = k
+        state.update(k)
+    clock.advance(600)
+    for k in range(5, 10):
+        backend.current_key = k
+        state.update(k * 10)
+    clock.advance(600)  # keys 0-4 expired, 5-9 not
+    metadata = job.snapshot(1, [backend])
+    heap = HeapKeyedStateBackend(M, range(M))
+    ttl_states(heap, clock)
+    restored_state = heap.get_state(descriptor)
+    restore_keyed_incremental(heap, restored(job, metadata, range(M), False, 1))
+    assert sorted(key for key, _ in heap.entries("v")) == list(range(5, 10))
+    heap.current_key = 7
+    assert restored_state.value() == 70
