@@ -123,6 +123,7 @@ SLOW: dict[str, set[str]] = {
         "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
     },
     "e2e/test_incremental_checkpoints.py": {
+        "test_a_changelog_job_killed_then_restored_at_3_subtasks_is_exactly_once",
         "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
         "test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks",
         "test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once",

@@ -67,6 +67,7 @@ ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
 ROCKSDB_VALUE_CACHE_ENTRIES = "state.backend.rocksdb.value-cache.entries"
 #: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
+STATE_BACKEND_CHANGELOG = "state.backend.changelog.enabled"  # rocksdb: changelog checkpoints
 #: filesystem options (common/filesystems.py): Flink's S3 keys, mapped to s3fs's options, and
 #: `fs.<protocol>.<option>`, passed as fsspec storage option `<option>` for that protocol
 S3_ENDPOINT = "s3.endpoint"
