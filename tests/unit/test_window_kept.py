@@ -1,0 +1,154 @@
+"""Windows keeping their elements, batched (runtime/windows/kept.py): event-time tumbling and
+sliding windows with process/apply give exactly the per-window operator's outputs (values,
+timestamps, order), late data, late firings and `clear` calls, on out-of-order input; their
+state restores and rescales, and checkpoints of either path restore into the other."""
+
+from __future__ import annotations
+
+import pytest
+import window_harness
+from test_window_slicing import PerWindowTrigger, Windowed, run, script
+from window_harness import (
+    Harness,
+    add_values,
+    window_state_backend,  # noqa: F401 (autouse: both state backends)
+)
+
+from tidegate.datastream.output_tag import OutputTag
+from tidegate.runtime.internal_timers import MAX_WATERMARK
+from tidegate.runtime.windows.assigners import (
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
+from tidegate.runtime.windows.evictors import CountEvictor
+from tidegate.runtime.windows.operator import WindowSpec
+from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.snapshot_format import read_key_groups
+
+
+class Applied:
+    """A WindowFunction (apply): the window's elements in the order it got them."""
+
+    def apply(self, key, window, elements):
+        yield (key, window.start, window.end, tuple(elements))
+
+
+def spec(assigner, kind: str, lateness: int, trigger=None) -> WindowSpec:
+    function = InternalWindowFunction(kind, Windowed() if kind == "process" else Applied())
+    return WindowSpec(
+        assigner,
+        trigger=trigger,
+        allowed_lateness=lateness,
+        late_data_tag=OutputTag("late"),
+        function=function,
+    )
+
+
+ASSIGNERS = {
+    "tumbling": TumblingEventTimeWindows.of(20),
+    "tumbling-offset": TumblingEventTimeWindows.of(20, 7),
+    "sliding": SlidingEventTimeWindows.of(30, 10),
+    "sliding-uneven": SlidingEventTimeWindows.of(30, 12, 5),  # 2 or 3 windows per element
+    "sliding-gaps": SlidingEventTimeWindows.of(10, 25),  # some elements are in no window
+}
+
+
+@pytest.mark.parametrize("lateness", [0, 15])
+@pytest.mark.parametrize("kind", ["process", "apply"])
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_kept_windows_give_the_per_window_operators_results_in_its_order(assigner, kind, lateness):
+    for seed in range(2):
+        steps = script(seed)
+        kept = run(Harness(spec(ASSIGNERS[assigner], kind, lateness)), steps)
+        reference = run(
+            Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps
+        )
+        assert kept.op.kept is not None and reference.op.kept is None
+        assert kept.out.records == reference.out.records
+        assert kept.late.records == reference.late.records
+        assert kept.late.records, "the script has late elements"
+        if kind == "process":
+            cleared = kept.op.spec.function.function.cleared
+            assert cleared == reference.op.spec.function.function.cleared
+        backend = kept.op.keyed_backend
+        assert [n for n in backend._kinds if list(backend.entries(n))] == []
+
+
+def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones():
+    def kept(assigner, **kw):
+        return Harness(WindowSpec(assigner, **kw)).op.kept
+
+    assert kept(TumblingEventTimeWindows.of(30)) is not None
+    assert kept(SlidingEventTimeWindows.of(30, 10)) is not None
+    assert kept(TumblingEventTimeWindows.of(30), trigger=PerWindowTrigger()) is None
+    assert kept(TumblingEventTimeWindows.of(30), evictor=CountEvictor.of(2)) is None
+    assert kept(TumblingEventTimeWindows.of(30), aggregation=Aggregation(add_values)) is None
+
+
+def _feed(h: Harness, steps: list, kg: KeyGroupAssigner) -> None:
+    owned = h.op.keyed_backend.key_group_range
+    for batch, watermark in steps:
+        mine = [e for e in batch if kg.key_group(e[0]) in owned]
+        if mine:
+            h.add(*mine)
+        h.watermark(watermark)
+
+
+def test_kept_windows_restore_and_rescale_with_their_keys(tmp_path):
+    """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
+    one uninterrupted run (the snapshot is written after the subtasks went on)."""
+    steps, kg = script(7), KeyGroupAssigner(window_harness.M)
+    middle = len(steps) // 2
+    make = lambda: spec(SlidingEventTimeWindows.of(30, 10), "process", 15)  # noqa: E731
+    fired, snapshots, subtasks = [], [], []
+    for i in range(2):
+        h = Harness(make(), subtask=i, parallelism=2)
+        subtasks.append(h)  # alive until its snapshot is written (rocksdb: its files)
+        _feed(h, steps[:middle], kg)
+        fired.extend(h.out.records)
+        snapshots.append((h.op.snapshot_state(1, 0).keyed, h.op.current_watermark))
+        _feed(h, steps[middle:], kg)
+    files = []
+    for i, (keyed, _) in enumerate(snapshots):
+        path = tmp_path / f"p2-{i}.state"
+        with path.open("wb") as f:
+            files.append((path, keyed.write(f)))
+
+    def restored(key_groups):
+        for path, index in files:
+            yield from read_key_groups(path.open("rb"), index, key_groups)
+
+    restored.watermark = min(w for _, w in snapshots)  # type: ignore[attr-defined]
+    for j in range(3):
+        h = Harness(make(), subtask=j, parallelism=3, restored=restored)
+        _feed(h, steps[middle:], kg)
+        h.watermark(MAX_WATERMARK)
+        fired.extend(h.out.records)
+    reference = run(Harness(make()), steps)
+    assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
+
+
+@pytest.mark.parametrize("direction", ["per-window to kept", "kept to per-window"])
+def test_checkpoints_of_either_path_restore_into_the_other(tmp_path, direction):
+    """The element list is one layout; the per-window operator's window-timer entries are
+    removed as their timers fire, and it finds the windows of the kept path's timers (which
+    have no window-timer entry: WindowOperator._unmapped)."""
+    steps = script(11)
+    middle = len(steps) // 2
+    per_window = spec(SlidingEventTimeWindows.of(30, 10), "process", 15, PerWindowTrigger())
+    kept = spec(SlidingEventTimeWindows.of(30, 10), "process", 15)
+    first, then = (per_window, kept) if direction == "per-window to kept" else (kept, per_window)
+    h = Harness(first)
+    for batch, watermark in steps[:middle]:
+        h.add(*batch)
+        h.watermark(watermark)
+    restored = h.snapshot_to(tmp_path / "first.state")
+    again = run(Harness(then, restored=restored), steps[middle:])
+    reference = run(Harness(per_window), steps)
+    # (timers of one timestamp fire in key order after a restore: compare as multisets)
+    assert sorted(h.out.records + again.out.records, key=repr) == sorted(
+        reference.out.records, key=repr
+    )
+    backend = again.op.keyed_backend
+    assert [n for n in backend._kinds if list(backend.entries(n))] == []

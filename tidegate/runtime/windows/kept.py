@@ -1,0 +1,251 @@
+"""Windows that keep their elements, batch by batch: event-time tumbling and sliding windows
+whose function sees all the window's elements (`process`/`apply` without pre-aggregation).
+
+Used by WindowOperator only where the behaviour is the per-window operator's (`kept_fits`):
+an event-time Tumbling/SlidingEventTimeWindows assigner, the default EventTimeTrigger, no
+evictor, no pre-aggregation. Outputs, their order within a key, late data, late firings within
+the allowed lateness, cleanup and the window function's `process`/`apply`/`clear` calls are
+the per-window operator's; what changes is the number of calls it takes:
+
+* elements: the windows of an element are computed with a cache of window objects, the batch's
+  elements are collected per key and appended to the key's list in one `add_all` (the end of
+  the batch, or before a late element, which goes the per-element way), and a key's timers are
+  registered only when its window (set) differs from its previous element's in the batch;
+* timers: the keyed timer service's, one per key and window end (and cleanup time, with
+  allowed lateness): the window of a firing timer follows from its timestamp (as in
+  slicing.py), so the `__window_timers__` map is not written, and a watermark's due timers
+  fire in one loop (entries of that map restored from a checkpoint of the per-window operator
+  are removed as their timers fire: WindowTimers.pop_event_timers).
+
+State: the list state `__window_elements__` of `(window, value, timestamp)` per key, in
+arrival order, the per-window operator's layout (ListContents): checkpoints and savepoints of
+either path restore into the other's contents, and rescale with their keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain
+from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from tidegate.runtime.windows.contents import ELEMENTS_STATE
+from tidegate.runtime.windows.triggers import EventTimeTrigger
+from tidegate.runtime.windows.windows import TimeWindow
+from tidegate.state.descriptors import ListStateDescriptor
+
+EVENT = TimeDomain.EVENT_TIME
+#: cached window objects (per window start, or per sliding window set) kept at most
+_MAX_CACHED = 4096
+
+
+def kept_fits(spec: Any, trigger: Any) -> bool:
+    """True if the windows of `spec` keep their elements and can take the batched path with
+    the per-window operator's behaviour."""
+    return (
+        type(spec.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+        and type(trigger) is EventTimeTrigger
+        and spec.evictor is None
+        and spec.aggregation is None
+    )
+
+
+class KeptWindows:
+    """The batched element-keeping path of one WindowOperator subtask (module docstring)."""
+
+    def __init__(self, operator: Any) -> None:
+        self.op = operator
+        assigner = operator.assigner
+        self.size = assigner.size
+        self.slide = getattr(assigner, "slide", self.size)
+        self.offset = assigner.offset
+        self.lateness = operator.lateness
+        self._clear_function = operator.spec.function.has_clear()
+        #: window start -> TimeWindow (tumbling), (last start, count) -> windows (sliding)
+        self._windows: dict[Any, Any] = {}
+        #: key -> its elements of the batch not yet appended to its list state
+        self._pending: dict[Any, list[tuple[TimeWindow, Any, int]]] = {}
+
+    def open(self) -> None:
+        self.backend = backend = self.op.keyed_backend
+        self.state = backend.get_list_state(ListStateDescriptor(ELEMENTS_STATE))
+        #: the heap backend's live {key: [(window, value, timestamp)]} dict, to read from
+        #: (changes go through the state object); None on other backends
+        self._table = backend.table(ELEMENTS_STATE) if hasattr(backend, "table") else None
+        self._register = self.op.timers.internal.register
+
+    def on_snapshot(self) -> None:
+        pass  # elements are never changed in place, and a batch is appended before any snapshot
+
+    # elements ----------------------------------------------------------------------------------
+    def process(self, records: list, timestamps: list[int]) -> None:
+        if len(self._windows) > _MAX_CACHED:
+            self._windows.clear()
+        try:
+            if self.size == self.slide:
+                self._process_tumbling(records, timestamps)
+            else:
+                self._process_sliding(records, timestamps)
+        finally:
+            self._append_pending()
+
+    def _process_tumbling(self, records: list, timestamps: list[int]) -> None:
+        select, backend, register = self.op.key_selector, self.backend, self._register
+        size, offset, lateness, windows = self.size, self.offset, self.lateness, self._windows
+        pending = self._pending
+        limit = self.op.current_watermark - size + 1  # a window starting at or before it ended
+        last: dict[Any, Any] = {}  # key -> its previous element's window in this batch
+        for r, t in zip(records, timestamps, strict=True):
+            key = select(r)
+            start = t - (t - offset + size) % size
+            if start <= limit:
+                self._late_element(key, r, t)
+                continue
+            w = windows.get(start)
+            if w is None:
+                w = windows[start] = TimeWindow(start, start + size)
+            p = pending.get(key)
+            if p is None:
+                p = pending[key] = []
+            p.append((w, r, t))
+            if last.get(key) is not w:  # else its timers are registered
+                last[key] = w
+                backend.current_key = key
+                end = start + size - 1
+                register(EVENT, end)
+                if lateness:
+                    register(EVENT, min(end + lateness, MAX_WATERMARK))
+
+    def _process_sliding(self, records: list, timestamps: list[int]) -> None:
+        select, backend, register = self.op.key_selector, self.backend, self._register
+        size, slide, offset, lateness = self.size, self.slide, self.offset, self.lateness
+        windows, pending, watermark = self._windows, self._pending, self.op.current_watermark
+        last: dict[Any, Any] = {}  # key -> its previous element's windows in this batch
+        for r, t in zip(records, timestamps, strict=True):
+            key = select(r)
+            newest = t - (t - offset + slide) % slide
+            count = (newest - t + size - 1) // slide + 1  # windows holding t: starts > t - size
+            if count <= 0 or newest - (count - 1) * slide + size - 1 <= watermark:
+                self._late_element(key, r, t)  # in no window, or in one the watermark passed
+                continue
+            ws = windows.get((newest, count))
+            if ws is None:  # the assigner's order: newest first
+                ws = windows[(newest, count)] = tuple(
+                    TimeWindow(s, s + size) for s in range(newest, newest - count * slide, -slide)
+                )
+            p = pending.get(key)
+            if p is None:
+                p = pending[key] = []
+            p.extend([(w, r, t) for w in ws])
+            if last.get(key) is not ws:
+                last[key] = ws
+                backend.current_key = key
+                for w in ws:
+                    end = w.end - 1
+                    register(EVENT, end)
+                    if lateness:
+                        register(EVENT, min(end + lateness, MAX_WATERMARK))
+
+    def _append_pending(self) -> None:
+        """Append the batch's elements to their keys' lists (one call per key)."""
+        pending = self._pending
+        if pending:
+            backend, add_all = self.backend, self.state.add_all
+            for key, elements in pending.items():
+                backend.current_key = key
+                add_all(elements)
+            pending.clear()
+
+    def _late_element(self, key: Any, value: Any, timestamp: int) -> None:
+        """An element in a window the watermark has passed, or in no window: the per-window
+        operator's steps (late firings within the allowed lateness, or the late-data output)."""
+        self._append_pending()  # a late firing sees the earlier elements of the batch
+        op, lateness, register = self.op, self.lateness, self._register
+        watermark = op.current_watermark
+        self.backend.current_key = key
+        skipped = True
+        for window in op.assigner.assign_windows(value, timestamp, op.clock_ctx):
+            end = window.end - 1
+            if end + lateness <= watermark:
+                continue  # late for this window
+            skipped = False
+            self.state.add((window, value, timestamp))
+            if end <= watermark:
+                self.fire(window)  # a late firing within the allowed lateness
+            else:
+                register(EVENT, end)
+            if lateness:
+                register(EVENT, min(end + lateness, MAX_WATERMARK))
+        if skipped and timestamp + lateness <= watermark:
+            op.late_element(value, timestamp)
+
+    # firing ------------------------------------------------------------------------------------
+    def _elements(self) -> list[tuple[TimeWindow, Any, int]]:
+        """The current key's elements (not to be changed: the heap table's own list)."""
+        if self._table is not None:
+            return self._table.get(self.backend.current_key) or []
+        return self.state.get()
+
+    def advance(self, watermark: int) -> None:
+        """The watermark moved to `watermark`: the due timers fire in their order, in one loop
+        (firing registers no timers)."""
+        due = self.op.timers.pop_event_timers(watermark)
+        if not due:
+            return
+        backend = self.backend
+        if self.lateness:
+            for timestamp, key in due:
+                backend.current_key = key
+                self.on_timer(timestamp, EVENT)
+            return
+        # the common case inlined: a window's end is its cleanup time; each fires and goes
+        size, slide, offset, emit = self.size, self.slide, self.offset, self.op.emit_window
+        elements_of, state, clear_function = self._elements, self.state, self._clear_function
+        for timestamp, key in due:
+            backend.current_key = key
+            start = timestamp + 1 - size
+            if (start - offset) % slide:
+                continue  # not a window's end (cannot happen without lateness)
+            elements = elements_of()
+            window = TimeWindow(start, timestamp + 1)
+            values = [v for w, v, _ in elements if w == window]
+            if not values:
+                continue
+            emit(window, values)
+            if len(values) == len(elements):
+                state.clear()
+            else:
+                state.update([e for e in elements if e[0] != window])
+            if clear_function:
+                self.op.clear_window_function(window)
+
+    def on_timer(self, timestamp: int, domain: TimeDomain) -> None:
+        """A timer of the current key: the window ending at `timestamp` fires; the window
+        whose cleanup time it is goes."""
+        size, slide, offset = self.size, self.slide, self.offset
+        start = timestamp + 1 - size
+        if (start - offset) % slide == 0:
+            self.fire(TimeWindow(start, start + size))
+        if timestamp == MAX_WATERMARK and self.lateness:
+            # end of input: every cleanup time past the largest timestamp is MAX_WATERMARK
+            for window in dict.fromkeys(w for w, _, _ in self._elements()):
+                self.clear(window)
+            return
+        start -= self.lateness
+        if (start - offset) % slide == 0:
+            self.clear(TimeWindow(start, start + size))
+
+    def fire(self, window: TimeWindow) -> None:
+        """Emit `window`'s result for the current key (no elements: it does not fire)."""
+        values = [v for w, v, _ in self._elements() if w == window]
+        if values:
+            self.op.emit_window(window, values)
+
+    def clear(self, window: TimeWindow) -> None:
+        """`window` is past its cleanup time: its elements go, then its function's clear()."""
+        elements = self._elements()
+        kept = [e for e in elements if e[0] != window]
+        if len(kept) == len(elements):
+            return  # the key has nothing in it: the per-window operator had no timer for it
+        self.state.update(kept)
+        if self._clear_function:
+            self.op.clear_window_function(window)
