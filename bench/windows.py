@@ -9,8 +9,9 @@ and sliding 10 s / 1 s process (all elements kept), session windows (gap 50 ms) 
 process cases are also compared with a bare loop keeping the elements (a list per key and
 window) and calling the same ProcessWindowFunction on each list ("bare kept"). Timestamps
 are 1 ms apart. Rates are per CPU-second of this process (`time.process_time`: other
-processes' load on a shared machine changes them less than wall time); each case runs the operator and the bare
-loop alternately `--repeats` times and reports the medians and the median of the ratios.
+processes' load on a shared machine changes them less than wall time); each case runs the
+operator and the bare loop(s) alternately `--repeats` times and reports the medians and the
+median of the ratios.
 JSON: bench/results/windows.json (`--json`).
 """
 
