@@ -9,8 +9,10 @@ the per-window operator's; what changes is the number of calls it takes:
 
 * elements: the windows of an element are computed with a cache of window objects, the batch's
   elements are collected per key and appended to the key's list in one `add_all` (the end of
-  the batch, or before a late element, which goes the per-element way), and a key's timers are
-  registered only when its window (set) differs from its previous element's in the batch;
+  the batch, or before a late element, which goes the per-element way); a key's timers are
+  asked for only when its window (set) differs from its previous element's in the batch, and
+  registered in one call, in the order the elements asked for them (no timer fires within a
+  batch);
 * timers: the keyed timer service's, one per key and window end (and cleanup time, with
   allowed lateness): the window of a firing timer follows from its timestamp (as in
   slicing.py), so the `__window_timers__` map is not written, and a watermark's due timers
@@ -24,6 +26,7 @@ either path restore into the other's contents, and rescale with their keys.
 
 from __future__ import annotations
 
+from operator import countOf, itemgetter
 from typing import Any
 
 from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain
@@ -34,8 +37,9 @@ from tidegate.runtime.windows.windows import TimeWindow
 from tidegate.state.descriptors import ListStateDescriptor
 
 EVENT = TimeDomain.EVENT_TIME
-#: cached window objects (per window start, or per sliding window set) kept at most
+#: cached window objects (per window start) kept at most
 _MAX_CACHED = 4096
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def kept_fits(spec: Any, trigger: Any) -> bool:
@@ -60,10 +64,14 @@ class KeptWindows:
         self.offset = assigner.offset
         self.lateness = operator.lateness
         self._clear_function = operator.spec.function.has_clear()
-        #: window start -> TimeWindow (tumbling), (last start, count) -> windows (sliding)
-        self._windows: dict[Any, Any] = {}
+        #: window start -> its TimeWindow (one object: comparing it with itself is quick)
+        self._windows: dict[int, TimeWindow] = {}
+        #: (newest window start, count) -> an element's sliding windows, newest first
+        self._window_sets: dict[tuple[int, int], tuple[TimeWindow, ...]] = {}
         #: key -> its elements of the batch not yet appended to its list state
         self._pending: dict[Any, list[tuple[TimeWindow, Any, int]]] = {}
+        #: (timestamp, key) of the event-time timers the batch's elements ask for, in order
+        self._timers: list[tuple[int, Any]] = []
 
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
@@ -72,6 +80,7 @@ class KeptWindows:
         #: (changes go through the state object); None on other backends
         self._table = backend.table(ELEMENTS_STATE) if hasattr(backend, "table") else None
         self._register = self.op.timers.internal.register
+        self._register_all = self.op.timers.internal.register_all
 
     def on_snapshot(self) -> None:
         pass  # elements are never changed in place, and a batch is appended before any snapshot
@@ -80,6 +89,7 @@ class KeptWindows:
     def process(self, records: list, timestamps: list[int]) -> None:
         if len(self._windows) > _MAX_CACHED:
             self._windows.clear()
+            self._window_sets.clear()
         try:
             if self.size == self.slide:
                 self._process_tumbling(records, timestamps)
@@ -89,36 +99,35 @@ class KeptWindows:
             self._append_pending()
 
     def _process_tumbling(self, records: list, timestamps: list[int]) -> None:
-        select, backend, register = self.op.key_selector, self.backend, self._register
-        size, offset, lateness, windows = self.size, self.offset, self.lateness, self._windows
-        pending = self._pending
+        select, timers, window_of = self.op.key_selector, self._timers, self._window
+        size, offset, lateness, pending = self.size, self.offset, self.lateness, self._pending
         limit = self.op.current_watermark - size + 1  # a window starting at or before it ended
-        last: dict[Any, Any] = {}  # key -> its previous element's window in this batch
+        previous, w = None, None  # the previous element's window start, and its window
         for r, t in zip(records, timestamps, strict=True):
             key = select(r)
             start = t - (t - offset + size) % size
-            if start <= limit:
-                self._late_element(key, r, t)
-                continue
-            w = windows.get(start)
-            if w is None:
-                w = windows[start] = TimeWindow(start, start + size)
+            if start != previous:
+                if start <= limit:
+                    self._late_element(key, r, t)
+                    continue
+                previous, w = start, window_of(start)
             p = pending.get(key)
             if p is None:
-                p = pending[key] = []
-            p.append((w, r, t))
-            if last.get(key) is not w:  # else its timers are registered
-                last[key] = w
-                backend.current_key = key
-                end = start + size - 1
-                register(EVENT, end)
-                if lateness:
-                    register(EVENT, min(end + lateness, MAX_WATERMARK))
+                p = pending[key] = [(w, r, t)]
+            elif p[-1][0] is w:  # the key's previous element's window: its timers are set
+                p.append((w, r, t))
+                continue
+            else:
+                p.append((w, r, t))
+            end = start + size - 1
+            timers.append((end, key))
+            if lateness:
+                timers.append((min(end + lateness, MAX_WATERMARK), key))
 
     def _process_sliding(self, records: list, timestamps: list[int]) -> None:
-        select, backend, register = self.op.key_selector, self.backend, self._register
+        select, timers = self.op.key_selector, self._timers
         size, slide, offset, lateness = self.size, self.slide, self.offset, self.lateness
-        windows, pending, watermark = self._windows, self._pending, self.op.current_watermark
+        sets, pending, watermark = self._window_sets, self._pending, self.op.current_watermark
         last: dict[Any, Any] = {}  # key -> its previous element's windows in this batch
         for r, t in zip(records, timestamps, strict=True):
             key = select(r)
@@ -127,26 +136,36 @@ class KeptWindows:
             if count <= 0 or newest - (count - 1) * slide + size - 1 <= watermark:
                 self._late_element(key, r, t)  # in no window, or in one the watermark passed
                 continue
-            ws = windows.get((newest, count))
+            ws = sets.get((newest, count))
             if ws is None:  # the assigner's order: newest first
-                ws = windows[(newest, count)] = tuple(
-                    TimeWindow(s, s + size) for s in range(newest, newest - count * slide, -slide)
+                ws = sets[(newest, count)] = tuple(
+                    map(self._window, range(newest, newest - count * slide, -slide))
                 )
             p = pending.get(key)
             if p is None:
                 p = pending[key] = []
             p.extend([(w, r, t) for w in ws])
-            if last.get(key) is not ws:
+            if last.get(key) is not ws:  # else its timers are set
                 last[key] = ws
-                backend.current_key = key
                 for w in ws:
                     end = w.end - 1
-                    register(EVENT, end)
+                    timers.append((end, key))
                     if lateness:
-                        register(EVENT, min(end + lateness, MAX_WATERMARK))
+                        timers.append((min(end + lateness, MAX_WATERMARK), key))
+
+    def _window(self, start: int) -> TimeWindow:
+        """The window starting at `start` (the cached object)."""
+        window = self._windows.get(start)
+        if window is None:
+            window = self._windows[start] = TimeWindow(start, start + self.size)
+        return window
 
     def _append_pending(self) -> None:
-        """Append the batch's elements to their keys' lists (one call per key)."""
+        """Register the batch's timers (in the order its elements asked for them) and append
+        its elements to their keys' lists (one call per key)."""
+        if self._timers:
+            self._register_all(EVENT, self._timers)
+            self._timers.clear()
         pending = self._pending
         if pending:
             backend, add_all = self.backend, self.state.add_all
@@ -200,20 +219,23 @@ class KeptWindows:
         # the common case inlined: a window's end is its cleanup time; each fires and goes
         size, slide, offset, emit = self.size, self.slide, self.offset, self.op.emit_window
         elements_of, state, clear_function = self._elements, self.state, self._clear_function
+        window_of = self._window
         for timestamp, key in due:
             backend.current_key = key
             start = timestamp + 1 - size
             if (start - offset) % slide:
                 continue  # not a window's end (cannot happen without lateness)
             elements = elements_of()
-            window = TimeWindow(start, timestamp + 1)
-            values = [v for w, v, _ in elements if w == window]
-            if not values:
+            window = window_of(start)
+            # (in C: elements of the batched path hold the cached window object itself)
+            n = countOf(map(_first, elements), window)
+            if not n:
                 continue
-            emit(window, values)
-            if len(values) == len(elements):
+            if n == len(elements):  # the key's only window: all its elements, in order
+                emit(window, list(map(_second, elements)))
                 state.clear()
             else:
+                emit(window, [v for w, v, _ in elements if w == window])
                 state.update([e for e in elements if e[0] != window])
             if clear_function:
                 self.op.clear_window_function(window)
