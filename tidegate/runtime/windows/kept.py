@@ -218,14 +218,14 @@ class KeptWindows:
             return
         # the common case inlined: a window's end is its cleanup time; each fires and goes
         size, slide, offset, emit = self.size, self.slide, self.offset, self.op.emit_window
-        elements_of, state, clear_function = self._elements, self.state, self._clear_function
-        window_of = self._window
+        state, clear_function, window_of = self.state, self._clear_function, self._window
+        table, elements_of = self._table, self._elements
         for timestamp, key in due:
             backend.current_key = key
             start = timestamp + 1 - size
             if (start - offset) % slide:
                 continue  # not a window's end (cannot happen without lateness)
-            elements = elements_of()
+            elements = (table.get(key) or ()) if table is not None else elements_of()
             window = window_of(start)
             # (in C: elements of the batched path hold the cached window object itself)
             n = countOf(map(_first, elements), window)
