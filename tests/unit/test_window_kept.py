@@ -21,7 +21,7 @@ from tidegate.runtime.windows.assigners import (
     TumblingEventTimeWindows,
 )
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
-from tidegate.runtime.windows.evictors import CountEvictor
+from tidegate.runtime.windows.evictors import CountEvictor, TimeEvictor
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.snapshot_format import read_key_groups
@@ -35,14 +35,38 @@ class Applied:
 
 
 def spec(assigner, kind: str, lateness: int, trigger=None) -> WindowSpec:
-    function = InternalWindowFunction(kind, Windowed() if kind == "process" else Applied())
+    """kind: "process", "apply", "evict" (a CountEvictor before and a TimeEvictor after the
+    function), "evict-reduce" (an evictor, then a reduce over what it left)."""
+    evictor, aggregation = None, None
+    if kind == "evict":
+        evictor = Evictors(CountEvictor.of(3), TimeEvictor.of(5, do_evict_after=True))
+    elif kind == "evict-reduce":
+        evictor, aggregation = CountEvictor.of(2), Aggregation(add_values)
+    function = InternalWindowFunction("apply" if kind == "apply" else "process", Windowed())
+    if kind == "apply":
+        function = InternalWindowFunction("apply", Applied())
     return WindowSpec(
         assigner,
         trigger=trigger,
+        evictor=evictor,
         allowed_lateness=lateness,
         late_data_tag=OutputTag("late"),
+        aggregation=aggregation,
         function=function,
     )
+
+
+class Evictors:
+    """One evictor before the function and another after it."""
+
+    def __init__(self, before, after) -> None:
+        self.before, self.after = before, after
+
+    def evict_before(self, elements, size, window, ctx):
+        self.before.evict_before(elements, size, window, ctx)
+
+    def evict_after(self, elements, size, window, ctx):
+        self.after.evict_after(elements, size, window, ctx)
 
 
 ASSIGNERS = {
@@ -54,25 +78,29 @@ ASSIGNERS = {
 }
 
 
-@pytest.mark.parametrize("lateness", [0, 15])
-@pytest.mark.parametrize("kind", ["process", "apply"])
-@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+CASES = [  # (assigner, kind, allowed lateness)
+    *((a, k, lateness) for a in ASSIGNERS for k in ("process", "evict") for lateness in (0, 15)),
+    ("tumbling", "apply", 0),
+    ("sliding", "apply", 15),
+    ("tumbling-offset", "evict-reduce", 15),
+    ("sliding-uneven", "evict-reduce", 0),
+]
+
+
+@pytest.mark.parametrize(("assigner", "kind", "lateness"), CASES)
 def test_kept_windows_give_the_per_window_operators_results_in_its_order(assigner, kind, lateness):
-    for seed in range(2):
-        steps = script(seed)
-        kept = run(Harness(spec(ASSIGNERS[assigner], kind, lateness)), steps)
-        reference = run(
-            Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps
-        )
-        assert kept.op.kept is not None and reference.op.kept is None
-        assert kept.out.records == reference.out.records
-        assert kept.late.records == reference.late.records
-        assert kept.late.records, "the script has late elements"
-        if kind == "process":
-            cleared = kept.op.spec.function.function.cleared
-            assert cleared == reference.op.spec.function.function.cleared
-        backend = kept.op.keyed_backend
-        assert [n for n in backend._kinds if list(backend.entries(n))] == []
+    steps = script(3, 200)
+    kept = run(Harness(spec(ASSIGNERS[assigner], kind, lateness)), steps)
+    reference = run(Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps)
+    assert kept.op.kept is not None and reference.op.kept is None
+    assert kept.out.records == reference.out.records
+    assert kept.late.records == reference.late.records
+    assert kept.late.records, "the script has late elements"
+    if kind != "apply":
+        cleared = kept.op.spec.function.function.cleared
+        assert cleared == reference.op.spec.function.function.cleared
+    backend = kept.op.keyed_backend
+    assert [n for n in backend._kinds if list(backend.entries(n))] == []
 
 
 def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones():
@@ -82,7 +110,10 @@ def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones()
     assert kept(TumblingEventTimeWindows.of(30)) is not None
     assert kept(SlidingEventTimeWindows.of(30, 10)) is not None
     assert kept(TumblingEventTimeWindows.of(30), trigger=PerWindowTrigger()) is None
-    assert kept(TumblingEventTimeWindows.of(30), evictor=CountEvictor.of(2)) is None
+    assert kept(TumblingEventTimeWindows.of(30), evictor=CountEvictor.of(2)) is not None
+    with_evictor = {"evictor": CountEvictor.of(2), "aggregation": Aggregation(add_values)}
+    assert kept(SlidingEventTimeWindows.of(30, 10), **with_evictor) is not None
+    # pre-aggregated without an evictor: sliced (or one accumulator per window)
     assert kept(TumblingEventTimeWindows.of(30), aggregation=Aggregation(add_values)) is None
 
 

@@ -1,11 +1,14 @@
 """Windows that keep their elements, batch by batch: event-time tumbling and sliding windows
-whose function sees all the window's elements (`process`/`apply` without pre-aggregation).
+whose function sees all the window's elements (`process`/`apply` without pre-aggregation), or
+with an evictor (Flink's EvictingWindowOperator: its pre-aggregation runs when the window
+fires, over what the evictor left).
 
 Used by WindowOperator only where the behaviour is the per-window operator's (`kept_fits`):
-an event-time Tumbling/SlidingEventTimeWindows assigner, the default EventTimeTrigger, no
-evictor, no pre-aggregation. Outputs, their order within a key, late data, late firings within
-the allowed lateness, cleanup and the window function's `process`/`apply`/`clear` calls are
-the per-window operator's; what changes is the number of calls it takes:
+an event-time Tumbling/SlidingEventTimeWindows assigner, the default EventTimeTrigger, and no
+pre-aggregation unless there is an evictor. Outputs, their order within a key, late data,
+late firings within the allowed lateness, evictions, cleanup and the window function's
+`process`/`apply`/`clear` calls are the per-window operator's; what changes is the number of
+calls it takes:
 
 * elements: the windows of an element are computed with a cache of window objects, the batch's
   elements are collected per key and appended to the key's list in one `add_all` (the end of
@@ -31,7 +34,7 @@ from typing import Any
 
 from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain
 from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
-from tidegate.runtime.windows.contents import ELEMENTS_STATE
+from tidegate.runtime.windows.contents import ELEMENTS_STATE, ListContents
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.windows import TimeWindow
 from tidegate.state.descriptors import ListStateDescriptor
@@ -48,8 +51,7 @@ def kept_fits(spec: Any, trigger: Any) -> bool:
     return (
         type(spec.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
         and type(trigger) is EventTimeTrigger
-        and spec.evictor is None
-        and spec.aggregation is None
+        and (spec.aggregation is None or spec.evictor is not None)
     )
 
 
@@ -64,6 +66,8 @@ class KeptWindows:
         self.offset = assigner.offset
         self.lateness = operator.lateness
         self._clear_function = operator.spec.function.has_clear()
+        #: evictor (and its pre-aggregation): a window fires through ListContents
+        self._evictor = operator.spec.evictor
         #: window start -> its TimeWindow (one object: comparing it with itself is quick)
         self._windows: dict[int, TimeWindow] = {}
         #: (newest window start, count) -> an element's sliding windows, newest first
@@ -76,6 +80,8 @@ class KeptWindows:
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
         self.state = backend.get_list_state(ListStateDescriptor(ELEMENTS_STATE))
+        if self._evictor is not None:
+            self.contents = ListContents(backend, self.op.spec.aggregation)
         #: the heap backend's live {key: [(window, value, timestamp)]} dict, to read from
         #: (changes go through the state object); None on other backends
         self._table = backend.table(ELEMENTS_STATE) if hasattr(backend, "table") else None
@@ -211,7 +217,7 @@ class KeptWindows:
         if not due:
             return
         backend = self.backend
-        if self.lateness:
+        if self.lateness or self._evictor is not None:
             for timestamp, key in due:
                 backend.current_key = key
                 self.on_timer(timestamp, EVENT)
@@ -258,6 +264,13 @@ class KeptWindows:
 
     def fire(self, window: TimeWindow) -> None:
         """Emit `window`'s result for the current key (no elements: it does not fire)."""
+        if self._evictor is not None:
+            contents, evictor, ctx = self.contents, self._evictor, self.op.clock_ctx
+            inputs = contents.inputs(window, evictor, ctx)
+            if inputs is not None:
+                self.op.emit_window(window, inputs)
+                contents.after_fire(window, evictor, ctx)
+            return
         values = [v for w, v, _ in self._elements() if w == window]
         if values:
             self.op.emit_window(window, values)
