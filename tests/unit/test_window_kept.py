@@ -6,16 +6,18 @@ state restores and rescales, and checkpoints of either path restore into the oth
 from __future__ import annotations
 
 import pytest
-import window_harness
-from test_window_slicing import PerWindowTrigger, Windowed, run, script
+from test_window_slicing import PerWindowTrigger, Windowed
 from window_harness import (
     Harness,
     add_values,
+    assert_same_results,
+    rescaled_run,
+    run,
+    script,
     window_state_backend,  # noqa: F401 (autouse: both state backends)
 )
 
 from tidegate.datastream.output_tag import OutputTag
-from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
@@ -23,8 +25,6 @@ from tidegate.runtime.windows.assigners import (
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor, TimeEvictor
 from tidegate.runtime.windows.operator import WindowSpec
-from tidegate.state.keygroups import KeyGroupAssigner
-from tidegate.state.snapshot_format import read_key_groups
 
 
 class Applied:
@@ -93,14 +93,7 @@ def test_kept_windows_give_the_per_window_operators_results_in_its_order(assigne
     kept = run(Harness(spec(ASSIGNERS[assigner], kind, lateness)), steps)
     reference = run(Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps)
     assert kept.op.kept is not None and reference.op.kept is None
-    assert kept.out.records == reference.out.records
-    assert kept.late.records == reference.late.records
-    assert kept.late.records, "the script has late elements"
-    if kind != "apply":
-        cleared = kept.op.spec.function.function.cleared
-        assert cleared == reference.op.spec.function.function.cleared
-    backend = kept.op.keyed_backend
-    assert [n for n in backend._kinds if list(backend.entries(n))] == []
+    assert_same_results(kept, reference, cleared=kind != "apply")
 
 
 def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones():
@@ -117,45 +110,12 @@ def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones()
     assert kept(TumblingEventTimeWindows.of(30), aggregation=Aggregation(add_values)) is None
 
 
-def _feed(h: Harness, steps: list, kg: KeyGroupAssigner) -> None:
-    owned = h.op.keyed_backend.key_group_range
-    for batch, watermark in steps:
-        mine = [e for e in batch if kg.key_group(e[0]) in owned]
-        if mine:
-            h.add(*mine)
-        h.watermark(watermark)
-
-
 def test_kept_windows_restore_and_rescale_with_their_keys(tmp_path):
     """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
     one uninterrupted run (the snapshot is written after the subtasks went on)."""
-    steps, kg = script(7), KeyGroupAssigner(window_harness.M)
-    middle = len(steps) // 2
     make = lambda: spec(SlidingEventTimeWindows.of(30, 10), "process", 15)  # noqa: E731
-    fired, snapshots, subtasks = [], [], []
-    for i in range(2):
-        h = Harness(make(), subtask=i, parallelism=2)
-        subtasks.append(h)  # alive until its snapshot is written (rocksdb: its files)
-        _feed(h, steps[:middle], kg)
-        fired.extend(h.out.records)
-        snapshots.append((h.op.snapshot_state(1, 0).keyed, h.op.current_watermark))
-        _feed(h, steps[middle:], kg)
-    files = []
-    for i, (keyed, _) in enumerate(snapshots):
-        path = tmp_path / f"p2-{i}.state"
-        with path.open("wb") as f:
-            files.append((path, keyed.write(f)))
-
-    def restored(key_groups):
-        for path, index in files:
-            yield from read_key_groups(path.open("rb"), index, key_groups)
-
-    restored.watermark = min(w for _, w in snapshots)  # type: ignore[attr-defined]
-    for j in range(3):
-        h = Harness(make(), subtask=j, parallelism=3, restored=restored)
-        _feed(h, steps[middle:], kg)
-        h.watermark(MAX_WATERMARK)
-        fired.extend(h.out.records)
+    steps = script(7)
+    fired = rescaled_run(make, steps, tmp_path)
     reference = run(Harness(make()), steps)
     assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
 
