@@ -13,6 +13,10 @@ For each element, on the element's key:
 Timers fire the trigger's `on_event_time` / `on_processing_time`; at a window's cleanup time
 its contents, trigger state and merging-set entry are dropped.
 
+Event-time tumbling and sliding windows with the default trigger take a batched path with the
+same behaviour: slicing.py when pre-aggregated (reduce / aggregate), kept.py when they keep
+their elements (process / apply, or an evictor).
+
 Everything is keyed state of the operator's backend (contents, trigger state, window state,
 merging sets, timers), so windows checkpoint, restore and rescale with their keys. Outputs
 carry the window's `max_timestamp()` as their timestamp.
