@@ -24,7 +24,9 @@ from tidegate.runtime.windows.assigners import (
 )
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor, TimeEvictor
+from tidegate.runtime.windows.kept import merge_by_window
 from tidegate.runtime.windows.operator import WindowSpec
+from tidegate.runtime.windows.windows import TimeWindow
 
 
 class Applied:
@@ -143,3 +145,15 @@ def test_checkpoints_of_either_path_restore_into_the_other(tmp_path, direction):
     )
     backend = again.op.keyed_backend
     assert [n for n in backend._kinds if list(backend.entries(n))] == []
+
+
+def test_merging_a_batch_into_a_sorted_list_keeps_each_windows_arrival_order():
+    w1, w2, w3 = (TimeWindow(s, s + 30) for s in (0, 10, 20))
+    current = [(w1, "a", 1), (w1, "b", 2), (w2, "a", 1), (w2, "b", 2)]
+    new = [(w1, "c", 3), (w2, "c", 3), (w3, "c", 3), (w3, "d", 4)]
+    assert merge_by_window(current, new) == [
+        (w1, "a", 1), (w1, "b", 2), (w1, "c", 3),
+        (w2, "a", 1), (w2, "b", 2), (w2, "c", 3),
+        (w3, "c", 3), (w3, "d", 4),
+    ]  # fmt: skip
+    assert merge_by_window([], new) == new and merge_by_window(current, []) == current

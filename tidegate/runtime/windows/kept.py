@@ -29,6 +29,8 @@ either path restore into the other's contents, and rescale with their keys.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import groupby
 from operator import countOf, itemgetter
 from typing import Any
 
@@ -76,6 +78,11 @@ class KeptWindows:
         self._pending: dict[Any, list[tuple[TimeWindow, Any, int]]] = {}
         #: (timestamp, key) of the event-time timers the batch's elements ask for, in order
         self._timers: list[tuple[int, Any]] = []
+        #: sliding windows on the heap backend: keys whose list this path keeps sorted by
+        #: window (stable: each window's elements stay in arrival order), so a window's
+        #: elements are found by bisection; others (restored, or after a late element or an
+        #: eviction) are sorted when next appended to
+        self._sorted: set[Any] = set()
 
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
@@ -85,6 +92,10 @@ class KeptWindows:
         #: the heap backend's live {key: [(window, value, timestamp)]} dict, to read from
         #: (changes go through the state object); None on other backends
         self._table = backend.table(ELEMENTS_STATE) if hasattr(backend, "table") else None
+        #: keep lists sorted by window: sliding windows (a list holds several windows, each
+        #: element in each of them) on the heap (a list is rewritten per batch: on rocksdb
+        #: that would rewrite it on disk; there, elements are appended)
+        self._sorting = self._table is not None and self.size != self.slide
         self._register = self.op.timers.internal.register
         self._register_all = self.op.timers.internal.register_all
 
@@ -173,12 +184,27 @@ class KeptWindows:
             self._register_all(EVENT, self._timers)
             self._timers.clear()
         pending = self._pending
-        if pending:
-            backend, add_all = self.backend, self.state.add_all
+        if not pending:
+            return
+        backend = self.backend
+        if self._sorting:
+            table, update, ordered = self._table, self.state.update, self._sorted
+            for key, elements in pending.items():
+                backend.current_key = key
+                elements.sort(key=_first)  # stable: arrival order within each window
+                current = table.get(key)
+                if current is not None:
+                    if key not in ordered:
+                        current = sorted(current, key=_first)
+                    elements = merge_by_window(current, elements)
+                update(elements)
+                ordered.add(key)
+        else:
+            add_all = self.state.add_all
             for key, elements in pending.items():
                 backend.current_key = key
                 add_all(elements)
-            pending.clear()
+        pending.clear()
 
     def _late_element(self, key: Any, value: Any, timestamp: int) -> None:
         """An element in a window the watermark has passed, or in no window: the per-window
@@ -194,6 +220,7 @@ class KeptWindows:
                 continue  # late for this window
             skipped = False
             self.state.add((window, value, timestamp))
+            self._sorted.discard(key)
             if end <= watermark:
                 self.fire(window)  # a late firing within the allowed lateness
             else:
@@ -225,24 +252,23 @@ class KeptWindows:
         # the common case inlined: a window's end is its cleanup time; each fires and goes
         size, slide, offset, emit = self.size, self.slide, self.offset, self.op.emit_window
         state, clear_function, window_of = self.state, self._clear_function, self._window
-        table, elements_of = self._table, self._elements
+        take, ordered = self._take, self._sorted
         for timestamp, key in due:
             backend.current_key = key
             start = timestamp + 1 - size
             if (start - offset) % slide:
                 continue  # not a window's end (cannot happen without lateness)
-            elements = (table.get(key) or ()) if table is not None else elements_of()
             window = window_of(start)
-            # (in C: elements of the batched path hold the cached window object itself)
-            n = countOf(map(_first, elements), window)
-            if not n:
+            taken = take(key, window)
+            if taken is None:
                 continue
-            if n == len(elements):  # the key's only window: all its elements, in order
-                emit(window, list(map(_second, elements)))
-                state.clear()
+            values, rest = taken
+            emit(window, values)
+            if rest:
+                state.update(rest)
             else:
-                emit(window, [v for w, v, _ in elements if w == window])
-                state.update([e for e in elements if e[0] != window])
+                state.clear()
+                ordered.discard(key)
             if clear_function:
                 self.op.clear_window_function(window)
 
@@ -262,6 +288,24 @@ class KeptWindows:
         if (start - offset) % slide == 0:
             self.clear(TimeWindow(start, start + size))
 
+    def _take(self, key: Any, window: TimeWindow) -> tuple[list[Any], list[Any]] | None:
+        """The current key's values in `window` (in arrival order) and its other elements
+        (in list order); None if the window holds none of them."""
+        elements = self._elements()
+        if key in self._sorted:  # the window's elements are one run: found by bisection
+            j = bisect_left(elements, window, key=_first)
+            i = bisect_right(elements, window, j, key=_first)
+            if i == j:
+                return None
+            return list(map(_second, elements[j:i])), elements[:j] + elements[i:]
+        # (in C: elements of the batched path hold the cached window object itself)
+        n = countOf(map(_first, elements), window)
+        if not n:
+            return None
+        if n == len(elements):  # the key's only window: all its elements, in order
+            return list(map(_second, elements)), []
+        return [v for w, v, _ in elements if w == window], [e for e in elements if e[0] != window]
+
     def fire(self, window: TimeWindow) -> None:
         """Emit `window`'s result for the current key (no elements: it does not fire)."""
         if self._evictor is not None:
@@ -270,17 +314,31 @@ class KeptWindows:
             if inputs is not None:
                 self.op.emit_window(window, inputs)
                 contents.after_fire(window, evictor, ctx)
+                self._sorted.discard(self.backend.current_key)  # it kept what was left last
             return
-        values = [v for w, v, _ in self._elements() if w == window]
-        if values:
-            self.op.emit_window(window, values)
+        taken = self._take(self.backend.current_key, self._window(window.start))
+        if taken is not None:
+            self.op.emit_window(window, taken[0])
 
     def clear(self, window: TimeWindow) -> None:
         """`window` is past its cleanup time: its elements go, then its function's clear()."""
-        elements = self._elements()
-        kept = [e for e in elements if e[0] != window]
-        if len(kept) == len(elements):
+        taken = self._take(self.backend.current_key, self._window(window.start))
+        if taken is None:
             return  # the key has nothing in it: the per-window operator had no timer for it
-        self.state.update(kept)
+        self.state.update(taken[1])
         if self._clear_function:
             self.op.clear_window_function(window)
+
+
+def merge_by_window(current: list[Any], new: list[Any]) -> list[Any]:
+    """Two lists of `(window, value, timestamp)` sorted by window merged into one: each
+    window's elements of `current` first, then its `new` ones (arrival order per window)."""
+    merged: list[Any] = []
+    position = 0
+    for window, run in groupby(new, _first):
+        end = bisect_right(current, window, position, key=_first)
+        merged += current[position:end]
+        merged += run
+        position = end
+    merged += current[position:]
+    return merged
