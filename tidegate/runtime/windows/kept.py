@@ -20,10 +20,15 @@ calls it takes:
   allowed lateness): the window of a firing timer follows from its timestamp (as in
   slicing.py), so the `__window_timers__` map is not written, and a watermark's due timers
   fire in one loop (entries of that map restored from a checkpoint of the per-window operator
-  are removed as their timers fire: WindowTimers.pop_event_timers).
+  are removed as their timers fire: WindowTimers.pop_event_timers);
+* sliding windows on the heap backend: this path keeps each key's list sorted by window
+  (stably: each window's elements stay in arrival order; the order across windows carries no
+  meaning), merging a batch in by bisection, so a firing finds its window's elements by
+  bisection instead of scanning the list (a list restored, or appended to by a late element
+  or left by an evictor, is sorted when next merged into).
 
-State: the list state `__window_elements__` of `(window, value, timestamp)` per key, in
-arrival order, the per-window operator's layout (ListContents): checkpoints and savepoints of
+State: the list state `__window_elements__` of `(window, value, timestamp)` per key, each
+window's elements in arrival order, the per-window operator's layout (ListContents): checkpoints and savepoints of
 either path restore into the other's contents, and rescale with their keys.
 """
 
