@@ -28,8 +28,9 @@ calls it takes:
   or left by an evictor, is sorted when next merged into).
 
 State: the list state `__window_elements__` of `(window, value, timestamp)` per key, each
-window's elements in arrival order, the per-window operator's layout (ListContents): checkpoints and savepoints of
-either path restore into the other's contents, and rescale with their keys.
+window's elements in arrival order, the per-window operator's layout (ListContents):
+checkpoints and savepoints of either path restore into the other's contents, and rescale with
+their keys.
 """
 
 from __future__ import annotations
