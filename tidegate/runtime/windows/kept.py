@@ -328,10 +328,13 @@ class KeptWindows:
 
     def clear(self, window: TimeWindow) -> None:
         """`window` is past its cleanup time: its elements go, then its function's clear()."""
-        taken = self._take(self.backend.current_key, self._window(window.start))
+        key = self.backend.current_key
+        taken = self._take(key, self._window(window.start))
         if taken is None:
             return  # the key has nothing in it: the per-window operator had no timer for it
         self.state.update(taken[1])
+        if not taken[1]:
+            self._sorted.discard(key)
         if self._clear_function:
             self.op.clear_window_function(window)
 
