@@ -8,7 +8,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tidegate.deploy.java import JavaUnavailableError, use_java
+from tidegate.common.configuration import CLASS_ARCHIVE
+from tidegate.deploy import class_archive
+from tidegate.deploy.java import JavaRuntime, JavaUnavailableError, use_java
 from tidegate.deploy.network_plan import is_local_master
 from tidegate.runtime.addresses import LOOPBACK
 
@@ -24,6 +26,7 @@ EXECUTOR_WAIT_S = 60.0
 PYSPARK_PYTHON_CONF = "spark.pyspark.python"
 #: the embedded session's driver JVM: JIT compiler C1 only (the job's own setting wins)
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: PySpark's worker daemon with tidegate's slot code imported before it forks workers
 WORKER_DAEMON = "tidegate.deploy.worker_daemon"
 #: where the Spark driver binds its RPC server and block manager, and the address it advertises
@@ -79,6 +82,21 @@ def _task_slots(spark: Any, num_slots: int) -> int:
     return slots
 
 
+def archive_plan(
+    runtime: JavaRuntime, conf: Mapping[str, str], environ: Mapping[str, str]
+) -> class_archive.ArchivePlan:
+    """The driver JVM's options of a session tidegate starts: C1 only, and the class-data-
+    sharing archive of this Java and Spark installation (deploy/class_archive.py) unless
+    `tidegate.spark.class-archive` is false. (The job's own `spark.driver.extraJavaOptions`
+    replaces them all.)"""
+    if conf.get(CLASS_ARCHIVE, "true").strip().lower() == "false":
+        return class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    jars = class_archive.spark_jars_directory()
+    key = class_archive.installation_key(runtime.java, jars, environ, conf)
+    directory = class_archive.cache_directory(environ)
+    return class_archive.plan(directory, key, os.getpid(), DRIVER_JAVA_OPTIONS)
+
+
 def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
     """Reuse the active SparkSession, or start one on `master` (default `local[N]`, N =
     max(slots, cores)) with the `spark.*` entries of `conf` (the job's configuration: `tidegate
@@ -92,7 +110,7 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
     spark = SparkSession(running) if running is not None else None
     if spark is None:
         try:
-            use_java()
+            runtime = use_java()
         except JavaUnavailableError as e:
             raise SparkUnavailableError(str(e)) from None
         builder = SparkSession.builder
@@ -114,10 +132,14 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
             # a barrier stage waiting for free slots re-checks every second, not every 15 s
             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
             .config("spark.sql.shuffle.partitions", "4")
-            # the JVM only schedules the slots (records never pass through it): compiling with
-            # C1 only starts it about twice as fast (docs/spark.md, bench/startup.py)
-            .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         )
+        # the JVM only schedules the slots (records never pass through it): compiling with C1
+        # only starts it about twice as fast, and so does a class-data-sharing archive
+        # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
+        archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+        if "PYSPARK_GATEWAY_PORT" not in os.environ and JAVA_OPTIONS not in (conf or {}):
+            archive = archive_plan(runtime, conf or {}, os.environ)
+        builder = builder.config(JAVA_OPTIONS, archive.java_options)
         if master is not None and is_local_master(master):
             # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
             # cluster the executors' Python may lack tidegate until the job ships it
@@ -127,7 +149,16 @@ def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = 
         for key, value in (conf or {}).items():  # the job's spark.* entries win
             if key.startswith("spark.") and key != "spark.master":
                 builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+        try:
+            spark = builder.getOrCreate()
+        except Exception:
+            if archive.java_options == DRIVER_JAVA_OPTIONS:
+                raise
+            archive.discard()  # an archive must never fail a job: start without it
+            spark = builder.config(JAVA_OPTIONS, DRIVER_JAVA_OPTIONS).getOrCreate()
+        else:
+            if archive.writer is not None:
+                class_archive.publish_at_exit(archive.writer, spark.sparkContext._gateway.proc)
         spark.sparkContext.setLogLevel("ERROR")
     elif master is not None and spark.sparkContext.master != master:
         raise SparkUnavailableError(

@@ -1,0 +1,135 @@
+"""The driver JVM's class-data-sharing archive (deploy/class_archive.py): one per Java and Spark
+installation, written by one process at a time, published whole by a rename, and never used
+when its size is not the one its name records (a JVM crashes on a truncated archive)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tidegate.deploy import class_archive
+from tidegate.deploy.class_archive import acquire, installation_key, plan, published
+from tidegate.deploy.java import JavaRuntime
+from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, archive_plan
+
+KEY = "0123456789abcdef"
+
+
+def _installation(tmp_path):
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("")
+    (tmp_path / "jdk" / "lib").mkdir()
+    (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"m" * 10)
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core.jar").write_bytes(b"j" * 10)
+    return str(java), str(jars)
+
+
+def test_the_key_changes_with_the_java_runtime_the_spark_jars_and_the_classpath(tmp_path):
+    java, jars = _installation(tmp_path)
+    key = installation_key(java, jars, {}, {})
+    assert key == installation_key(java, jars, {"UNRELATED": "x"}, {"spark.ui.enabled": "1"})
+    (tmp_path / "jars" / "extra.jar").write_bytes(b"x")
+    assert installation_key(java, jars, {}, {}) != key
+    changed = installation_key(java, jars, {}, {})
+    (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"m" * 11)  # a Java update
+    assert installation_key(java, jars, {}, {}) != changed
+    later = installation_key(java, jars, {}, {})
+    assert installation_key(java, jars, {"SPARK_DIST_CLASSPATH": "/a.jar"}, {}) != later
+    assert installation_key(java, jars, {}, {"spark.driver.extraClassPath": "/b.jar"}) != later
+
+
+def test_the_cache_directory_follows_xdg_cache_home():
+    assert class_archive.cache_directory({"XDG_CACHE_HOME": "/c"}) == (
+        class_archive.Path("/c/tidegate/cds")
+    )
+    home = os.path.expanduser("~")
+    assert str(class_archive.cache_directory({})) == f"{home}/.cache/tidegate/cds"
+
+
+def test_an_archive_is_used_only_when_its_size_is_the_one_its_name_records(tmp_path):
+    assert published(tmp_path, KEY) is None
+    assert published(tmp_path / "missing", KEY) is None
+    (tmp_path / f"spark-{KEY}-100.jsa").write_bytes(b"a" * 99)  # truncated
+    (tmp_path / f"spark-{'f' * 16}-10.jsa").write_bytes(b"a" * 10)  # another installation's
+    assert published(tmp_path, KEY) is None
+    whole = tmp_path / f"spark-{KEY}-10.jsa"
+    whole.write_bytes(b"a" * 10)
+    assert published(tmp_path, KEY) == whole
+    options = plan(tmp_path, KEY, 1, DRIVER_JAVA_OPTIONS)
+    assert options.writer is None and options.archive == whole
+    assert options.java_options == (
+        f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={whole} {class_archive.QUIET}"
+    )
+
+
+def test_one_process_writes_and_publishes_by_renaming_when_the_jvm_exited_with_0(tmp_path):
+    first = plan(tmp_path, KEY, os.getpid(), DRIVER_JAVA_OPTIONS)
+    writer = first.writer
+    assert writer is not None and first.archive is None
+    assert f"-XX:ArchiveClassesAtExit={writer.partial}" in first.java_options
+    assert (tmp_path / f"spark-{KEY}.lock").read_text() == str(os.getpid())
+    # another live process meanwhile: no archive to use, none to write
+    second = plan(tmp_path, KEY, os.getpid() + 1, DRIVER_JAVA_OPTIONS)
+    assert second == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    writer.partial.write_bytes(b"x" * 42)  # what the JVM writes at exit
+    final = writer.publish(0)
+    assert final == tmp_path / f"spark-{KEY}-42.jsa" and published(tmp_path, KEY) == final
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]  # lock released
+
+
+def test_nothing_is_published_when_the_jvm_failed_or_wrote_nothing(tmp_path):
+    for exit_code, content in ((1, b"x" * 42), (None, b"x" * 42), (0, b"")):
+        writer = acquire(tmp_path, KEY, 7)
+        assert writer is not None
+        writer.partial.write_bytes(content)
+        assert writer.publish(exit_code) is None
+        assert list(tmp_path.iterdir()) == []  # partial file and lock removed
+
+
+def test_a_dead_writers_lock_and_partial_file_are_taken_over(tmp_path):
+    stale = acquire(tmp_path, KEY, 55)
+    assert stale is not None
+    stale.partial.write_bytes(b"half")
+    assert acquire(tmp_path, KEY, 56, alive=lambda pid: True) is None
+    writer = acquire(tmp_path, KEY, 56, alive=lambda pid: pid != 55)
+    assert writer is not None and not stale.partial.exists()
+    assert writer.lock.read_text() == "56"
+    # a real dead process: a child that has exited
+    writer.release()
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                           capture_output=True, text=True)  # fmt: skip
+    (tmp_path / f"spark-{KEY}.lock").write_text(child.stdout.strip())
+    assert acquire(tmp_path, KEY, 57) is not None
+
+
+def test_an_unwritable_cache_directory_means_no_archive(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert plan(blocker / "cds", KEY, 1, DRIVER_JAVA_OPTIONS) == class_archive.ArchivePlan(
+        DRIVER_JAVA_OPTIONS
+    )
+
+
+def test_a_discarded_plan_deletes_its_archive_and_releases_its_lock(tmp_path):
+    writer_plan = plan(tmp_path, KEY, 9, DRIVER_JAVA_OPTIONS)
+    writer_plan.discard()
+    assert list(tmp_path.iterdir()) == []
+    archive = tmp_path / f"spark-{KEY}-3.jsa"
+    archive.write_bytes(b"abc")
+    plan(tmp_path, KEY, 9, DRIVER_JAVA_OPTIONS).discard()
+    assert not archive.exists()
+
+
+def test_the_setting_turns_the_archive_off(tmp_path):
+    runtime = JavaRuntime("/usr/bin/java", 17, "PATH", None)
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    off = archive_plan(runtime, {"tidegate.spark.class-archive": "false"}, environ)
+    assert off == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    assert list(tmp_path.iterdir()) == []
+    on = archive_plan(runtime, {}, environ)
+    assert on.writer is not None and on.writer.directory == tmp_path / "tidegate" / "cds"
+    on.discard()

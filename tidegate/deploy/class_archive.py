@@ -1,0 +1,230 @@
+"""A class-data-sharing (AppCDS) archive of the driver JVM's classes, written once per Java
+runtime and Spark installation into the user's cache directory, and mapped by every later
+driver JVM of a session tidegate creates: the JVM then loads Spark's classes from the archive
+instead of parsing and verifying them from the jars (bench/README.md, Start-up: the session
+start takes about half the time and CPU).
+
+The first session of an installation runs with `-XX:ArchiveClassesAtExit=<a file of its own>`:
+the JVM writes the archive of the classes it loaded when it exits. At the Python process's
+exit tidegate ends the JVM (its gateway stops when its standard input closes), waits for it
+(`WRITE_TIMEOUT_S`), and publishes the file by an atomic rename when the JVM exited with 0.
+Its final name carries its size: a JVM maps a truncated archive and crashes (SIGBUS, Java
+17), so a file whose size differs from its name is never used. One writer at a time per
+archive (a lock file naming its process; a dead owner's lock is taken over). A JVM that cannot
+use an archive (another JDK build, another classpath) starts without it: its warnings are
+turned off (`-Xlog:cds=off`). A session that fails to start while an archive is in play is
+started again without one, the archive deleted: an archive never fails a job.
+
+`tidegate.spark.class-archive: false` turns it off; so does the job's own
+`spark.driver.extraJavaOptions`, which replaces tidegate's JVM options.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: the JVM's class-data-sharing messages (an archive it cannot use) are not the user's concern
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+#: how long the exiting Python process waits for the JVM to write the archive
+WRITE_TIMEOUT_S = 60.0
+#: environment variables that change the driver JVM's classpath (spark-class puts them on it)
+CLASSPATH_VARIABLES = ("SPARK_DIST_CLASSPATH", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
+#: settings that change the driver JVM's classpath
+CLASSPATH_SETTINGS = ("spark.driver.extraClassPath",)
+_PUBLISHED = re.compile(r"spark-(?P<key>[0-9a-f]{16})-(?P<size>\d+)\.jsa")
+
+
+def cache_directory(environ: Mapping[str, str]) -> Path:
+    """Where the archives go: `$XDG_CACHE_HOME/tidegate/cds`, default `~/.cache/tidegate/cds`."""
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tidegate" / "cds"
+
+
+def installation_key(
+    java: str, spark_jars: str, environ: Mapping[str, str], conf: Mapping[str, str]
+) -> str:
+    """What the archive depends on, hashed: the Java runtime (its executable and its module
+    image), Spark's jars (names, sizes, modification times) and what else the driver's
+    classpath is made of. A change of any gives another archive."""
+    parts = [os.path.realpath(java)]
+    home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
+    parts += _file_facts([os.path.join(home, "lib", "modules")])
+    jars = sorted(os.listdir(spark_jars)) if os.path.isdir(spark_jars) else []
+    parts += _file_facts(os.path.join(spark_jars, name) for name in jars)
+    parts += [f"{k}={environ.get(k, '')}" for k in CLASSPATH_VARIABLES]
+    parts += [f"{k}={conf.get(k, '')}" for k in CLASSPATH_SETTINGS]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _file_facts(paths: Iterable[str]) -> list[str]:
+    facts = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            facts.append(f"{path} -")
+            continue
+        facts.append(f"{os.path.basename(path)} {st.st_size} {st.st_mtime_ns}")
+    return facts
+
+
+def published(directory: Path, key: str) -> Path | None:
+    """The published archive of `key` whose size is the one its name records, or None."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    for name in names:
+        match = _PUBLISHED.fullmatch(name)
+        if match is None or match["key"] != key:
+            continue
+        path = directory / name
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == int(match["size"]):
+                return path
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class ArchiveWriter:
+    """This process's turn to write the archive of `key`: the JVM writes `partial`."""
+
+    directory: Path
+    key: str
+    pid: int
+
+    @property
+    def lock(self) -> Path:
+        return self.directory / f"spark-{self.key}.lock"
+
+    @property
+    def partial(self) -> Path:
+        return self.directory / f"spark-{self.key}.{self.pid}.partial"
+
+    def publish(self, jvm_exit_code: int | None) -> Path | None:
+        """After the JVM exited: the archive under its final name if the JVM wrote it (exit 0,
+        a non-empty file), else nothing; the lock is released either way."""
+        try:
+            size = self.partial.stat().st_size if self.partial.exists() else 0
+            if jvm_exit_code != 0 or size == 0 or published(self.directory, self.key):
+                return None
+            final = self.directory / f"spark-{self.key}-{size}.jsa"
+            os.replace(self.partial, final)  # atomic: a JVM never maps a half-written archive
+            return final
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        self.partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if self.lock.read_text() == str(self.pid):
+                self.lock.unlink()
+
+
+def acquire(
+    directory: Path, key: str, pid: int, alive: Callable[[int], bool] = _pid_alive
+) -> ArchiveWriter | None:
+    """The writer of `key`'s archive if no live process is writing it (a dead writer's lock and
+    partial file are removed), else None. None too if the directory cannot be written."""
+    writer = ArchiveWriter(directory, key, pid)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    for _ in range(2):
+        try:
+            fd = os.open(writer.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(writer.lock.read_text() or "0")
+            except (OSError, ValueError):
+                owner = 0
+            if owner and alive(owner):
+                return None
+            if owner:  # its JVM may have left a partial archive
+                ArchiveWriter(directory, key, owner).partial.unlink(missing_ok=True)
+            writer.lock.unlink(missing_ok=True)
+            continue
+        except OSError:
+            return None
+        with os.fdopen(fd, "w") as f:
+            f.write(str(pid))
+        return writer
+    return None
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """The JVM options of one session start, and the writer when this process writes."""
+
+    java_options: str
+    archive: Path | None = None
+    writer: ArchiveWriter | None = None
+
+    def discard(self) -> None:
+        """The session did not start with these options: never use this archive again."""
+        if self.archive is not None:
+            self.archive.unlink(missing_ok=True)
+        if self.writer is not None:
+            self.writer.release()
+
+
+def plan(directory: Path, key: str, pid: int, base_options: str) -> ArchivePlan:
+    """Use the published archive of `key`; else write it if no other process does; else none."""
+    archive = published(directory, key)
+    if archive is not None:
+        return ArchivePlan(f"{base_options} -XX:SharedArchiveFile={archive} {QUIET}", archive)
+    writer = acquire(directory, key, pid)
+    if writer is None:
+        return ArchivePlan(base_options)
+    options = f"{base_options} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
+    return ArchivePlan(options, writer=writer)
+
+
+def publish_at_exit(writer: ArchiveWriter, jvm: Any) -> None:
+    """At the Python process's exit: stop the SparkContext, end the JVM (`jvm`: its Popen, whose
+    standard input is the gateway's lifeline), wait for it to write the archive, publish it."""
+
+    def finish() -> None:
+        from pyspark import SparkContext
+
+        code = None
+        try:
+            running = SparkContext._active_spark_context
+            if running is not None:
+                running.stop()
+            if jvm.stdin is not None:
+                jvm.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # still writing: not published
+                code = jvm.wait(WRITE_TIMEOUT_S)
+        finally:
+            writer.publish(code)
+
+    atexit.register(finish)
+
+
+def spark_jars_directory() -> str:
+    """The jars directory of the Spark installation PySpark launches (SPARK_HOME's, or the
+    pyspark package's own)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return os.path.join(_find_spark_home(), "jars")
