@@ -81,13 +81,46 @@ def test_one_process_writes_and_publishes_by_renaming_when_the_jvm_exited_with_0
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]  # lock released
 
 
-def test_nothing_is_published_when_the_jvm_failed_or_wrote_nothing(tmp_path):
-    for exit_code, content in ((1, b"x" * 42), (None, b"x" * 42), (0, b"")):
+def test_a_jvm_that_failed_or_wrote_nothing_publishes_nothing_and_stops_further_tries(tmp_path):
+    for exit_code, content in ((1, b"x" * 42), (0, b"")):
         writer = acquire(tmp_path, KEY, 7)
         assert writer is not None
         writer.partial.write_bytes(content)
         assert writer.publish(exit_code) is None
-        assert list(tmp_path.iterdir()) == []  # partial file and lock removed
+        # partial file and lock removed; the mark keeps every later process from trying again
+        assert [p.name for p in tmp_path.iterdir()] == [writer.failed.name]
+        assert plan(tmp_path, KEY, 8, DRIVER_JAVA_OPTIONS).java_options == DRIVER_JAVA_OPTIONS
+        writer.failed.unlink()
+
+
+def _stand_in_jvm(partial, then: str) -> subprocess.Popen:
+    """A process that, like the gateway JVM, runs until its standard input closes, then writes
+    the archive, and then does `then` (shell)."""
+    script = f"cat > /dev/null; printf 0123456789 > '{partial}'; {then}"
+    return subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE)
+
+
+def test_at_exit_the_jvm_is_ended_and_its_archive_published_once_it_exited(tmp_path):
+    writer = acquire(tmp_path, KEY, os.getpid())
+    jvm = _stand_in_jvm(writer.partial, "exit 0")
+    class_archive.finish_writing(writer, jvm, timeout=30)
+    assert published(tmp_path, KEY) == tmp_path / f"spark-{KEY}-10.jsa"
+    assert not writer.lock.exists()
+
+
+def test_a_jvm_still_writing_at_the_timeout_keeps_the_lock_and_publishes_nothing(tmp_path):
+    writer = acquire(tmp_path, KEY, os.getpid())
+    jvm = _stand_in_jvm(writer.partial, "exec sleep 30")
+    try:
+        class_archive.finish_writing(writer, jvm, timeout=0.5)
+        assert writer.lock.read_text() == str(jvm.pid)  # the JVM is the writer now
+        assert published(tmp_path, KEY) is None
+        assert acquire(tmp_path, KEY, os.getpid()) is None  # no second archive meanwhile
+    finally:
+        jvm.kill()
+        jvm.wait()
+    taken_over = acquire(tmp_path, KEY, os.getpid())  # once it is gone
+    assert taken_over is not None and not writer.partial.exists()
 
 
 def test_a_dead_writers_lock_and_partial_file_are_taken_over(tmp_path):

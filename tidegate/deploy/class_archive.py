@@ -5,9 +5,10 @@ instead of parsing and verifying them from the jars (bench/README.md, Start-up: 
 start takes about half the time and CPU).
 
 The first session of an installation runs with `-XX:ArchiveClassesAtExit=<a file of its own>`:
-the JVM writes the archive of the classes it loaded when it exits. At the Python process's
-exit tidegate ends the JVM (its gateway stops when its standard input closes), waits for it
-(`WRITE_TIMEOUT_S`), and publishes the file by an atomic rename when the JVM exited with 0.
+the JVM writes the archive of the classes it loaded when it exits (~110 MB; 10-40 s of one
+core on a loaded 2-core machine, once). At the Python process's exit tidegate ends the JVM (its
+gateway stops when its standard input closes), waits for it (`WRITE_TIMEOUT_S`), and publishes
+the file by an atomic rename when the JVM exited with 0.
 Its final name carries its size: a JVM maps a truncated archive and crashes (SIGBUS, Java
 17), so a file whose size differs from its name is never used. One writer at a time per
 archive (a lock file naming its process; a dead owner's lock is taken over). A JVM that cannot
@@ -35,7 +36,7 @@ from typing import Any
 #: the JVM's class-data-sharing messages (an archive it cannot use) are not the user's concern
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: how long the exiting Python process waits for the JVM to write the archive
-WRITE_TIMEOUT_S = 60.0
+WRITE_TIMEOUT_S = 120.0
 #: environment variables that change the driver JVM's classpath (spark-class puts them on it)
 CLASSPATH_VARIABLES = ("SPARK_DIST_CLASSPATH", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 #: settings that change the driver JVM's classpath
@@ -117,15 +118,24 @@ class ArchiveWriter:
         return self.directory / f"spark-{self.key}.lock"
 
     @property
+    def failed(self) -> Path:
+        """Left when a JVM failed to write the archive: no process tries again (each try costs
+        the dump at its exit) until it is deleted."""
+        return self.directory / f"spark-{self.key}.failed"
+
+    @property
     def partial(self) -> Path:
         return self.directory / f"spark-{self.key}.{self.pid}.partial"
 
     def publish(self, jvm_exit_code: int | None) -> Path | None:
         """After the JVM exited: the archive under its final name if the JVM wrote it (exit 0,
-        a non-empty file), else nothing; the lock is released either way."""
+        a non-empty file), else nothing (and the `failed` mark); the lock is released."""
         try:
             size = self.partial.stat().st_size if self.partial.exists() else 0
-            if jvm_exit_code != 0 or size == 0 or published(self.directory, self.key):
+            if jvm_exit_code != 0 or size == 0:
+                self.failed.write_text(f"the JVM exited with {jvm_exit_code}, wrote {size} bytes")
+                return None
+            if published(self.directory, self.key):
                 return None
             final = self.directory / f"spark-{self.key}-{size}.jsa"
             os.replace(self.partial, final)  # atomic: a JVM never maps a half-written archive
@@ -134,7 +144,8 @@ class ArchiveWriter:
             self.release()
 
     def release(self) -> None:
-        self.partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # whatever stands there, the lock goes
+            self.partial.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             if self.lock.read_text() == str(self.pid):
                 self.lock.unlink()
@@ -150,6 +161,8 @@ def acquire(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
+    if writer.failed.exists():
+        return None
     for _ in range(2):
         try:
             fd = os.open(writer.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -160,8 +173,8 @@ def acquire(
                 owner = 0
             if owner and alive(owner):
                 return None
-            if owner:  # its JVM may have left a partial archive
-                ArchiveWriter(directory, key, owner).partial.unlink(missing_ok=True)
+            for stale in directory.glob(f"spark-{key}.*.partial"):  # a dead writer's JVM's
+                stale.unlink(missing_ok=True)
             writer.lock.unlink(missing_ok=True)
             continue
         except OSError:
@@ -200,24 +213,35 @@ def plan(directory: Path, key: str, pid: int, base_options: str) -> ArchivePlan:
     return ArchivePlan(options, writer=writer)
 
 
+def finish_writing(writer: ArchiveWriter, jvm: Any, timeout: float = WRITE_TIMEOUT_S) -> None:
+    """End the JVM (`jvm`: its Popen, whose standard input is the gateway's lifeline: the
+    gateway exits when it closes), wait for it to write the archive, and publish it. A JVM
+    still writing after `timeout` keeps the lock (it names the JVM now), so no other process
+    starts another archive meanwhile; its file is not published, and the next process after it
+    ended writes one again."""
+    if jvm.stdin is not None:
+        jvm.stdin.close()
+    try:
+        code = jvm.wait(timeout)
+    except subprocess.TimeoutExpired:
+        writer.lock.write_text(str(jvm.pid))
+        return
+    writer.publish(code)
+
+
 def publish_at_exit(writer: ArchiveWriter, jvm: Any) -> None:
-    """At the Python process's exit: stop the SparkContext, end the JVM (`jvm`: its Popen, whose
-    standard input is the gateway's lifeline), wait for it to write the archive, publish it."""
+    """At the Python process's exit: stop the SparkContext (if still running), then
+    `finish_writing`."""
 
     def finish() -> None:
         from pyspark import SparkContext
 
-        code = None
         try:
             running = SparkContext._active_spark_context
             if running is not None:
                 running.stop()
-            if jvm.stdin is not None:
-                jvm.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):  # still writing: not published
-                code = jvm.wait(WRITE_TIMEOUT_S)
         finally:
-            writer.publish(code)
+            finish_writing(writer, jvm)
 
     atexit.register(finish)
 
