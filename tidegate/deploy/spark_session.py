@@ -1,4 +1,4 @@
-"""The SparkSession a job runs on: the active one, or an embedded `local[N]` session."""
+"""The SparkContext a job runs on: the running one, or an embedded `local[N]` one."""
 
 from __future__ import annotations
 
@@ -66,12 +66,11 @@ def loopback_driver_conf(
     return dict.fromkeys(_DRIVER_ADDRESS_KEYS, LOOPBACK)
 
 
-def _task_slots(spark: Any, num_slots: int) -> int:
+def _task_slots(context: Any, num_slots: int) -> int:
     """The tasks Spark can run at once, as its barrier scheduling counts them (free executor
     cores of the registered executors); on a cluster master after waiting up to
     EXECUTOR_WAIT_S for executors to register (`defaultParallelism` would count only those
     registered, and at least 2 on a standalone master)."""
-    context = spark.sparkContext
     scala = context._jsc.sc()
     profile = scala.resourceProfileManager().defaultResourceProfile()
     deadline = time.monotonic() + (0 if is_local_master(context.master) else EXECUTOR_WAIT_S)
@@ -97,79 +96,93 @@ def archive_plan(
     return class_archive.plan(directory, key, os.getpid(), DRIVER_JAVA_OPTIONS)
 
 
-def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
-    """Reuse the active SparkSession, or start one on `master` (default `local[N]`, N =
+def spark_context(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
+    """The running SparkContext, or one started on `master` (default `local[N]`, N =
     max(slots, cores)) with the `spark.*` entries of `conf` (the job's configuration: `tidegate
-    run --conf spark.driver.host=...`); a running session keeps its own settings."""
+    run --conf spark.driver.host=...`); a running context keeps its own settings. Only the
+    context: the slots need no SQL session (its start in the JVM took another 1-1.5 s)."""
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     # getActiveSession() is per thread; the JobMaster runs on its own thread, so look for a
-    # running SparkContext instead (the user's session, or one spark-submit started).
-    running = SparkContext._active_spark_context
-    spark = SparkSession(running) if running is not None else None
-    if spark is None:
-        try:
-            runtime = use_java()
-        except JavaUnavailableError as e:
-            raise SparkUnavailableError(str(e)) from None
-        builder = SparkSession.builder
-        # under spark-submit the master comes from its --master; else the embedded default
-        if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
-            master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
-        python = executor_python(master, os.environ, conf or {}, sys.executable)
-        if python is not None:
-            os.environ["PYSPARK_PYTHON"] = python
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if master is not None:
-            builder = builder.master(master)
-        builder = (
-            builder.appName("tidegate")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.python.worker.reuse", "true")
-            .config("spark.stage.maxConsecutiveAttempts", "1")
-            # a barrier stage waiting for free slots re-checks every second, not every 15 s
-            .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
-            .config("spark.sql.shuffle.partitions", "4")
-        )
-        # the JVM only schedules the slots (records never pass through it): compiling with C1
-        # only starts it about twice as fast, and so does a class-data-sharing archive
-        # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
-        archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
-        if "PYSPARK_GATEWAY_PORT" not in os.environ and JAVA_OPTIONS not in (conf or {}):
-            archive = archive_plan(runtime, conf or {}, os.environ)
-        builder = builder.config(JAVA_OPTIONS, archive.java_options)
-        if master is not None and is_local_master(master):
-            # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
-            # cluster the executors' Python may lack tidegate until the job ships it
-            builder = builder.config("spark.python.daemon.module", WORKER_DAEMON)
-        for key, value in loopback_driver_conf(master, os.environ, conf or {}).items():
-            builder = builder.config(key, value)
-        for key, value in (conf or {}).items():  # the job's spark.* entries win
-            if key.startswith("spark.") and key != "spark.master":
-                builder = builder.config(key, value)
-        try:
-            spark = builder.getOrCreate()
-        except Exception:
-            if archive.java_options == DRIVER_JAVA_OPTIONS:
-                raise
-            archive.discard()  # an archive must never fail a job: start without it
-            spark = builder.config(JAVA_OPTIONS, DRIVER_JAVA_OPTIONS).getOrCreate()
-        else:
-            if archive.writer is not None:
-                class_archive.publish_at_exit(archive.writer, spark.sparkContext._gateway.proc)
-        spark.sparkContext.setLogLevel("ERROR")
-    elif master is not None and spark.sparkContext.master != master:
+    # running SparkContext instead (the user's session's, or one spark-submit started).
+    context = SparkContext._active_spark_context
+    if context is None:
+        context = _start_context(master, num_slots, conf or {})
+        context.setLogLevel("ERROR")
+    elif master is not None and context.master != master:
         raise SparkUnavailableError(
-            f"a SparkSession on {spark.sparkContext.master!r} is already active in this process; "
+            f"a SparkSession on {context.master!r} is already active in this process; "
             f"cannot switch to {master!r}. Stop it first or leave spark.master unset."
         )
-    cores = _task_slots(spark, num_slots)
+    cores = _task_slots(context, num_slots)
     if cores < num_slots:
         raise SparkUnavailableError(
             f"the job needs {num_slots} slots (its highest parallelism), but Spark offers "
-            f"{cores} task slots ({spark.sparkContext.master}); barrier mode starts every slot at "
+            f"{cores} task slots ({context.master}); barrier mode starts every slot at "
             "once. Lower the parallelism or give Spark more cores (e.g. local[N])."
         )
-    return spark
+    return context
+
+
+def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> Any:
+    from pyspark import SparkConf, SparkContext
+
+    try:
+        runtime = use_java()
+    except JavaUnavailableError as e:
+        raise SparkUnavailableError(str(e)) from None
+    # under spark-submit the master comes from its --master; else the embedded default
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
+    python = executor_python(master, os.environ, conf, sys.executable)
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = SparkConf()  # under spark-submit: its settings, spark.master among them
+    if master is not None:
+        settings.setMaster(master)
+    settings.setAppName("tidegate").setAll(
+        [
+            ("spark.ui.enabled", "false"),
+            ("spark.ui.showConsoleProgress", "false"),
+            ("spark.python.worker.reuse", "true"),
+            ("spark.stage.maxConsecutiveAttempts", "1"),
+            # a barrier stage waiting for free slots re-checks every second, not every 15 s
+            ("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s"),
+            ("spark.sql.shuffle.partitions", "4"),
+        ]
+    )
+    # the JVM only schedules the slots (records never pass through it): compiling with C1
+    # only starts it about twice as fast, and so does a class-data-sharing archive
+    # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
+    archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and JAVA_OPTIONS not in conf:
+        archive = archive_plan(runtime, conf, os.environ)
+    settings.set(JAVA_OPTIONS, archive.java_options)
+    if master is not None and is_local_master(master):
+        # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
+        # cluster the executors' Python may lack tidegate until the job ships it
+        settings.set("spark.python.daemon.module", WORKER_DAEMON)
+    settings.setAll(loopback_driver_conf(master, os.environ, conf).items())
+    # the job's spark.* entries win
+    settings.setAll(
+        (k, v) for k, v in conf.items() if k.startswith("spark.") and k != "spark.master"
+    )
+    try:
+        context = SparkContext(conf=settings)
+    except Exception:
+        if archive.java_options == DRIVER_JAVA_OPTIONS:
+            raise
+        archive.discard()  # an archive must never fail a job: start without it
+        return SparkContext(conf=settings.set(JAVA_OPTIONS, DRIVER_JAVA_OPTIONS))
+    if archive.writer is not None:
+        class_archive.publish_at_exit(archive.writer, context._gateway.proc)
+    return context
+
+
+def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession on `spark_context`'s context, for callers that use Spark's SQL API too
+    (the state processor's readers, tests, benchmarks)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession(spark_context(master, num_slots, conf))
