@@ -13,9 +13,10 @@ without its class-data-sharing archive, deploy/class_archive.py: C1 only); `no-p
 (PySpark's own worker daemon instead of tidegate's, which imports tidegate before forking
 workers); `full-jit` (the driver JVM with the C2 compiler too); `serial-gc` (the default's JVM
 options and the serial collector). Before the first measured process, one unmeasured process
-writes the archive if this installation has none yet. Besides wall times, each process records
-the CPU seconds of its whole tree (Python, the JVM, the worker daemon and workers) to the end of
-the cold job, and the load average.
+starts the archive's writer if this installation has none yet, and the measured ones wait
+until it is written. Besides wall times, each process records the CPU seconds of its whole
+tree (Python, the JVM, the worker daemon and workers) to the end of the cold job, and the load
+average.
 
     python bench/startup.py                                  # default, 3 processes (~1 min)
     python bench/startup.py --variants default,no-archive --repeats 3
@@ -151,15 +152,20 @@ def run_child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
 
 
 def ensure_archive(args: argparse.Namespace) -> None:
-    """One unmeasured process writes the class-data-sharing archive if there is none yet."""
+    """If this installation has no class-data-sharing archive yet: one unmeasured process,
+    whose session starts the archive's writer, and a wait for the writer to publish it."""
     jars = class_archive.spark_jars_directory()
     key = class_archive.installation_key(find_java().java, jars, os.environ, {})
     directory = class_archive.cache_directory(os.environ)
+    if class_archive.published(directory, key) is not None:
+        return
+    print(f"  writing the class-data-sharing archive into {directory} (one unmeasured run)")
+    run_child(args, "default")
+    deadline = time.monotonic() + class_archive.WRITE_TIMEOUT_S + 120
+    while class_archive.published(directory, key) is None and time.monotonic() < deadline:
+        time.sleep(1)
     if class_archive.published(directory, key) is None:
-        print(f"  writing the class-data-sharing archive into {directory} (one unmeasured run)")
-        run_child(args, "default")
-        if class_archive.published(directory, key) is None:
-            print("  (no archive was written: the default variant runs without one)")
+        print("  (no archive was written: the default variant runs without one)")
 
 
 def median(values: list[float | None]) -> float | None:

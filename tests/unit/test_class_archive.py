@@ -59,26 +59,31 @@ def test_an_archive_is_used_only_when_its_size_is_the_one_its_name_records(tmp_p
     whole = tmp_path / f"spark-{KEY}-10.jsa"
     whole.write_bytes(b"a" * 10)
     assert published(tmp_path, KEY) == whole
-    options = plan(tmp_path, KEY, 1, DRIVER_JAVA_OPTIONS)
-    assert options.writer is None and options.archive == whole
+    options = plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never)
+    assert options.archive == whole
     assert options.java_options == (
         f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={whole} {class_archive.QUIET}"
     )
 
 
-def test_one_process_writes_and_publishes_by_renaming_when_the_jvm_exited_with_0(tmp_path):
-    first = plan(tmp_path, KEY, os.getpid(), DRIVER_JAVA_OPTIONS)
-    writer = first.writer
-    assert writer is not None and first.archive is None
-    assert f"-XX:ArchiveClassesAtExit={writer.partial}" in first.java_options
-    assert (tmp_path / f"spark-{KEY}.lock").read_text() == str(os.getpid())
-    # another live process meanwhile: no archive to use, none to write
-    second = plan(tmp_path, KEY, os.getpid() + 1, DRIVER_JAVA_OPTIONS)
-    assert second == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+def _never() -> None:
+    raise AssertionError("no writer should start")
+
+
+def test_without_an_archive_the_jvm_starts_without_one_and_one_writer_is_started(tmp_path):
+    started = []
+    made = plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, lambda: started.append(1))
+    assert made == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS) and started == [1]
+    writer = acquire(tmp_path, KEY, os.getpid())  # what the writer process does first
+    assert writer is not None and writer.lock.read_text() == str(os.getpid())
+    # meanwhile: no archive to use, and no second writer
+    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).archive is None
+    assert acquire(tmp_path, KEY, os.getpid() + 1) is None
     writer.partial.write_bytes(b"x" * 42)  # what the JVM writes at exit
     final = writer.publish(0)
     assert final == tmp_path / f"spark-{KEY}-42.jsa" and published(tmp_path, KEY) == final
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]  # lock released
+    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).archive == final
 
 
 def test_a_jvm_that_failed_or_wrote_nothing_publishes_nothing_and_stops_further_tries(tmp_path):
@@ -89,7 +94,10 @@ def test_a_jvm_that_failed_or_wrote_nothing_publishes_nothing_and_stops_further_
         assert writer.publish(exit_code) is None
         # partial file and lock removed; the mark keeps every later process from trying again
         assert [p.name for p in tmp_path.iterdir()] == [writer.failed.name]
-        assert plan(tmp_path, KEY, 8, DRIVER_JAVA_OPTIONS).java_options == DRIVER_JAVA_OPTIONS
+        assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).java_options == (
+            DRIVER_JAVA_OPTIONS
+        )
+        assert acquire(tmp_path, KEY, 8) is None
         writer.failed.unlink()
 
 
@@ -102,6 +110,7 @@ def _stand_in_jvm(partial, then: str) -> subprocess.Popen:
 
 def test_at_exit_the_jvm_is_ended_and_its_archive_published_once_it_exited(tmp_path):
     writer = acquire(tmp_path, KEY, os.getpid())
+    assert writer is not None
     jvm = _stand_in_jvm(writer.partial, "exit 0")
     class_archive.finish_writing(writer, jvm, timeout=30)
     assert published(tmp_path, KEY) == tmp_path / f"spark-{KEY}-10.jsa"
@@ -110,6 +119,7 @@ def test_at_exit_the_jvm_is_ended_and_its_archive_published_once_it_exited(tmp_p
 
 def test_a_jvm_still_writing_at_the_timeout_keeps_the_lock_and_publishes_nothing(tmp_path):
     writer = acquire(tmp_path, KEY, os.getpid())
+    assert writer is not None
     jvm = _stand_in_jvm(writer.partial, "exec sleep 30")
     try:
         class_archive.finish_writing(writer, jvm, timeout=0.5)
@@ -128,6 +138,10 @@ def test_a_dead_writers_lock_and_partial_file_are_taken_over(tmp_path):
     assert stale is not None
     stale.partial.write_bytes(b"half")
     assert acquire(tmp_path, KEY, 56, alive=lambda pid: True) is None
+    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never, alive=lambda pid: True).archive is None
+    started = []
+    plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, lambda: started.append(1), alive=lambda pid: False)
+    assert started == [1]  # a dead writer's lock does not stop a new one
     writer = acquire(tmp_path, KEY, 56, alive=lambda pid: pid != 55)
     assert writer is not None and not stale.partial.exists()
     assert writer.lock.read_text() == "56"
@@ -139,22 +153,19 @@ def test_a_dead_writers_lock_and_partial_file_are_taken_over(tmp_path):
     assert acquire(tmp_path, KEY, 57) is not None
 
 
-def test_an_unwritable_cache_directory_means_no_archive(tmp_path):
+def test_an_unwritable_cache_directory_means_no_writer(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert plan(blocker / "cds", KEY, 1, DRIVER_JAVA_OPTIONS) == class_archive.ArchivePlan(
-        DRIVER_JAVA_OPTIONS
-    )
+    assert acquire(blocker / "cds", KEY, 1) is None
+    assert plan(blocker / "cds", KEY, DRIVER_JAVA_OPTIONS, _never).archive is None
 
 
-def test_a_discarded_plan_deletes_its_archive_and_releases_its_lock(tmp_path):
-    writer_plan = plan(tmp_path, KEY, 9, DRIVER_JAVA_OPTIONS)
-    writer_plan.discard()
-    assert list(tmp_path.iterdir()) == []
+def test_a_discarded_plan_deletes_its_archive(tmp_path):
     archive = tmp_path / f"spark-{KEY}-3.jsa"
     archive.write_bytes(b"abc")
-    plan(tmp_path, KEY, 9, DRIVER_JAVA_OPTIONS).discard()
+    plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).discard()
     assert not archive.exists()
+    class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS).discard()  # nothing to delete
 
 
 def test_the_setting_turns_the_archive_off(tmp_path):
@@ -163,6 +174,9 @@ def test_the_setting_turns_the_archive_off(tmp_path):
     off = archive_plan(runtime, {"tidegate.spark.class-archive": "false"}, environ)
     assert off == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
     assert list(tmp_path.iterdir()) == []
+    directory = tmp_path / "tidegate" / "cds"
+    directory.mkdir(parents=True)
+    key = installation_key(runtime.java, class_archive.spark_jars_directory(), environ, {})
+    (directory / f"spark-{key}-3.jsa").write_bytes(b"abc")
     on = archive_plan(runtime, {}, environ)
-    assert on.writer is not None and on.writer.directory == tmp_path / "tidegate" / "cds"
-    on.discard()
+    assert on.archive == directory / f"spark-{key}-3.jsa"

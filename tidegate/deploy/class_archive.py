@@ -4,11 +4,14 @@ driver JVM of a session tidegate creates: the JVM then loads Spark's classes fro
 instead of parsing and verifying them from the jars (bench/README.md, Start-up: the session
 start takes about half the time and CPU).
 
-The first session of an installation runs with `-XX:ArchiveClassesAtExit=<a file of its own>`:
-the JVM writes the archive of the classes it loaded when it exits (~110 MB; 10-40 s of one
-core on a loaded 2-core machine, once). At the Python process's exit tidegate ends the JVM (its
-gateway stops when its standard input closes), waits for it (`WRITE_TIMEOUT_S`), and publishes
-the file by an atomic rename when the JVM exited with 0.
+The first session of an installation starts without one and starts its writer, a process of
+its own (`python -m tidegate.deploy.class_archive`, in a session of its own, so the job's
+process never waits for it): a SparkContext on `local[1]` whose JVM runs with
+`-XX:ArchiveClassesAtExit=<a file of its own>` and one barrier stage; the JVM writes the
+archive of the classes it loaded when it exits (~110 MB; 10-40 s of one core on a loaded 2-core
+machine, once). The writer ends its JVM (the gateway stops when its standard input closes),
+waits for it (`WRITE_TIMEOUT_S`), and publishes the file by an atomic rename when the JVM exited
+with 0.
 Its final name carries its size: a JVM maps a truncated archive and crashes (SIGBUS, Java
 17), so a file whose size differs from its name is never used. One writer at a time per
 archive (a lock file naming its process; a dead owner's lock is taken over). A JVM that cannot
@@ -22,12 +25,13 @@ started again without one, the archive deleted: an archive never fails a job.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
+import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +60,7 @@ def installation_key(
     """What the archive depends on, hashed: the Java runtime (its executable and its module
     image), Spark's jars (names, sizes, modification times) and what else the driver's
     classpath is made of. A change of any gives another archive."""
-    parts = [os.path.realpath(java)]
+    parts = [os.path.realpath(java), os.path.realpath(spark_jars)]
     home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
     parts += _file_facts([os.path.join(home, "lib", "modules")])
     jars = sorted(os.listdir(spark_jars)) if os.path.isdir(spark_jars) else []
@@ -187,30 +191,41 @@ def acquire(
 
 @dataclass(frozen=True)
 class ArchivePlan:
-    """The JVM options of one session start, and the writer when this process writes."""
+    """The JVM options of one session start, and the archive they map (None: none)."""
 
     java_options: str
     archive: Path | None = None
-    writer: ArchiveWriter | None = None
 
     def discard(self) -> None:
         """The session did not start with these options: never use this archive again."""
         if self.archive is not None:
             self.archive.unlink(missing_ok=True)
-        if self.writer is not None:
-            self.writer.release()
 
 
-def plan(directory: Path, key: str, pid: int, base_options: str) -> ArchivePlan:
-    """Use the published archive of `key`; else write it if no other process does; else none."""
+def plan(
+    directory: Path,
+    key: str,
+    base_options: str,
+    start_writer: Callable[[], object],
+    alive: Callable[[int], bool] = _pid_alive,
+) -> ArchivePlan:
+    """Use the published archive of `key`; else start its writer (`start_writer`) unless a live
+    process is writing it or a writer failed, and start this JVM without one."""
     archive = published(directory, key)
     if archive is not None:
         return ArchivePlan(f"{base_options} -XX:SharedArchiveFile={archive} {QUIET}", archive)
-    writer = acquire(directory, key, pid)
-    if writer is None:
+    probe = ArchiveWriter(directory, key, 0)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)  # else no writer could write there
+    except OSError:
         return ArchivePlan(base_options)
-    options = f"{base_options} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
-    return ArchivePlan(options, writer=writer)
+    try:
+        owner = int(probe.lock.read_text() or "0")
+    except (OSError, ValueError):
+        owner = 0
+    if not probe.failed.exists() and not (owner and alive(owner)):
+        start_writer()
+    return ArchivePlan(base_options)
 
 
 def finish_writing(writer: ArchiveWriter, jvm: Any, timeout: float = WRITE_TIMEOUT_S) -> None:
@@ -229,21 +244,56 @@ def finish_writing(writer: ArchiveWriter, jvm: Any, timeout: float = WRITE_TIMEO
     writer.publish(code)
 
 
-def publish_at_exit(writer: ArchiveWriter, jvm: Any) -> None:
-    """At the Python process's exit: stop the SparkContext (if still running), then
-    `finish_writing`."""
+def start_writer(classpath_conf: Mapping[str, str]) -> subprocess.Popen:
+    """The writer of this installation's archive (`write_archive`), a process of its own in a
+    session of its own, at the lowest CPU priority: it outlives the job's process, whose exit
+    never waits for it."""
+    settings = {k: v for k, v in classpath_conf.items() if k in CLASSPATH_SETTINGS}
+    # the tidegate this process runs, wherever it was imported from
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tidegate.deploy.class_archive", json.dumps(settings)],
+        env={**os.environ, "PYTHONPATH": path},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
-    def finish() -> None:
-        from pyspark import SparkContext
 
-        try:
-            running = SparkContext._active_spark_context
-            if running is not None:
-                running.stop()
-        finally:
-            finish_writing(writer, jvm)
+def write_archive(conf: dict[str, str]) -> Path | None:
+    """Write this installation's archive, if no other process does: a SparkContext on
+    `local[1]` whose JVM dumps its classes at exit, after one barrier stage (the classes of a
+    job's first stage are in the archive too)."""
+    from tidegate.deploy.java import use_java
+    from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, start_context, task_slots
 
-    atexit.register(finish)
+    runtime = use_java()
+    key = installation_key(runtime.java, spark_jars_directory(), os.environ, conf)
+    directory = cache_directory(os.environ)
+    writer = acquire(directory, key, os.getpid())
+    if writer is None:
+        return None
+    options = f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
+    try:
+        context = start_context("local[1]", conf, options)
+        # what a job's start does in the JVM (deploy/spark_session.py, deploy/runners.py)
+        task_slots(context, 1)
+        context.setJobGroup("tidegate-class-archive", "class archive", interruptOnCancel=True)
+        context.parallelize([0], 1).barrier().mapPartitions(_no_records).collect()
+        jvm = context._gateway.proc
+        context.stop()
+    except BaseException as e:
+        writer.failed.write_text(f"the writer failed: {e!r}")  # not started again and again
+        writer.release()
+        raise
+    finish_writing(writer, jvm)
+    return published(directory, key)
+
+
+def _no_records(records: Iterable[Any]) -> Iterable[Any]:
+    return iter(())
 
 
 def spark_jars_directory() -> str:
@@ -252,3 +302,8 @@ def spark_jars_directory() -> str:
     from pyspark.find_spark_home import _find_spark_home
 
     return os.path.join(_find_spark_home(), "jars")
+
+
+if __name__ == "__main__":
+    os.nice(19)  # the job that started it comes first (its JVM inherits this)
+    write_archive(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})

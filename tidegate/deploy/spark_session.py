@@ -66,7 +66,7 @@ def loopback_driver_conf(
     return dict.fromkeys(_DRIVER_ADDRESS_KEYS, LOOPBACK)
 
 
-def _task_slots(context: Any, num_slots: int) -> int:
+def task_slots(context: Any, num_slots: int) -> int:
     """The tasks Spark can run at once, as its barrier scheduling counts them (free executor
     cores of the registered executors); on a cluster master after waiting up to
     EXECUTOR_WAIT_S for executors to register (`defaultParallelism` would count only those
@@ -93,7 +93,9 @@ def archive_plan(
     jars = class_archive.spark_jars_directory()
     key = class_archive.installation_key(runtime.java, jars, environ, conf)
     directory = class_archive.cache_directory(environ)
-    return class_archive.plan(directory, key, os.getpid(), DRIVER_JAVA_OPTIONS)
+    return class_archive.plan(
+        directory, key, DRIVER_JAVA_OPTIONS, lambda: class_archive.start_writer(conf)
+    )
 
 
 def spark_context(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
@@ -114,7 +116,7 @@ def spark_context(master: str | None, num_slots: int, conf: dict[str, str] | Non
             f"a SparkSession on {context.master!r} is already active in this process; "
             f"cannot switch to {master!r}. Stop it first or leave spark.master unset."
         )
-    cores = _task_slots(context, num_slots)
+    cores = task_slots(context, num_slots)
     if cores < num_slots:
         raise SparkUnavailableError(
             f"the job needs {num_slots} slots (its highest parallelism), but Spark offers "
@@ -125,8 +127,6 @@ def spark_context(master: str | None, num_slots: int, conf: dict[str, str] | Non
 
 
 def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> Any:
-    from pyspark import SparkConf, SparkContext
-
     try:
         runtime = use_java()
     except JavaUnavailableError as e:
@@ -134,6 +134,26 @@ def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> 
     # under spark-submit the master comes from its --master; else the embedded default
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = f"local[{max(num_slots, os.cpu_count() or 1, 4)}]"
+    # the JVM only schedules the slots (records never pass through it): compiling with C1
+    # only starts it about twice as fast, and so does a class-data-sharing archive
+    # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
+    archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and JAVA_OPTIONS not in conf:
+        archive = archive_plan(runtime, conf, os.environ)
+    try:
+        return start_context(master, conf, archive.java_options)
+    except Exception:
+        if archive.archive is None:
+            raise
+        archive.discard()  # an archive must never fail a job: start without it
+        return start_context(master, conf, DRIVER_JAVA_OPTIONS)
+
+
+def start_context(master: str | None, conf: Mapping[str, str], java_options: str) -> Any:
+    """A SparkContext on `master` with tidegate's settings, the driver JVM's `java_options`
+    and the `spark.*` entries of `conf` (which win)."""
+    from pyspark import SparkConf, SparkContext
+
     python = executor_python(master, os.environ, conf, sys.executable)
     if python is not None:
         os.environ["PYSPARK_PYTHON"] = python
@@ -152,13 +172,7 @@ def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> 
             ("spark.sql.shuffle.partitions", "4"),
         ]
     )
-    # the JVM only schedules the slots (records never pass through it): compiling with C1
-    # only starts it about twice as fast, and so does a class-data-sharing archive
-    # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
-    archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ and JAVA_OPTIONS not in conf:
-        archive = archive_plan(runtime, conf, os.environ)
-    settings.set(JAVA_OPTIONS, archive.java_options)
+    settings.set(JAVA_OPTIONS, java_options)
     if master is not None and is_local_master(master):
         # workers forked with tidegate already imported (deploy/worker_daemon.py); on a
         # cluster the executors' Python may lack tidegate until the job ships it
@@ -168,16 +182,7 @@ def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> 
     settings.setAll(
         (k, v) for k, v in conf.items() if k.startswith("spark.") and k != "spark.master"
     )
-    try:
-        context = SparkContext(conf=settings)
-    except Exception:
-        if archive.java_options == DRIVER_JAVA_OPTIONS:
-            raise
-        archive.discard()  # an archive must never fail a job: start without it
-        return SparkContext(conf=settings.set(JAVA_OPTIONS, DRIVER_JAVA_OPTIONS))
-    if archive.writer is not None:
-        class_archive.publish_at_exit(archive.writer, context._gateway.proc)
-    return context
+    return SparkContext(conf=settings)
 
 
 def get_spark(master: str | None, num_slots: int, conf: dict[str, str] | None = None) -> Any:
