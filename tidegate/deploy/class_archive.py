@@ -5,14 +5,13 @@ instead of parsing and verifying them from the jars (bench/README.md, Start-up: 
 start takes about half the time and CPU).
 
 The first session of an installation starts without one and starts its writer, a process of
-its own (`python -m tidegate.deploy.class_archive`, in a session of its own, so the job's
-process never waits for it): a SparkContext on `local[1]` whose JVM runs with
+its own (`python -m tidegate.deploy.class_archive`, in a session of its own at nice 19, so the
+job's process never waits for it): a SparkContext on `local[1]` whose JVM runs with
 `-XX:ArchiveClassesAtExit=<a file of its own>` and one barrier stage; the JVM writes the
-archive of the classes it loaded when it exits (~110 MB; 10-40 s of one core on a loaded 2-core
+archive of the classes it loaded when it exits (~70 MB; 10-40 s of one core on a loaded 2-core
 machine, once). The writer ends its JVM (the gateway stops when its standard input closes),
 waits for it (`WRITE_TIMEOUT_S`), and publishes the file by an atomic rename when the JVM exited
-with 0.
-Its final name carries its size: a JVM maps a truncated archive and crashes (SIGBUS, Java
+with 0. Its final name carries its size: a JVM maps a truncated archive and crashes (SIGBUS, Java
 17), so a file whose size differs from its name is never used. One writer at a time per
 archive (a lock file naming its process; a dead owner's lock is taken over). A JVM that cannot
 use an archive (another JDK build, another classpath) starts without it: its warnings are
