@@ -180,3 +180,22 @@ def test_the_setting_turns_the_archive_off(tmp_path):
     (directory / f"spark-{key}-3.jsa").write_bytes(b"abc")
     on = archive_plan(runtime, {}, environ)
     assert on.archive == directory / f"spark-{key}-3.jsa"
+
+
+def test_the_archives_of_installations_that_are_gone_are_pruned(tmp_path):
+    java, jars = _installation(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    gone, kept, busy = "a" * 16, "b" * 16, "c" * 16
+    for key in (gone, kept, busy):
+        (cache / f"spark-{key}-3.jsa").write_bytes(b"abc")
+    (cache / f"spark-{gone}.failed").write_text("")
+    class_archive.record_installation(cache, gone, [java, str(tmp_path / "removed-venv/jars")])
+    class_archive.record_installation(cache, kept, [java, jars])
+    class_archive.record_installation(cache, busy, [str(tmp_path / "old-java")])
+    (cache / f"spark-{busy}.lock").write_text("77")
+    assert class_archive.prune(cache, alive=lambda pid: pid == 77) == [gone]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [f"spark-{kept}-3.jsa", f"spark-{kept}.paths", f"spark-{busy}-3.jsa",
+         f"spark-{busy}.paths", f"spark-{busy}.lock"]
+    )  # fmt: skip

@@ -98,6 +98,35 @@ def published(directory: Path, key: str) -> Path | None:
     return None
 
 
+def record_installation(directory: Path, key: str, paths: list[str]) -> None:
+    """Note which files `key`'s archive was made for (the Java runtime, Spark's jars), so that
+    `prune` can tell when they are gone."""
+    (directory / f"spark-{key}.paths").write_text(json.dumps(paths))
+
+
+def prune(directory: Path, alive: Callable[[int], bool] | None = None) -> list[str]:
+    """Delete the archives (and marks) of installations whose Java runtime or Spark jars no
+    longer exist (a removed virtual environment, an upgraded Java): each is ~70 MB. Returns the
+    keys pruned. An installation being written (its lock's process alive) is left alone."""
+    alive = alive or _pid_alive
+    pruned = []
+    for record in directory.glob("spark-*.paths"):
+        key = record.name.removeprefix("spark-").removesuffix(".paths")
+        try:
+            paths = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if all(os.path.exists(p) for p in paths):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if alive(int(ArchiveWriter(directory, key, 0).lock.read_text() or "0")):
+                continue
+        for stale in directory.glob(f"spark-{key}[-.]*"):
+            stale.unlink(missing_ok=True)
+        pruned.append(key)
+    return pruned
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -269,11 +298,14 @@ def write_archive(conf: dict[str, str]) -> Path | None:
     from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, start_context, task_slots
 
     runtime = use_java()
-    key = installation_key(runtime.java, spark_jars_directory(), os.environ, conf)
+    jars = spark_jars_directory()
+    key = installation_key(runtime.java, jars, os.environ, conf)
     directory = cache_directory(os.environ)
     writer = acquire(directory, key, os.getpid())
     if writer is None:
         return None
+    record_installation(directory, key, [os.path.realpath(runtime.java), jars])
+    prune(directory)
     options = f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
     try:
         context = start_context("local[1]", conf, options)
