@@ -38,8 +38,9 @@ from typing import Any
 
 #: the JVM's class-data-sharing messages (an archive it cannot use) are not the user's concern
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-#: how long the exiting Python process waits for the JVM to write the archive
-WRITE_TIMEOUT_S = 120.0
+#: how long the writer waits for its JVM to write the archive (at nice 19 on a busy machine the
+#: JVM gets little CPU; nobody waits for the writer)
+WRITE_TIMEOUT_S = 1800.0
 #: environment variables that change the driver JVM's classpath (spark-class puts them on it)
 CLASSPATH_VARIABLES = ("SPARK_DIST_CLASSPATH", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 #: settings that change the driver JVM's classpath
