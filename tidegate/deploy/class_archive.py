@@ -129,6 +129,8 @@ def prune(directory: Path, alive: Callable[[int], bool] | None = None) -> list[s
 
 
 def _pid_alive(pid: int) -> bool:
+    if pid <= 0:  # not a process (kill(0) would signal this process's group)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -152,8 +154,8 @@ class ArchiveWriter:
 
     @property
     def failed(self) -> Path:
-        """Left when a JVM failed to write the archive: no process tries again (each try costs
-        the dump at its exit) until it is deleted."""
+        """Left when a writer failed: no writer starts again (each costs a JVM start and a dump)
+        until it is deleted."""
         return self.directory / f"spark-{self.key}.failed"
 
     @property
