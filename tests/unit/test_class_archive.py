@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tidegate.common.configuration import CLASS_ARCHIVE
 from tidegate.deploy import class_archive
 from tidegate.deploy.class_archive import acquire, installation_key, plan, published
 from tidegate.deploy.java import JavaRuntime
@@ -199,3 +202,39 @@ def test_the_archives_of_installations_that_are_gone_are_pruned(tmp_path):
         [f"spark-{kept}-3.jsa", f"spark-{kept}.paths", f"spark-{busy}-3.jsa",
          f"spark-{busy}.paths", f"spark-{busy}.lock"]
     )  # fmt: skip
+
+
+def test_a_session_that_fails_to_start_with_an_archive_starts_again_without_it(
+    tmp_path, monkeypatch
+):
+    """The decision in deploy/spark_session.py; the JVM's failure (Java 17 crashes on a
+    truncated archive) is scripted: start_context raises as PySpark does for a dead gateway."""
+    from tidegate.deploy import spark_session
+    from tidegate.deploy.java import use_java
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    key = installation_key(use_java().java, class_archive.spark_jars_directory(), os.environ, {})
+    directory = class_archive.cache_directory(os.environ)
+    directory.mkdir(parents=True)
+    archive = directory / f"spark-{key}-3.jsa"
+    archive.write_bytes(b"abc")
+    starts = []
+
+    def start_context(master, conf, java_options):
+        starts.append(java_options)
+        if "SharedArchiveFile" in java_options:
+            raise RuntimeError("Java gateway process exited before sending its port number")
+        return "context"
+
+    monkeypatch.setattr(spark_session, "start_context", start_context)
+    assert spark_session._start_context("local[1]", 1, {}) == "context"
+    mapped = f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
+    assert starts == [mapped, DRIVER_JAVA_OPTIONS]
+    assert not archive.exists()
+    # without an archive in play the failure is the job's own: raised as it is
+    starts.clear()
+    monkeypatch.setattr(spark_session, "start_context", lambda *a: starts.append(a) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        spark_session._start_context("local[1]", 1, {CLASS_ARCHIVE: "false"})
+    assert len(starts) == 1
