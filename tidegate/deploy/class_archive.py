@@ -5,8 +5,8 @@ instead of parsing and verifying them from the jars (bench/README.md, Start-up: 
 start takes about half the time and CPU).
 
 The first session of an installation starts without one and starts its writer, a process of
-its own (`python -m tidegate.deploy.class_archive`, in a session of its own at nice 19, so the
-job's process never waits for it): a SparkContext on `local[1]` whose JVM runs with
+its own (`python -m tidegate.deploy.class_archive_writer`, in a session of its own at nice
+19, so the job's process never waits for it): a SparkContext on `local[1]` whose JVM runs with
 `-XX:ArchiveClassesAtExit=<a file of its own>` and one barrier stage; the JVM writes the
 archive of the classes it loaded when it exits (~70 MB; 10-40 s of one core on a loaded 2-core
 machine, once). The writer ends its JVM (the gateway stops when its standard input closes),
@@ -276,7 +276,7 @@ def finish_writing(writer: ArchiveWriter, jvm: Any, timeout: float = WRITE_TIMEO
 
 
 def start_writer(classpath_conf: Mapping[str, str]) -> subprocess.Popen:
-    """The writer of this installation's archive (`write_archive`), a process of its own in a
+    """The writer of this installation's archive (`class_archive_writer`), a process of its own in a
     session of its own, at the lowest CPU priority: it outlives the job's process, whose exit
     never waits for it."""
     settings = {k: v for k, v in classpath_conf.items() if k in CLASSPATH_SETTINGS}
@@ -284,7 +284,7 @@ def start_writer(classpath_conf: Mapping[str, str]) -> subprocess.Popen:
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return subprocess.Popen(
-        [sys.executable, "-m", "tidegate.deploy.class_archive", json.dumps(settings)],
+        [sys.executable, "-m", "tidegate.deploy.class_archive_writer", json.dumps(settings)],
         env={**os.environ, "PYTHONPATH": path},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -293,51 +293,9 @@ def start_writer(classpath_conf: Mapping[str, str]) -> subprocess.Popen:
     )
 
 
-def write_archive(conf: dict[str, str]) -> Path | None:
-    """Write this installation's archive, if no other process does: a SparkContext on
-    `local[1]` whose JVM dumps its classes at exit, after one barrier stage (the classes of a
-    job's first stage are in the archive too)."""
-    from tidegate.deploy.java import use_java
-    from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, start_context, task_slots
-
-    runtime = use_java()
-    jars = spark_jars_directory()
-    key = installation_key(runtime.java, jars, os.environ, conf)
-    directory = cache_directory(os.environ)
-    writer = acquire(directory, key, os.getpid())
-    if writer is None:
-        return None
-    record_installation(directory, key, [os.path.realpath(runtime.java), jars])
-    prune(directory)
-    options = f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
-    try:
-        context = start_context("local[1]", conf, options)
-        # what a job's start does in the JVM (deploy/spark_session.py, deploy/runners.py)
-        task_slots(context, 1)
-        context.setJobGroup("tidegate-class-archive", "class archive", interruptOnCancel=True)
-        context.parallelize([0], 1).barrier().mapPartitions(_no_records).collect()
-        jvm = context._gateway.proc
-        context.stop()
-    except BaseException as e:
-        writer.failed.write_text(f"the writer failed: {e!r}")  # not started again and again
-        writer.release()
-        raise
-    finish_writing(writer, jvm)
-    return published(directory, key)
-
-
-def _no_records(records: Iterable[Any]) -> Iterable[Any]:
-    return iter(())
-
-
 def spark_jars_directory() -> str:
     """The jars directory of the Spark installation PySpark launches (SPARK_HOME's, or the
     pyspark package's own)."""
     from pyspark.find_spark_home import _find_spark_home
 
     return os.path.join(_find_spark_home(), "jars")
-
-
-if __name__ == "__main__":
-    os.nice(19)  # the job that started it comes first (its JVM inherits this)
-    write_archive(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
