@@ -16,7 +16,6 @@ from tidegate.datastream.state import (
 from tidegate.state.heap import HeapKeyedStateBackend
 from tidegate.state.heap_changelog import (
     ChainFile,
-    ChangedKeys,
     ChangeLog,
     KeyedStateChanges,
     apply_changes,
@@ -69,14 +68,14 @@ def test_every_change_through_a_heap_state_records_its_key_and_reads_do_not():
         change()
     backend.current_key = "reader"
     value.value(), items.get(), tags.get("x"), total.get(), agg.get()
-    changed = ChangeLog().capture(1, backend.take_changes())
+    changed = ChangeLog().capture(1, backend._change_sets)
     assert changed == {"v": {0, 1}, "l": {3, 4, 5, 6}, "m": {7, 8}, "r": {10}, "a": {11}}
-    assert ChangeLog().capture(2, backend.take_changes()) == {}  # taken: tracking starts afresh
+    assert ChangeLog().capture(2, backend._change_sets) == {}  # taken: tracking starts afresh
     # a savepoint's snapshot is full and leaves the changes to the next checkpoint
     backend.current_key = 0
     value.update(2)
     assert isinstance(backend.snapshot(), KeyedStateSnapshot)
-    assert backend.take_changes() == {"v": {0}, "l": set(), "m": set(), "r": set(), "a": set()}
+    assert backend.change_set("v") == {0}
     assert HeapKeyedStateBackend(M, range(M)).change_set("v") is None  # full checkpoints
 
 
@@ -178,16 +177,3 @@ def test_a_chain_not_made_of_one_materialization_and_changelogs_is_refused(names
     with pytest.raises(CorruptStateError, match="not one materialized file followed by"):
         check_chain(names, "the handle")
     check_chain(["materialized-1", "changelog-2"], "the handle")
-
-
-def test_changed_keys_hold_single_keys_and_batches_until_taken(monkeypatch):
-    monkeypatch.setattr("tidegate.state.heap_changelog.FOLD_KEYS", 4)
-    changed = ChangedKeys()
-    changed.add("a")
-    changed.add_batch(["b", "c"])
-    changed.add_batch(["c", "d", "e"])  # 5 keys wait: folded into the set
-    changed.add_batch(["f"])
-    assert changed.take() == {"a", "b", "c", "d", "e", "f"}
-    changed.add("g")  # recording starts afresh
-    assert changed.take() == {"g"}
-    assert changed.take() == set()

@@ -23,7 +23,6 @@ from typing import Any
 
 from tidegate.state.handles import HEAP_CHANGELOG
 from tidegate.state.heap_changelog import (
-    ChangedKeys,
     ChangeLog,
     KeyedStateChanges,
     capture_changes,
@@ -61,7 +60,7 @@ class _KeyedState:
         self._name = name
         self._table = table
         #: incremental checkpoints: the keys changed since the last snapshot (None: off); every
-        #: change adds its key here, inline (a method of ours would cost more than the change)
+        #: change adds its key here, inline (a method call would cost more than the change)
         self._changed = backend.change_set(name)
 
     def _key(self) -> Any:
@@ -260,8 +259,7 @@ class HeapReducingState(_MergingState):
 
     def add_all(self, keys: list, values: list) -> list:
         """`add_for_key` of each (key, value) pair in order; returns the new values. One loop
-        over the batch: about a quarter less per record than a call of `add_for_key` each.
-        `keys` must not be changed afterwards (incremental checkpoints keep the list)."""
+        over the batch: about a quarter less per record than a call of `add_for_key` each."""
         if self._backend.snapshots_in_flight:  # values may need their copy on write
             return list(map(self.add_for_key, keys, values))
         table, function = self._table, self._function
@@ -273,7 +271,7 @@ class HeapReducingState(_MergingState):
             table[key] = new
             append(new)
         if self._changed is not None:
-            self._changed.add_batch(keys)
+            self._changed.update(keys)
         return out
 
 
@@ -333,18 +331,14 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         self.tracker = IncrementalTracker() if incremental else None
         #: ... the keys changed since its base, per checkpoint ...
         self._changes = ChangeLog() if incremental else None
-        #: ... and since the last checkpoint, per state (the state objects record them there)
-        self._change_sets: dict[str, ChangedKeys] | None = {} if incremental else None
+        #: ... and since the last checkpoint, per state (the state objects add to these sets)
+        self._change_sets: dict[str, set[Any]] | None = {} if incremental else None
 
-    def change_set(self, name: str) -> ChangedKeys | None:
-        """Where the state objects of `name` record changed keys (None: not tracked)."""
+    def change_set(self, name: str) -> set[Any] | None:
+        """The set the state objects of `name` add changed keys to (None: not tracked)."""
         if self._change_sets is None:
             return None
-        return self._change_sets.setdefault(name, ChangedKeys())
-
-    def take_changes(self) -> dict[str, set[Any]]:
-        """Per state, the keys changed since the last call (recording starts afresh)."""
-        return {name: keys.take() for name, keys in (self._change_sets or {}).items()}
+        return self._change_sets.setdefault(name, set())
 
     def _table_of(self, name: str) -> dict[Any, Any]:
         return self._tables.setdefault(name, {})
@@ -390,7 +384,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             return self._full_snapshot()
         base_id, base = self.tracker.current_base()
         chain = chain_of(base)
-        changed = self._changes.capture(checkpoint_id, self.take_changes())
+        changed = self._changes.capture(checkpoint_id, self._change_sets or {})
         kinds = {name: kind.value for name, kind in self._kinds.items()}
         if needs_materialization(chain):
             content: Any = self._full_snapshot()

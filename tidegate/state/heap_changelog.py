@@ -2,9 +2,8 @@
 is made of (pure logic; the files are written and read by state/heap_incremental.py).
 
 Design (Flink's changelog state backend, FLIP-158, with key-level change tracking): with
-`state.backend.incremental` on, the heap backend's state objects record each key they write or
-remove in a `ChangedKeys` per state (one set add per change; a batch's keys in one step). A
-checkpoint writes
+`state.backend.incremental` on, the heap backend's state objects add each key they write or
+remove to a set per state (one set add per change). A checkpoint writes
 
 - either a **materialization**: every key group, as a canonical state file, or
 - a **changelog**: only the keys changed since the last *completed* checkpoint (upserts and
@@ -29,6 +28,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from tidegate.state.keygroups import stable_hash
@@ -50,11 +51,10 @@ CHANGELOG_BYTES_FLOOR = 1 << 20
 #: ... or once the chain has this many changelogs
 MAX_CHANGELOG_FILES = 100
 
-#: ChangedKeys.add_batch folds the batches it holds into its set once this many keys wait
-FOLD_KEYS = 1 << 19
-
 #: one key group's changes: state name -> (kind, {key: new value}, [removed keys])
 ChangeGroup = dict[str, tuple[str, dict[Any, Any], list[Any]]]
+
+_ABSENT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -101,43 +101,6 @@ def needs_materialization(chain: Sequence[ChainFile]) -> bool:
     return sum(f.size for f in changelogs) > allowed
 
 
-class ChangedKeys:
-    """The keys of one state changed since the last `take`: a single key is added to a set
-    (`add`, a C call), a batch's key list is kept as it is (`add_batch`) and folded into the set
-    in one call once `FOLD_KEYS` keys wait, and when taken. A set update per batch, between the
-    state updates of the batches, costs several times as much (cache misses: bench/README.md,
-    heap checkpoints). Not thread-safe: the subtask's thread uses it."""
-
-    __slots__ = ("_keys", "_pending", "_waiting", "add")
-
-    def __init__(self) -> None:
-        self._keys: set[Any] = set()
-        self._pending: list[list[Any]] = []
-        self._waiting = 0
-        #: record a changed key (the set's own `add`)
-        self.add = self._keys.add
-
-    def add_batch(self, keys: list[Any]) -> None:
-        """Record every key of `keys`, which the caller must not change afterwards."""
-        self._pending.append(keys)
-        self._waiting += len(keys)
-        if self._waiting >= FOLD_KEYS:
-            self._fold()
-
-    def _fold(self) -> None:
-        if self._pending:
-            self._keys.update(*self._pending)
-            self._pending.clear()
-            self._waiting = 0
-
-    def take(self) -> set[Any]:
-        """The keys changed since the last `take`; recording starts afresh."""
-        self._fold()
-        keys, self._keys = self._keys, set()
-        self.add = self._keys.add
-        return keys
-
-
 @dataclass
 class ChangeLog:
     """The keys changed since the backend's last completed checkpoint (its base).
@@ -152,13 +115,16 @@ class ChangeLog:
     _captured: list[tuple[int, dict[str, set[Any]]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def capture(self, checkpoint_id: int, taken: Mapping[str, set[Any]]) -> dict[str, set[Any]]:
-        """Keep the keys changed since the last capture (`taken`, per state, from
-        `ChangedKeys.take`; owned by the log from now on) for checkpoint `checkpoint_id`;
-        returns, per state, every key changed since the base (the union of what is captured
-        and not confirmed; read-only)."""
+    def capture(
+        self, checkpoint_id: int, change_sets: Mapping[str, set[Any]]
+    ) -> dict[str, set[Any]]:
+        """Take the keys changed since the last capture (`change_sets`, per state; emptied) for
+        checkpoint `checkpoint_id`; returns, per state, every key changed since the base (the
+        union of what is captured and not confirmed; read-only)."""
         with self._lock:
-            taken = {name: keys for name, keys in taken.items() if keys}
+            taken = {name: set(keys) for name, keys in change_sets.items() if keys}
+            for keys in change_sets.values():
+                keys.clear()
             self._captured.append((checkpoint_id, taken))
             if len(self._captured) == 1:  # the common case: the base is the checkpoint before
                 return dict(taken)
@@ -263,13 +229,15 @@ def capture_changes(
         keys = changed.get(name)
         if not keys:
             continue
-        # set and dict operations over all keys at once (C loops): no Python code per key
-        removed = keys.difference(table)
-        present = keys - removed if removed else keys
+        # one lookup per key, in C loops (a key's entry is rarely in the CPU cache by now)
+        values = dict(zip(keys, map(table.get, keys, repeat(_ABSENT)), strict=True))
+        removed: set[Any] = set()
+        if any(map(is_, values.values(), repeat(_ABSENT))):
+            removed = {key for key, value in values.items() if value is _ABSENT}
+            for key in removed:
+                del values[key]
         if name in copied:
-            values = {key: table[key].copy() for key in present}
-        else:
-            values = dict(zip(present, map(table.__getitem__, present), strict=True))
+            values = {key: value.copy() for key, value in values.items()}
         values_of[name] = (kind, values)
         if removed:
             removed_of[name] = removed
