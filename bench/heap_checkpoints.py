@@ -1,24 +1,28 @@
 """hashmap backend: checkpoints off vs full vs incremental, side by side in one run, in isolation
 on one core (no processes, no Spark), with real files in a local checkpoint storage:
 
-1. fill N keys (KeyedStream.reduce's running count, KeyedReduceOperator, 1 record per key);
-2. `--intervals` checkpoint intervals: each processes `--records` records spread over a
-   `--fraction` of the keys (another slice of the key space each interval), then, unless
-   checkpoints are off, takes a checkpoint: the synchronous phase (`snapshot`) and the
-   asynchronous phase (writing the state file, or the incremental chain's new file) run one
-   after the other on this thread, so their whole CPU cost is in the wall time (in a job the
+1. fill N keys (KeyedStream.reduce's running count, KeyedReduceOperator, 1 record per key), one
+   operator per mode (`--modes`; off always runs);
+2. `--intervals` checkpoint intervals of `--records` records (about a second of processing)
+   spread over a `--fraction` of the keys (another slice of the key space each interval): the
+   modes take turns every CHUNK batches on the same records, the order rotating, so that the
+   load of other processes falls on all of them alike; then each mode with checkpoints takes
+   one: the synchronous phase (`snapshot`) and the asynchronous phase (writing the state file,
+   or the incremental chain's new file) one after the other on this thread (in a job the
    asynchronous phase runs on another thread of the same process, sharing the GIL);
-3. restore the last checkpoint into a fresh backend (incremental: the materialization and every
-   changelog of its chain, merged key group by key group).
+3. a later, warm materialization of the incremental mode's state (what the policy's next one
+   costs), and a restore of each mode's last checkpoint into a fresh backend (incremental: the
+   materialization and every changelog of its chain, merged key group by key group).
 
-Per mode: wall time of step 2 and its overhead over checkpoints off (the bare loop); the
-overhead with a checkpoint every second of processing (`at 1 s`: the slowdown of processing,
-e.g. by change tracking, plus the mean seconds per checkpoint, materializations included); bytes
-written per checkpoint (mean; incremental also the mean of changelogs and of materializations,
-which happen when the chain grows, heap_changelog.MAX_CHANGELOG_*); and the restore time.
+Per mode: CPU seconds of processing and of checkpoints; the overhead per event over checkpoints
+off (the same records): of the processing alone (change tracking), as run, and in the steady
+state (a warm materialization spread over the changelogs its chain holds,
+heap_changelog.MAX_CHANGELOG_*); bytes per checkpoint, sync/async ms of checkpoints, changelogs
+and materializations; the restore's CPU seconds, files and bytes.
 
-    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 20]
-        [--records 200000] [--fraction 0.01] [--json bench/results/heap_checkpoints.json]
+    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 12]
+        [--records 1500000] [--fraction 0.01] [--modes off,full,incremental]
+        [--json bench/results/heap_checkpoints.json]
 """
 
 from __future__ import annotations
