@@ -1,24 +1,28 @@
 """hashmap backend: checkpoints off vs full vs incremental, side by side in one run, in isolation
 on one core (no processes, no Spark), with real files in a local checkpoint storage:
 
-1. fill N keys (KeyedStream.reduce's running count, KeyedReduceOperator, 1 record per key);
-2. `--intervals` checkpoint intervals: each processes `--records` records spread over a
-   `--fraction` of the keys (another slice of the key space each interval), then, unless
-   checkpoints are off, takes a checkpoint: the synchronous phase (`snapshot`) and the
-   asynchronous phase (writing the state file, or the incremental chain's new file) run one
-   after the other on this thread, so their whole CPU cost is in the wall time (in a job the
+1. fill N keys (KeyedStream.reduce's running count, KeyedReduceOperator, 1 record per key), one
+   operator per mode (`--modes`; off always runs);
+2. `--intervals` checkpoint intervals of `--records` records (about a second of processing)
+   spread over a `--fraction` of the keys (another slice of the key space each interval): the
+   modes take turns every CHUNK batches on the same records, the order rotating, so that the
+   load of other processes falls on all of them alike; then each mode with checkpoints takes
+   one: the synchronous phase (`snapshot`) and the asynchronous phase (writing the state file,
+   or the incremental chain's new file) one after the other on this thread (in a job the
    asynchronous phase runs on another thread of the same process, sharing the GIL);
-3. restore the last checkpoint into a fresh backend (incremental: the materialization and every
-   changelog of its chain, merged key group by key group).
+3. a later, warm materialization of the incremental mode's state (what the policy's next one
+   costs), and a restore of each mode's last checkpoint into a fresh backend (incremental: the
+   materialization and every changelog of its chain, merged key group by key group).
 
-Per mode: wall time of step 2 and its overhead over checkpoints off (the bare loop); the
-overhead with a checkpoint every second of processing (`at 1 s`: the slowdown of processing,
-e.g. by change tracking, plus the mean seconds per checkpoint, materializations included); bytes
-written per checkpoint (mean; incremental also the mean of changelogs and of materializations,
-which happen when the chain grows, heap_changelog.MAX_CHANGELOG_*); and the restore time.
+Per mode: CPU seconds of processing and of checkpoints; the overhead per event over checkpoints
+off (the same records): of the processing alone (change tracking), as run, and in the steady
+state (a warm materialization spread over the changelogs its chain holds,
+heap_changelog.MAX_CHANGELOG_*); bytes per checkpoint, sync/async ms of checkpoints, changelogs
+and materializations; the restore's CPU seconds, files and bytes.
 
-    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 20]
-        [--records 200000] [--fraction 0.01] [--json bench/results/heap_checkpoints.json]
+    .venv/bin/python bench/heap_checkpoints.py [--keys 1000000] [--intervals 12]
+        [--records 1500000] [--fraction 0.01] [--modes off,full,incremental]
+        [--json bench/results/heap_checkpoints.json]
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from tidegate.state.snapshot_format import read_key_groups, write_state_file
 M = 128
 BATCH = 512
 MODES = ("off", "full", "incremental")
+#: batches a mode processes before the next mode's turn
+CHUNK = 64
 
 
 class _Null:
@@ -114,20 +120,22 @@ def _restore(handle: object) -> tuple[float, int]:
     return seconds, sum(1 for _ in backend.entries(KeyedReduceOperator._STATE))
 
 
-def _steady_state(r: dict, warm_full_ms: float | None = None) -> dict:
+def _steady_state(r: dict, warm_ms: float) -> dict:
     """Per checkpoint, once the chain is materialized again by its policy (not yet in a short
-    run): the materialization's cost spread over the changelogs the chain then holds. The run's
-    materialization is the first (its key -> key group memo was cold); `warm_full_ms`, the full
-    mode's mean checkpoint of the same state, is what a later one costs."""
+    run): a materialization's cost spread over the changelogs the chain then holds. The run's
+    materialization is the first (its key -> key group memo was cold); `warm_ms`, measured
+    after the run, is what a later one costs."""
     changelog, materialized = r["changelog"], r["materialized"]
     allowed = max(MAX_CHANGELOG_RATIO * materialized["bytes"], CHANGELOG_BYTES_FLOOR)
     length = max(1, min(MAX_CHANGELOG_FILES, math.ceil(allowed / max(changelog["bytes"], 1))))
     changelog_ms = length * (changelog["sync_ms"] + changelog["async_ms"])
     cold = materialized["sync_ms"] + materialized["async_ms"]
-    out = {"chain_changelogs": length, "ms_per_checkpoint": (cold + changelog_ms) / (length + 1)}
-    if warm_full_ms is not None:
-        out["ms_per_checkpoint_warm"] = (warm_full_ms + changelog_ms) / (length + 1)
-    return out
+    return {
+        "chain_changelogs": length,
+        "materialization_warm_ms": warm_ms,
+        "ms_per_checkpoint": (cold + changelog_ms) / (length + 1),
+        "ms_per_checkpoint_warm": (warm_ms + changelog_ms) / (length + 1),
+    }
 
 
 def _summary(
@@ -136,8 +144,6 @@ def _summary(
     out: dict = {
         "wall_s": wall_s,
         "process_s": sum(process_s),
-        #: the median interval's processing (robust to the load of other processes)
-        "median_interval_process_s": statistics.median(process_s),
         "checkpoint_s": sum(c["cpu_s"] for c in checkpoints),
         "checkpoints": len(checkpoints),
     }
@@ -162,57 +168,104 @@ def _summary(
     return out
 
 
+def _materialization(op, storage: CheckpointStorage) -> float:
+    """CPU seconds of a later (warm) materialization of `op`'s state: what the policy's next
+    one costs (a full snapshot written as a state file; the key -> key group memo is full)."""
+    directory = storage.create_checkpoint_dir(0)
+    started = time.process_time()
+    snapshot = op.keyed_backend.snapshot()
+    with storage.create_artifact(directory, "count-0", ".state") as f:
+        write_state_file(f, snapshot, None)
+    seconds = time.process_time() - started
+    del snapshot
+    storage.discard_checkpoint_dir(directory)
+    return seconds
+
+
 def run(keys: int, args: argparse.Namespace, root: str) -> dict[str, dict]:
-    """The three modes side by side: each interval is processed (and checkpointed) by each
-    mode in turn, in a rotating order, so that load from other processes (and what the mode
-    before left in the CPU caches) affects them alike."""
-    ops = {mode: _operator(mode == "incremental") for mode in MODES}
+    """The modes side by side on the same records: each interval's batches are processed by
+    the modes in turn, `CHUNK` batches at a time (a few ms; the order rotates each interval),
+    so that the load of other processes and CPU frequency changes affect them alike; then each
+    mode with checkpoints takes one."""
+    modes = args.modes
+    ops = {mode: _operator(mode == "incremental") for mode in modes}
     for op in ops.values():
         for j in range(0, keys, BATCH):
             op.process_batch([(k, 1) for k in range(j, min(j + BATCH, keys))])
     storage = CheckpointStorage(os.path.join(root, "checkpoints"), f"job-{keys}")
-    checkpoints: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    checkpoints: dict[str, list[dict]] = {mode: [] for mode in modes}
     handles: dict[str, object] = {}
-    process_s: dict[str, list[float]] = {mode: [] for mode in MODES}
-    wall_s = dict.fromkeys(MODES, 0.0)
+    process_s: dict[str, list[float]] = {mode: [] for mode in modes}
+    wall_s = dict.fromkeys(modes, 0.0)
     cid = 0
     for n in range(args.intervals):
         batches = _batches(keys, args.records, args.fraction, n)
-        order = MODES[n % 3 :] + MODES[: n % 3]  # each mode after each other (caches)
+        order = modes[n % len(modes) :] + modes[: n % len(modes)]
+        for mode in modes:
+            process_s[mode].append(0.0)
+        for i in range(0, len(batches), CHUNK):
+            chunk = batches[i : i + CHUNK]
+            for mode in order:
+                op = ops[mode]
+                wall = time.perf_counter()
+                started = time.process_time()
+                for batch in chunk:
+                    op.process_batch(batch)
+                process_s[mode][-1] += time.process_time() - started
+                wall_s[mode] += time.perf_counter() - wall
         for mode in order:
-            op = ops[mode]
-            wall = time.perf_counter()
-            started = time.process_time()
-            for batch in batches:
-                op.process_batch(batch)
-            process_s[mode].append(time.process_time() - started)
             if mode != "off":
                 cid += 1
+                wall = time.perf_counter()
                 started = time.process_time()
-                measured, handles[mode] = _checkpoint(op, storage, cid)
+                measured, handles[mode] = _checkpoint(ops[mode], storage, cid)
                 measured["cpu_s"] = time.process_time() - started
                 checkpoints[mode].append(measured)
-            wall_s[mode] += time.perf_counter() - wall
+                wall_s[mode] += time.perf_counter() - wall
     out = {
         mode: _summary(checkpoints[mode], handles.get(mode), process_s[mode], wall_s[mode])
-        for mode in MODES
+        for mode in modes
     }
-    full, incremental = out["full"]["full"], out["incremental"]
+    incremental = out.get("incremental", {})
     if "changelog" in incremental and "materialized" in incremental:
-        warm = full["sync_ms"] + full["async_ms"]
-        incremental["steady_state"] = _steady_state(incremental, warm)
+        warm_ms = _materialization(ops["incremental"], storage) * 1e3
+        incremental["steady_state"] = _steady_state(incremental, warm_ms)
     return out
+
+
+def _overheads(r: dict, off: dict) -> None:
+    """Per event, CPU over checkpoints off on the same records: of the processing alone (change
+    tracking), as run (the run's first, cold materialization included) and in the steady state
+    (a warm materialization spread over its chain's changelogs)."""
+    r["processing_overhead"] = r["process_s"] / off["process_s"] - 1
+    r["overhead"] = r["cpu_s"] / off["cpu_s"] - 1
+    steady = r.get("steady_state")
+    if steady is not None:
+        per_checkpoint_s = steady["ms_per_checkpoint_warm"] / 1e3
+    elif "full" in r:
+        per_checkpoint_s = r["checkpoint_s"] / r["checkpoints"]
+    else:
+        return
+    r["overhead_steady"] = (r["process_s"] + r["checkpoints"] * per_checkpoint_s) / off[
+        "process_s"
+    ] - 1
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_keys_argument(ap, [1_000_000])
-    ap.add_argument("--intervals", type=int, default=20)
-    ap.add_argument("--records", type=int, default=200_000, help="records per interval")
+    ap.add_argument("--intervals", type=int, default=12)
+    ap.add_argument(
+        "--records", type=int, default=1_500_000, help="records per interval (about 1 s)"
+    )
     ap.add_argument("--fraction", type=float, default=0.01, help="of the keys, per interval")
+    ap.add_argument(
+        "--modes", default=",".join(MODES), help="of off, full, incremental (off always runs)"
+    )
     ap.add_argument("--json", default="bench/results/heap_checkpoints.json")
     args = ap.parse_args(argv)
     args.keys = flat_keys(args.keys)
+    args.modes = ("off", *(m for m in MODES[1:] if m in args.modes.split(",")))
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as root:
         for keys in args.keys:
@@ -224,51 +277,39 @@ def main(argv: list[str] | None = None) -> int:
         f"{MAX_CHANGELOG_RATIO:.0%} of the materialized bytes"
     )
     print(
-        "CPU seconds of this process (the machine is shared: wall time is noisy); overhead: "
-        "over checkpoints off, as run; at 1 s: with a checkpoint per second of processing (the "
-        "processing slowdown, median interval over median interval, plus the mean checkpoint "
-        "time), as run and in the steady state (a materialization per chain, spread over its "
-        "changelogs; warm: a later materialization, costing what a full checkpoint does)"
+        "CPU seconds of this process, the modes alternating every few ms on the same records; "
+        "overhead = CPU per event over checkpoints off: of the processing alone (change "
+        "tracking), as run (with the run's first, cold materialization), and steady (a warm "
+        "materialization spread over the changelogs of its chain)"
     )
     print(
-        f"{'keys':>9} {'mode':>11} {'wall s':>7} {'cpu s':>7} {'overhead':>8} {'at 1 s':>7} "
-        f"{'steady':>7} {'warm':>6} {'MB/chk':>7} {'sync ms':>8} {'async ms':>9} {'restore s':>9}"
+        f"{'keys':>9} {'mode':>11} {'proc s':>7} {'chk s':>6} {'process':>8} {'as run':>7} "
+        f"{'steady':>7} {'MB/chk':>7} {'sync ms':>8} {'async ms':>9} {'restore s':>9}"
     )
     for keys, modes in results.items():
         off = modes["off"]
         for mode, r in modes.items():
-            slowdown = r["median_interval_process_s"] / off["median_interval_process_s"] - 1
-            r["overhead"] = r["cpu_s"] / off["cpu_s"] - 1
-            r["overhead_at_1s"] = slowdown + r["checkpoint_s"] / max(r["checkpoints"], 1)
-            if "steady_state" in r:
-                steady_ms = r["steady_state"]["ms_per_checkpoint"]
-                warm_ms = r["steady_state"]["ms_per_checkpoint_warm"]
-            else:
-                steady_ms = r["full"]["sync_ms"] + r["full"]["async_ms"] if "full" in r else 0.0
-                warm_ms = steady_ms
-            r["overhead_at_1s_steady"] = slowdown + steady_ms / 1000
-            r["overhead_at_1s_steady_warm"] = slowdown + warm_ms / 1000
+            _overheads(r, off)
             kinds = [r[k] for k in ("full", "changelog") if k in r]
             sync = f"{kinds[0]['sync_ms']:8.1f}" if kinds else f"{'-':>8}"
             asyn = f"{kinds[0]['async_ms']:9.1f}" if kinds else f"{'-':>9}"
             mb = r.get("bytes_per_checkpoint", 0) / 1e6
             restore = f"{r['restore_s']:9.2f}" if "restore_s" in r else f"{'-':>9}"
+            steady = f"{r['overhead_steady']:7.1%}" if "overhead_steady" in r else f"{'-':>7}"
             print(
-                f"{keys:>9} {mode:>11} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['overhead']:8.1%} "
-                f"{r['overhead_at_1s']:7.1%} {r['overhead_at_1s_steady']:7.1%} "
-                f"{r['overhead_at_1s_steady_warm']:6.1%} {mb:7.2f} {sync} "
-                f"{asyn} {restore}"
+                f"{keys:>9} {mode:>11} {r['process_s']:7.2f} {r['checkpoint_s']:6.2f} "
+                f"{r['processing_overhead']:8.1%} {r['overhead']:7.1%} {steady} {mb:7.2f} "
+                f"{sync} {asyn} {restore}"
             )
             if "materialized" in r:
-                m = r["materialized"]
+                m, st = r["materialized"], r["steady_state"]
                 print(
                     f"{'':>21} {m['count']} materialization(s): {m['bytes'] / 1e6:.2f} MB, sync "
-                    f"{m['sync_ms']:.1f} ms, async {m['async_ms']:.1f} ms; changelogs "
+                    f"{m['sync_ms']:.1f} ms, async {m['async_ms']:.1f} ms (cold), "
+                    f"{st['materialization_warm_ms']:.1f} ms warm; changelogs "
                     f"{r['changelog']['bytes'] / 1e6:.3f} MB; steady state: a chain of "
-                    f"{r['steady_state']['chain_changelogs']} changelogs, "
-                    f"{r['steady_state']['ms_per_checkpoint']:.1f} ms per checkpoint (with a "
-                    f"warm materialization: {r['steady_state']['ms_per_checkpoint_warm']:.1f}); "
-                    f"the restore read {r['restore_files']} files, "
+                    f"{st['chain_changelogs']} changelogs, {st['ms_per_checkpoint_warm']:.1f} ms "
+                    f"per checkpoint; the restore read {r['restore_files']} files, "
                     f"{r['restore_bytes'] / 1e6:.2f} MB"
                 )
     if args.json:

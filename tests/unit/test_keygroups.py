@@ -358,6 +358,20 @@ def test_assigner_agrees_with_the_pure_functions_on_first_and_repeated_lookups()
             assert key_group in key_group_range(assigner.subtask(key), 3, 128)
 
 
+def test_assigner_gives_the_key_groups_of_many_keys_in_their_order() -> None:
+    assigner = KeyGroupAssigner(max_parallelism=128, cache_limit=4)
+    keys = ["a", 1, ("t", 2), "a", 3.5]
+    assigner.key_group(1)  # a memo hit among misses
+    assert assigner.key_groups(keys) == [assign_to_key_group(k, 128) for k in keys]
+    assert assigner.key_groups([]) == []
+    with pytest.raises(TypeError, match="got list — convert it to a tuple"):
+        assigner.key_groups(["a", ["b"]])
+    assigner = KeyGroupAssigner(max_parallelism=128, cache_limit=4)
+    assigner.reserve(10)  # the memo now holds 20 keys before it is cleared
+    assigner.key_groups(range(20))
+    assert len(assigner._key_group_cache) == 20
+
+
 def test_assigner_gives_keys_equal_under_python_equality_one_answer() -> None:
     assigner = KeyGroupAssigner(max_parallelism=4096, parallelism=7)
     first = assigner.key_group(1)

@@ -223,7 +223,12 @@ def _rewrite_keyed(
                 table[key] = value
                 key_groups[key] = kg
                 entries += 1
-        snapshot = KeyedStateSnapshot(max_parallelism, owned, tables, key_groups.__getitem__)
+        snapshot = KeyedStateSnapshot(
+            max_parallelism,
+            owned,
+            tables,
+            lambda keys, memo=key_groups: list(map(memo.__getitem__, keys)),
+        )
         stem = f"{file_safe(uid)}-{i}-rewritten"
         with storage.create_artifact(dst, stem, ".state") as f:
             index = write_state_file(f, snapshot, operator_state[i] or None)

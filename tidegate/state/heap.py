@@ -396,6 +396,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
 
     def _full_snapshot(self) -> KeyedStateSnapshot:
+        self._key_groups.reserve(sum(map(len, self._tables.values())))
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         for name, table in self._tables.items():
             kind = self._kinds[name]
@@ -410,7 +411,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             self.max_parallelism,
             self.key_group_range,
             tables,
-            self._key_groups.key_group,
+            self._key_groups.key_groups,
             transformers=snapshot_transformers(self),  # state TTL: cleanup in full snapshot
             value_types=self._value_types,
         )

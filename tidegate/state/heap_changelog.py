@@ -28,6 +28,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from tidegate.state.keygroups import stable_hash
@@ -173,25 +175,28 @@ class KeyedStateChanges:
     def key_groups(self) -> Iterator[tuple[int, ChangeGroup]]:
         """The changes grouped by key group, non-empty groups ascending."""
         snapshot, m = self.changed, self.max_parallelism
-        key_group = snapshot.key_group_of or (lambda key: stable_hash(key) % m)
+        key_groups_of = snapshot.key_groups_of or (
+            lambda keys: [stable_hash(key) % m for key in keys]
+        )
         groups: dict[int, ChangeGroup] = {}
         for name, (kind, changed) in snapshot.tables.items():
             transform = snapshot.transformers.get(name)
             upserts: dict[int, dict[Any, Any]] = {}
             removals: dict[int, list[Any]] = {}
-            for key, value in changed.items():
-                if transform is not None:
-                    value = transform(value)
-                kg = key_group(key)
+            if transform is not None:  # an entry expired when written is written as removed
+                changed = {key: transform(value) for key, value in changed.items()}
+            value_type = snapshot.value_types.get(name)
+            for (key, value), kg in zip(changed.items(), key_groups_of(changed), strict=True):
                 if value is None:
                     removals.setdefault(kg, []).append(key)
                     continue
                 table = upserts.get(kg)
                 if table is None:
-                    table = upserts[kg] = group_table(name, snapshot.value_types.get(name))
+                    table = upserts[kg] = group_table(name, value_type)
                 table[key] = value
-            for key in self.removed.get(name, ()):
-                removals.setdefault(key_group(key), []).append(key)
+            removed = list(self.removed.get(name, ()))
+            for key, kg in zip(removed, key_groups_of(removed), strict=True):
+                removals.setdefault(kg, []).append(key)
             for kg in upserts.keys() | removals.keys():
                 entries = upserts.get(kg) or {}
                 groups.setdefault(kg, {})[name] = (kind, entries, removals.get(kg, []))
@@ -212,7 +217,7 @@ def _keys_of(changes: ChangeGroup) -> KeyGroupData:
 
 def capture_changes(
     tables: Mapping[str, tuple[str, Mapping[Any, Any]]],
-    changed: Mapping[str, Iterable[Any]],
+    changed: Mapping[str, set[Any]],
     containers: Iterable[str],
 ) -> tuple[dict[str, tuple[str, dict[Any, Any]]], dict[str, set[Any]]]:
     """The synchronous phase of a changelog: for each state with changes, its kind and the
@@ -225,16 +230,15 @@ def capture_changes(
         keys = changed.get(name)
         if not keys:
             continue
-        values: dict[Any, Any] = {}
+        # one lookup per key, in C loops (a key's entry is rarely in the CPU cache by now)
+        values = dict(zip(keys, map(table.get, keys, repeat(_ABSENT)), strict=True))
         removed: set[Any] = set()
-        copy = name in copied
-        get = table.get
-        for key in keys:
-            value = get(key, _ABSENT)
-            if value is _ABSENT:
-                removed.add(key)
-            else:
-                values[key] = value.copy() if copy else value
+        if any(map(is_, values.values(), repeat(_ABSENT))):
+            removed = {key for key, value in values.items() if value is _ABSENT}
+            for key in removed:
+                del values[key]
+        if name in copied:
+            values = {key: value.copy() for key, value in values.items()}
         values_of[name] = (kind, values)
         if removed:
             removed_of[name] = removed

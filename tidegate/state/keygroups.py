@@ -46,12 +46,13 @@ import dataclasses
 import datetime as _dt
 import enum
 import functools
+import itertools
 import pickle
 import struct
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from decimal import Decimal
 from fractions import Fraction
 
@@ -369,6 +370,24 @@ class KeyGroupAssigner:
         except TypeError:
             # Unhashable: stable_hash raises an actionable error (or hashes a bytearray).
             return stable_hash(key) % self.max_parallelism
+
+    def key_groups(self, keys: Collection[Hashable]) -> list[int]:
+        """The key group of each of `keys`, in their order: memo hits in one C call (a
+        snapshot's hot loop), the others through `key_group`."""
+        try:
+            groups = list(map(self._key_group_cache.get, keys, itertools.repeat(-1)))
+        except TypeError:  # an unhashable key: key_group raises the actionable error
+            return list(map(self.key_group, keys))
+        if groups and min(groups) < 0:
+            key_group = self.key_group
+            groups = [kg if kg >= 0 else key_group(k) for k, kg in zip(keys, groups, strict=True)]
+        return groups
+
+    def reserve(self, keys: int) -> None:
+        """Let the key group memo hold `keys` keys (twice that, and at least the limit it was
+        made with) before it is cleared: a memo cleared in the middle of a snapshot's keys
+        saves no hashing at all."""
+        self._cache_limit = max(self._cache_limit, 2 * keys)
 
     @property
     def cached_subtask(self) -> Callable[[Hashable], int | None]:

@@ -121,7 +121,7 @@ def changes_of(
             backend.max_parallelism,
             backend.key_group_range,
             tables,
-            backend.key_groups.key_group,
+            backend.key_groups.key_groups,
             transformers={name: stored_value(transformers.get(name)) for name in tables},
         ),
         {},
