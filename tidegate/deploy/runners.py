@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -18,7 +16,7 @@ from typing import Any
 
 import cloudpickle
 
-from tidegate.deploy import job_pickle
+from tidegate.deploy import job_pickle, local_zygote
 from tidegate.deploy.python_deps import PythonDependencies, installed
 from tidegate.metrics.startup import process_start_time
 from tidegate.runtime.messages import SlotStartup
@@ -156,7 +154,8 @@ def start_spark(
 
 # local --------------------------------------------------------------------------------------
 class LocalSlots:
-    """One `python -m tidegate.deploy.local_slot` process per slot, the deployment on stdin.
+    """One process per slot, forked by the driver process's zygote (deploy/local_zygote.py), or
+    a fresh `python -m tidegate.deploy.local_slot` process with the deployment on stdin.
     (Not multiprocessing: a spawned child would re-run the user's job script as __main__.)"""
 
     def __init__(
@@ -165,15 +164,7 @@ class LocalSlots:
         num_slots: int,
         on_end: Callable[[BaseException | None], None],
     ) -> None:
-        self.processes = []
-        for i in range(num_slots):
-            p = subprocess.Popen(
-                [sys.executable, "-m", "tidegate.deploy.local_slot", str(i)],
-                stdin=subprocess.PIPE,
-            )
-            p.stdin.write(deployment_bytes)
-            p.stdin.close()
-            self.processes.append(p)
+        self.processes = [local_zygote.start_slot(deployment_bytes, i) for i in range(num_slots)]
         self._watcher = threading.Thread(target=self._watch, args=(on_end,), daemon=True)
         self._watcher.start()
 
