@@ -2,8 +2,8 @@
 slot code and forks a slot process per request, so a local slot (of the first attempt and of
 every restart) starts in milliseconds instead of paying a Python start and tidegate's import.
 
-It preloads what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py),
-and is started like a fresh slot (`python -m`, the driver's working directory and environment),
+It preloads what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py)
+and the datastream API (none of them starts a thread: forking is safe), and is started like a fresh slot (`python -m`, the driver's working directory and environment),
 so a forked slot sees the sys.path, environment and modules a `python -m
 tidegate.deploy.local_slot` process would; the driver starts another zygote when its working
 directory or environment changed. The user's job script is never imported in it (so no
@@ -400,7 +400,11 @@ def fresh_slot(deployment_bytes: bytes, slot: int) -> subprocess.Popen:
 
 
 def _main(argv: list[str]) -> tuple[int, bytes]:
-    # what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py)
+    # what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py), and the
+    # datastream API, whose operators and functions every job's pickle refers to: unlike the
+    # daemon, a zygote is started once per driver process and its imports are paid once, where
+    # each slot process would pay them (1-3 s of a restart's job load on a loaded host)
+    import tidegate.datastream  # noqa: F401
     from tidegate.deploy import worker_daemon  # noqa: F401
 
     slot, payload = serve(socket.socket(fileno=int(argv[1])))
