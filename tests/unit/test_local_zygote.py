@@ -117,9 +117,7 @@ def test_the_zygote_exits_with_its_driver(tmp_path) -> None:
     assert gone(int(out.stdout.split()[-1]))
 
 
-def test_a_zygote_that_cannot_start_leaves_the_slot_to_a_fresh_process(
-    monkeypatch, caplog
-) -> None:
+def test_a_zygote_that_cannot_start_leaves_the_slot_to_a_fresh_process(monkeypatch, caplog) -> None:
     broken = ZygoteKey("/nonexistent/python", os.getcwd(), tuple(sorted(os.environ.items())))
     monkeypatch.setattr(ZygoteKey, "current", staticmethod(lambda: broken))
     with caplog.at_level(logging.WARNING, logger=local_zygote.__name__):

@@ -3,11 +3,12 @@ slot code and forks a slot process per request, so a local slot (of the first at
 every restart) starts in milliseconds instead of paying a Python start and tidegate's import.
 
 It preloads what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py)
-and the datastream API (none of them starts a thread: forking is safe), and is started like a fresh slot (`python -m`, the driver's working directory and environment),
-so a forked slot sees the sys.path, environment and modules a `python -m
-tidegate.deploy.local_slot` process would; the driver starts another zygote when its working
-directory or environment changed. The user's job script is never imported in it (so no
-multiprocessing: a spawned or forkserver child re-runs `__main__`).
+and the datastream API (none of them starts a thread: forking is safe), and is started like a
+fresh slot (`python -m`, the driver's working directory and environment), so a forked slot sees
+the sys.path, environment and modules a `python -m tidegate.deploy.local_slot` process would;
+the driver starts another zygote when its working directory or environment changed. The user's
+job script is never imported in it (so no multiprocessing: a spawned or forkserver child
+re-runs `__main__`).
 
 Protocol, over a Unix socket pair whose other end only the driver holds (inherited, nothing
 listens): a request is an 8-byte length, sent with the driver's stdout and stderr (SCM_RIGHTS,
