@@ -15,7 +15,7 @@ import sys
 import time
 
 from tidegate.deploy import local_zygote
-from tidegate.deploy.local_zygote import ForkedSlot, ZygoteKey, fresh_slot, start_slot
+from tidegate.deploy.local_zygote import ForkedSlot, ZygoteKey, start_slot
 
 
 class _Run:
@@ -61,9 +61,12 @@ def test_exit_codes_and_signals_reach_the_driver_as_popen_has_them() -> None:
     sleeps.kill()  # after its end: nothing to signal, no error
 
 
-def test_a_forked_slot_sees_what_a_fresh_slot_process_sees(tmp_path, monkeypatch, capfd) -> None:
+def test_a_forked_slot_sees_what_a_fresh_slot_process_sees(
+    tmp_path, monkeypatch, capfd, caplog
+) -> None:
     """Working directory, environment, sys.path and standard streams of the requesting driver,
-    at the time of the request (a changed environment or directory gets a new zygote)."""
+    at the time of the request (a changed environment or directory gets a new zygote); the
+    fresh process is the fallback of a zygote that cannot start."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDEGATE_ZYGOTE_TEST", "value")
     before = local_zygote._zygote
@@ -71,18 +74,26 @@ def test_a_forked_slot_sees_what_a_fresh_slot_process_sees(tmp_path, monkeypatch
         "import json, os, sys; print('out-' + sys.argv[1]); print('err', file=sys.stderr); "
         "open(os.environ['REPORT'], 'w').write(json.dumps("
         "[os.getcwd(), os.environ['TIDEGATE_ZYGOTE_TEST'], sys.path, sys.stdin.read()])); "
-        "sys.exit(0)"
+        "sys.exit(4)"
     )
-    seen = []
-    for name, start in (("forked", start_slot), ("fresh", fresh_slot)):
-        monkeypatch.setenv("REPORT", str(tmp_path / name))
-        process = start(deployment(code), 7)
-        assert process.wait(30) == 0
-        seen.append(json.loads((tmp_path / name).read_text()))
+    monkeypatch.setenv("REPORT", str(tmp_path / "forked"))
+    forked = start_slot(deployment(code), 7)
+    assert isinstance(forked, ForkedSlot)
     assert local_zygote._zygote is not before
-    forked, fresh = seen
-    assert forked[:3] == fresh[:3] == [str(tmp_path), "value", fresh[2]]
-    assert forked[3] == ""  # a fresh slot read its deployment from stdin: nothing left
+    assert forked.wait(30) == 4
+
+    broken = ZygoteKey("/nonexistent/python", os.getcwd(), tuple(sorted(os.environ.items())))
+    monkeypatch.setattr(ZygoteKey, "current", staticmethod(lambda: broken))
+    monkeypatch.setenv("REPORT", str(tmp_path / "fresh"))
+    with caplog.at_level(logging.WARNING, logger=local_zygote.__name__):
+        fresh = start_slot(deployment(code), 7)
+    assert isinstance(fresh, subprocess.Popen)
+    assert fresh.wait(30) == 4
+    assert "zygote did not start ([Errno 2] No such file or directory" in caplog.text
+
+    seen_forked, seen_fresh = (json.loads((tmp_path / n).read_text()) for n in ("forked", "fresh"))
+    assert seen_forked[:3] == seen_fresh[:3] == [str(tmp_path), "value", seen_fresh[2]]
+    assert seen_forked[3] == ""  # a fresh slot read its deployment from stdin: nothing left
     captured = capfd.readouterr()
     assert captured.out.count("out-7") == 2
     assert captured.err.count("err") == 2
@@ -115,14 +126,3 @@ def test_the_zygote_exits_with_its_driver(tmp_path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert gone(int(out.stdout.split()[-1]))
-
-
-def test_a_zygote_that_cannot_start_leaves_the_slot_to_a_fresh_process(monkeypatch, caplog) -> None:
-    broken = ZygoteKey("/nonexistent/python", os.getcwd(), tuple(sorted(os.environ.items())))
-    monkeypatch.setattr(ZygoteKey, "current", staticmethod(lambda: broken))
-    with caplog.at_level(logging.WARNING, logger=local_zygote.__name__):
-        process = start_slot(deployment("import sys; sys.exit(4)"), 2)
-    assert isinstance(process, subprocess.Popen)
-    assert process.wait(30) == 4
-    assert "zygote did not start" in caplog.text
-    assert "/nonexistent/python" in caplog.text

@@ -83,6 +83,9 @@ def serve(sock: socket.socket) -> tuple[int, bytes]:
     """The zygote's loop: returns only in a forked slot process, with its (slot, deployment
     bytes), its standard streams set up and the zygote's descriptors closed; the zygote itself
     exits when the driver's end of `sock` closes."""
+    # a Ctrl-C in the driver's terminal reaches its whole process group: the zygote leaves
+    # stopping to the driver, its slots get Python's default handler as a fresh slot has
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     children: dict[int, int] = {}  # pidfd -> pid
@@ -108,6 +111,7 @@ def serve(sock: socket.socket) -> tuple[int, bytes]:
                 _answer(sock, ("failed", request_id, f"fork failed: {e}"))
                 continue
             if pid == 0:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 selector.close()
                 for pidfd in children:
                     os.close(pidfd)
@@ -245,6 +249,8 @@ class Zygote:
         self._children: dict[int, ForkedSlot] = {}
         self._retired = False
         self.alive = True
+        #: whether it started a slot: one that ended before is broken (e.g. its import failed)
+        self.served = False
         self._reader = threading.Thread(target=self._read, daemon=True, name="tidegate-zygote")
         self._reader.start()
 
@@ -292,6 +298,7 @@ class Zygote:
         with self._lock:
             if kind == "started":
                 self._children[second] = ForkedSlot(second)
+                self.served = True
             pending = self._pending.pop(first)
         pending.answer = answer
         pending.done.set()
@@ -341,14 +348,17 @@ class Zygote:
 
 _lock = threading.Lock()
 _zygote: Zygote | None = None
+#: the key of a zygote that ended before it started a slot: not tried again
+_broken: ZygoteKey | None = None
 
 
 def start_slot(deployment_bytes: bytes, slot: int) -> ForkedSlot | subprocess.Popen:
     """Start local slot `slot`: forked by this driver process's zygote (started, or replaced
     when it died or the working directory or environment changed), else a fresh process."""
-    global _zygote
-    if _supported():
-        key = ZygoteKey.current()
+    global _zygote, _broken
+    key = ZygoteKey.current() if _supported() else None
+    zygote = None
+    if key is not None and key != _broken:
         with _lock:
             zygote = _zygote
             if zygote is None or not zygote.alive or zygote.key != key:
@@ -356,22 +366,20 @@ def start_slot(deployment_bytes: bytes, slot: int) -> ForkedSlot | subprocess.Po
                     zygote.retire()
                 try:
                     zygote = _zygote = Zygote(key)
+                    log.info("started the local runner's zygote (pid %d)", zygote.process.pid)
                 except Exception as e:
                     zygote = _zygote = None
-                    log.warning(
-                        "the local runner's zygote did not start (%s): slot %d is a fresh process",
-                        e,
-                        slot,
-                    )
-        if zygote is not None:
-            try:
-                return zygote.start_slot(deployment_bytes, slot)
-            except ZygoteError as e:
-                log.warning(
-                    "the local runner's zygote did not start slot %d (%s): it is a fresh process",
-                    slot,
-                    e,
-                )
+                    _broken = key
+                    log.warning("the local runner's zygote did not start (%s)", e)
+    if zygote is not None:
+        try:
+            return zygote.start_slot(deployment_bytes, slot)
+        except ZygoteError as e:
+            if not zygote.served:
+                _broken = key
+            log.warning("the local runner's zygote did not start slot %d (%s)", slot, e)
+    if key is not None:
+        log.info("local slot %d is a fresh process", slot)
     return fresh_slot(deployment_bytes, slot)
 
 
