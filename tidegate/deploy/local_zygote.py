@@ -64,11 +64,6 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _send(sock: socket.socket, message: tuple) -> None:
-    data = pickle.dumps(message)
-    sock.sendall(_ANSWER.pack(len(data)) + data)
-
-
 def _read_request(sock: socket.socket) -> tuple[int, int, bytes, list[int]]:
     """One request: (id, slot, deployment bytes, the slot's stdout and stderr fds)."""
     head, fds, _, _ = socket.recv_fds(sock, _LENGTH.size, 2)
@@ -127,8 +122,9 @@ def serve(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def _answer(sock: socket.socket, message: tuple) -> None:
+    data = pickle.dumps(message)
     try:
-        _send(sock, message)
+        sock.sendall(_ANSWER.pack(len(data)) + data)
     except OSError:
         os._exit(0)  # the driver is gone
 
