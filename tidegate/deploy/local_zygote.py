@@ -2,13 +2,13 @@
 slot code and forks a slot process per request, so a local slot (of the first attempt and of
 every restart) starts in milliseconds instead of paying a Python start and tidegate's import.
 
-It preloads what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py)
-and the datastream API (none of them starts a thread: forking is safe), and is started like a
-fresh slot (`python -m`, the driver's working directory and environment), so a forked slot sees
-the sys.path, environment and modules a `python -m tidegate.deploy.local_slot` process would;
-the driver starts another zygote when its working directory or environment changed. The user's
-job script is never imported in it (so no multiprocessing: a spawned or forkserver child
-re-runs `__main__`).
+It preloads (`PRELOAD`) the slot's runtime, as the Spark runner's worker daemon does
+(tidegate/deploy/worker_daemon.py), and the datastream API (none of them starts a thread:
+forking is safe), and is started like a fresh slot (`python -m`, the driver's working directory
+and environment), so a forked slot sees the sys.path, environment and modules a `python -m
+tidegate.deploy.local_slot` process would; the driver starts another zygote when its working
+directory or environment changed. The user's job script is never imported in it (so no
+multiprocessing: a spawned or forkserver child re-runs `__main__`).
 
 Protocol, over a Unix socket pair whose other end only the driver holds (inherited, nothing
 listens): a request is an 8-byte length, sent with the driver's stdout and stderr (SCM_RIGHTS,
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import pickle
@@ -50,6 +51,12 @@ _ANSWER = struct.Struct("!I")
 #: seconds a driver waits for the zygote's answer to a start (the first one includes the
 #: zygote's own start: a Python start and tidegate's import, several seconds on a loaded host)
 START_TIMEOUT_S = 60.0
+#: what the zygote imports before it forks: the slot's entry and runtime (what the Spark
+#: runner's worker daemon preloads) and the datastream API, whose operators and functions every
+#: job's pickle refers to (by name: the deploy layer does not use the API, the slots' job
+#: does). Unlike the daemon, a zygote is started once per driver process and pays these
+#: imports once, where each slot process would pay them (1-3 s of a restart on a loaded host).
+PRELOAD = ("tidegate.deploy.slot_entry", "tidegate.runtime.slot", "tidegate.datastream")
 
 
 # the zygote ---------------------------------------------------------------------------------
@@ -405,13 +412,8 @@ def fresh_slot(deployment_bytes: bytes, slot: int) -> subprocess.Popen:
 
 
 def _main(argv: list[str]) -> tuple[int, bytes]:
-    # what the Spark runner's worker daemon preloads (tidegate/deploy/worker_daemon.py), and the
-    # datastream API, whose operators and functions every job's pickle refers to: unlike the
-    # daemon, a zygote is started once per driver process and its imports are paid once, where
-    # each slot process would pay them (1-3 s of a restart's job load on a loaded host)
-    import tidegate.datastream  # noqa: F401
-    from tidegate.deploy import worker_daemon  # noqa: F401
-
+    for name in PRELOAD:
+        importlib.import_module(name)
     slot, payload = serve(socket.socket(fileno=int(argv[1])))
     sys.argv = [sys.argv[0], str(slot)]
     return slot, payload
@@ -419,6 +421,6 @@ def _main(argv: list[str]) -> tuple[int, bytes]:
 
 if __name__ == "__main__":
     _slot, _payload = _main(sys.argv)
-    from tidegate.deploy.runners import _slot_entry
+    from tidegate.deploy import slot_entry
 
-    _slot_entry(_payload, _slot)
+    slot_entry.run(_payload, _slot)

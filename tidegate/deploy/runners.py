@@ -6,7 +6,6 @@ so a runner only has to start them, report when they are gone, and stop them on 
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import threading
 import time
@@ -14,12 +13,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
-
-from tidegate.deploy import job_pickle, local_zygote
-from tidegate.deploy.python_deps import PythonDependencies, installed
-from tidegate.metrics.startup import process_start_time
-from tidegate.runtime.messages import SlotStartup
+from tidegate.deploy import job_pickle, local_zygote, slot_entry
+from tidegate.deploy.python_deps import PythonDependencies
 
 
 def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -> bytes:
@@ -29,26 +24,6 @@ def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -
     unpickled."""
     header = (tuple(deployment.driver_address), deployment.secret, deployment.attempt)
     return pickle.dumps((header, python, job_pickle.dumps(deployment)))
-
-
-def _slot_entry(
-    payload: bytes, slot: int, host: str | None = None, task_started: float | None = None
-) -> None:
-    """Load the deployment and run slot `slot` (`task_started`: when the runner's task began,
-    default now)."""
-    task_started = time.time() if task_started is None else task_started
-    from tidegate.runtime.slot import report_load_failure, run_slot
-
-    header, python, body = pickle.loads(payload)
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(installed(python))
-            deployment = cloudpickle.loads(body)
-        except Exception as e:
-            report_load_failure(header, slot, e)
-            raise
-        startup = SlotStartup(task_started, time.time(), process_start_time())
-        run_slot(deployment, slot, host, startup)
 
 
 # spark --------------------------------------------------------------------------------------
@@ -65,7 +40,7 @@ def _spark_partition(deployment_bytes: bytes):
             slot = ctx.partitionId()
             # the executor's host as Spark names it: what preferred locations are matched with
             host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
-            _slot_entry(deployment_bytes, slot, host, task_started)
+            slot_entry.run(deployment_bytes, slot, host, task_started)
         return iter([])
 
     return run
