@@ -88,6 +88,7 @@ def main() -> None:
     run_started = time.time()
     cli_main(flow, epoch_interval=timedelta(seconds=1), recovery_config=RecoveryConfig(db))
     ended = time.time()
+    cpu = os.times()
     committed = sum(int(Path(out, name).read_text()) for name in os.listdir(out))
     print(
         json.dumps(
@@ -95,6 +96,7 @@ def main() -> None:
                 "imported": STARTED,
                 "run_started": run_started,
                 "ended": ended,
+                "cpu_s": cpu.user + cpu.system,
                 "first_record": timings.get("first"),
                 "last_record": timings.get("last"),
                 "committed_records": committed,

@@ -11,8 +11,9 @@ that fails, Bytewax is skipped with the reason. Each engine runs in a new proces
   `execute()` on a warm session, to its end; Bytewax: its run call) and (b) `steady`: N / the
   time from the first to the last record at the sink; ratio to the bare loop's events/s;
 * start-up (`--startup-records`, 1 M): the whole process, from its start (interpreter, imports,
-  JVM) to the job's end, as `python job.py` takes it; for tidegate on Spark also the same job
-  again in the same process (`warm`: the session reused).
+  JVM) to the job's end, as `python job.py` takes it, and the CPU seconds its process tree used
+  meanwhile (tidegate: Python, the JVM, Spark's Python workers); for tidegate on Spark also the
+  same job again in the same process (`warm`: the session reused).
 
     python bench/compare.py                          # ~2 min on 2 cores
     python bench/compare.py --records 2000000        # shorter
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import jobs
 from bench.common import REPO, report_header, run_process, write_report
 from bench.jobs import JobParams
-from bench.measure import bare_loop, run_job
+from bench.measure import bare_loop, run_job, tree_cpu_seconds
 from tidegate.metrics.startup import process_start_time
 
 BYTEWAX = "0.21.1"
@@ -63,6 +64,7 @@ def tidegate_child(args: argparse.Namespace) -> dict[str, Any]:
 
     cold = job(args.startup_records)
     out["process_s"] = cold["submitted"] + cold["wall_s"] - started if started else None
+    out["process_cpu_s"] = tree_cpu_seconds(os.getpid())
     if args.runner == "spark":
         out["warm_job_s"] = job(args.startup_records)["wall_s"]
     big = job(args.records)
@@ -111,6 +113,7 @@ def run_bytewax(python: str, args: argparse.Namespace, records: int) -> dict[str
         return {"error": f"Bytewax committed {r['committed_records']} of {records} records"}
     return {
         "process_s": r["ended"] - spawned,  # its interpreter's start too
+        "process_cpu_s": r["cpu_s"],
         "job_s": r["ended"] - r["run_started"],
         "steady_s": r["last_record"] - r["first_record"],
     }
@@ -137,6 +140,7 @@ def rows_of(args: argparse.Namespace, results: dict[str, dict[str, Any]], bare: 
                 "startup_x_bytewax": (r["process_s"] / bytewax_s)
                 if bytewax_s and r.get("process_s")
                 else None,
+                "startup_cpu_s": r.get("process_cpu_s"),
                 "warm_job_s": r.get("warm_job_s"),
             }
         )
@@ -150,7 +154,7 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]], bare: floa
     n, m = f"{args.records / 1e6:g}M", f"{args.startup_records / 1e6:g}M"
     print(
         f"\n{'engine':<16}{'job ev/s':>12}{'x bare':>8}{'steady ev/s':>13}{'x bare':>8}"
-        f"{m + ' process s':>15}{'x bytewax':>10}{'warm job s':>11}   (W1, {n} events)"
+        f"{m + ' process s':>15}{'x bytewax':>10}{'cpu s':>7}{'warm job s':>11}   (W1, {n} events)"
     )
     print(f"{'bare CPython':<16}{bare:>12,.0f}{1:>8.2f}{bare:>13,.0f}{1:>8.2f}")
     for r in rows:
@@ -161,6 +165,7 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]], bare: floa
             f"{r['engine']:<16}{f(r['job_ev_s'], ',.0f'):>12}{f(r['job_x_bare'], '.2f'):>8}"
             f"{f(r['steady_ev_s'], ',.0f'):>13}{f(r['steady_x_bare'], '.2f'):>8}"
             f"{f(r['startup_process_s'], '.2f'):>15}{f(r['startup_x_bytewax'], '.2f'):>10}"
+            f"{f(r['startup_cpu_s'], '.2f'):>7}"
             f"{f(r['warm_job_s'], '.2f'):>11}"
         )
 
@@ -195,7 +200,13 @@ def main() -> None:
             startup = run_bytewax(python, args, args.startup_records)
             big = run_bytewax(python, args, args.records)
             results["bytewax"] = (
-                {**big, "process_s": startup["process_s"]} if "error" not in startup else startup
+                {
+                    **big,
+                    "process_s": startup["process_s"],
+                    "process_cpu_s": startup["process_cpu_s"],
+                }
+                if "error" not in startup
+                else startup
             )
     load["after"] = os.getloadavg()[0]
     rows = rows_of(args, results, bare)

@@ -107,6 +107,11 @@ def _tree_jiffies(root: int) -> int:
     return total
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds `root` and its descendants have used so far."""
+    return _tree_jiffies(root) / _CLK_TCK
+
+
 class CpuMonitor:
     """Cores used by this benchmark's process tree and by everything else, over an interval."""
 

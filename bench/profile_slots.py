@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (state size)")
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
+    ap.add_argument(
+        "--changelog", action="store_true", help="state.backend.changelog.enabled (rocksdb)"
+    )
     ap.add_argument("--seconds", type=float, default=10.0, help="sampling duration")
     ap.add_argument("--rate", type=int, default=200, help="samples per second")
     ap.add_argument("--records", type=int, help="default: enough for warm-up + sampling")
@@ -158,7 +161,14 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = get_spark(None, 2)
     env = build_env(params, runner=args.runner, work_dir=work_dir, spark=spark)
-    env.configure(Configuration().set_string("state.backend.type", args.backend))
+    env.configure(
+        Configuration().add_all(
+            {
+                "state.backend.type": args.backend,
+                "state.backend.changelog.enabled": str(args.changelog).lower(),
+            }
+        )
+    )
     client = env.execute_async("profile")
     jm = client.jobmaster
     markers = os.path.join(work_dir, "markers")

@@ -16,7 +16,7 @@ rest of the input. After each segment: no in-progress/pending (hidden) files in 
 directories, and the orphan sweep's plan (`plan_job_dir_sweep`) over the segment's job
 directory empty; the job directory's size is sampled while it runs (max reported). Prints a
 table per segment and the records lost/duplicated per pipeline; writes JSON (default
-bench/results/soak.json). `--quick`: ~50 faults (what tests/e2e/test_soak.py runs).
+bench/results/soak.json). `--quick`: 32 faults (what tests/e2e/test_soak.py runs).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = job_arguments(__doc__, "soak.json")
     p.add_argument("--faults-total", type=int, default=1000, help="faults over all segments")
     p.add_argument("--per-segment", type=int, default=50, help="faults per segment")
-    p.add_argument("--quick", action="store_true", help="~50 faults (13 per segment)")
+    p.add_argument("--quick", action="store_true", help="32 faults (8 per segment)")
     p.add_argument("--rate", type=float, default=10, help="records/s of each source")
     p.add_argument(
         "--max-minutes",
@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     if args.quick:
-        args.faults_total, args.per_segment = 50, 13
+        args.faults_total, args.per_segment = 32, 8
     return args
 
 

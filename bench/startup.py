@@ -8,12 +8,18 @@ CountSink, 10k keys, checkpoints every second) on the embedded Spark session:
   checkpoints: from the kill to the first record after the restore.
 
 Each repeat is a new process (`--child`), so every cold start is one. Variants compare settings
-the user can choose (round-robin, one process each): `default`; `no-preload` (PySpark's own
-worker daemon instead of tidegate's, which imports tidegate before forking workers); `c1` (the
-driver JVM with `-XX:TieredStopAtLevel=1`).
+the user can choose (round-robin, one process each): `default`; `no-archive` (the driver JVM
+without its class-data-sharing archive, deploy/class_archive.py: C1 only); `no-preload`
+(PySpark's own worker daemon instead of tidegate's, which imports tidegate before forking
+workers); `full-jit` (the driver JVM with the C2 compiler too); `serial-gc` (the default's JVM
+options and the serial collector). Before the first measured process, one unmeasured process
+starts the archive's writer if this installation has none yet, and the measured ones wait
+until it is written. Besides wall times, each process records the CPU seconds of its whole
+tree (Python, the JVM, the worker daemon and workers) to the end of the cold job, and the load
+average.
 
     python bench/startup.py                                  # default, 3 processes (~1 min)
-    python bench/startup.py --variants default,no-preload,c1 --repeats 3
+    python bench/startup.py --variants default,no-archive --repeats 3
     python bench/startup.py --runner local                   # the process runner (no JVM)
 """
 
@@ -33,18 +39,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import jobs
 from bench.common import REPO, report_header, run_process, write_report
 from bench.jobs import JobParams
-from bench.measure import run_job, run_recovery
+from bench.measure import run_job, run_recovery, tree_cpu_seconds
+from tidegate.common.configuration import CLASS_ARCHIVE
+from tidegate.deploy import class_archive
+from tidegate.deploy.java import find_java, use_java
+from tidegate.deploy.spark_session import archive_plan
 from tidegate.metrics.startup import process_start_time
 
-#: a dynamic class-data-sharing archive of Spark's classes (written by a first, unmeasured run)
-CDS_ARCHIVE = os.path.join(tempfile.gettempdir(), f"tidegate-bench-spark-{os.getuid()}.jsa")
-C1 = "-XX:TieredStopAtLevel=1"
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
+    "no-archive": {CLASS_ARCHIVE: "false"},
     "no-preload": {"spark.python.daemon.module": "pyspark.daemon"},
     "full-jit": {"spark.driver.extraJavaOptions": "-XX:+TieredCompilation"},
-    "cds": {"spark.driver.extraJavaOptions": f"{C1} -XX:SharedArchiveFile={CDS_ARCHIVE}"},
+    "serial-gc": {},
 }
+#: JVM options a variant adds to the default's (the archive's too)
+EXTRA_JAVA_OPTIONS = {"serial-gc": "-XX:+UseSerialGC"}
 #: the table's breakdown: (column, phase of JobStats.startup); "first record" is the sink's
 PHASES = (
     ("restart", "restart"),
@@ -88,9 +98,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     """One process: a cold job, a warm job, a restore; the process's own start too."""
     process_started = process_start_time()
     jobs.register_by_value()
-    conf = VARIANTS[args.variant]
-    if args.java_options:
-        conf = {**conf, "spark.driver.extraJavaOptions": args.java_options}
+    conf = dict(VARIANTS[args.variant])
+    extra = EXTRA_JAVA_OPTIONS.get(args.variant)
+    if extra is not None:
+        planned = archive_plan(use_java(), conf, os.environ)
+        conf["spark.driver.extraJavaOptions"] = f"{planned.java_options} {extra}"
     work = tempfile.mkdtemp(prefix="tidegate-startup-")
     params = w1(args.records, args.parallelism)
     out: dict[str, Any] = {"variant": args.variant, "load_before": os.getloadavg()[0]}
@@ -98,6 +110,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     out["cold"] = breakdown(cold, 0, cold["submitted"])
     out["cold"]["wall_s"] = cold["wall_s"]
     out["cold"]["exactly_once_ok"] = cold["exactly_once_ok"]
+    out["cold"]["cpu_s"] = tree_cpu_seconds(os.getpid())
+    out["load_cold"] = os.getloadavg()[0]
     if process_started is not None:  # what a user running `python job.py` waits for
         out["process_end_to_end_s"] = cold["submitted"] + cold["wall_s"] - process_started
         out["process_to_execute_s"] = cold["submitted"] - process_started
@@ -118,9 +132,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def run_child(
-    args: argparse.Namespace, variant: str, java_options: str | None = None
-) -> dict[str, Any]:
+def run_child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     command = [
         sys.executable,
         os.path.abspath(__file__),
@@ -135,26 +147,25 @@ def run_child(
         str(args.parallelism),
         "--rate",
         str(args.rate),
-        *(["--java-options", java_options] if java_options else []),
     ]
     return {"variant": variant, **run_process(command, args.timeout)}
 
 
-def write_cds_archive(args: argparse.Namespace) -> None:
-    """One unmeasured process whose JVM writes the archive of the classes it loaded at exit."""
-    print(f"  writing the class-data-sharing archive {CDS_ARCHIVE} (one unmeasured run)")
-    partial = f"{CDS_ARCHIVE}.{os.getpid()}.tmp"
-    run_child(args, "default", f"{C1} -XX:ArchiveClassesAtExit={partial}")
-    deadline = time.monotonic() + 120  # the JVM writes it after the Python process ended
-    size = -1
-    while time.monotonic() < deadline:
-        time.sleep(2)
-        now = os.path.getsize(partial) if os.path.exists(partial) else -1
-        if now > 0 and now == size:
-            os.replace(partial, CDS_ARCHIVE)
-            return
-        size = now
-    raise RuntimeError(f"the JVM wrote no class-data-sharing archive to {partial}")
+def ensure_archive(args: argparse.Namespace) -> None:
+    """If this installation has no class-data-sharing archive yet: one unmeasured process,
+    whose session starts the archive's writer, and a wait for the writer to publish it."""
+    jars = class_archive.spark_jars_directory()
+    key = class_archive.installation_key(find_java().java, jars, os.environ, {})
+    directory = class_archive.cache_directory(os.environ)
+    if class_archive.published(directory, key) is not None:
+        return
+    print(f"  writing the class-data-sharing archive into {directory} (one unmeasured run)")
+    run_child(args, "default")
+    deadline = time.monotonic() + 900  # at nice 19 on a loaded machine it takes minutes
+    while class_archive.published(directory, key) is None and time.monotonic() < deadline:
+        time.sleep(1)
+    if class_archive.published(directory, key) is None:
+        print("  (no archive was written: the default variant runs without one)")
 
 
 def median(values: list[float | None]) -> float | None:
@@ -180,10 +191,11 @@ def table(runs: list[dict[str, Any]], variants: list[str]) -> list[dict[str, Any
                 row[name] = median([c.get("phases", {}).get(name) for c in cells])
             if scenario == "cold":
                 row["wall_s"] = median([c.get("wall_s") for c in cells])
+                row["cpu_s"] = median([c.get("cpu_s") for c in cells])
                 row["process_end_to_end_s"] = median([r.get("process_end_to_end_s") for r in mine])
             elif scenario == "warm":
                 row["wall_s"] = median([c.get("wall_s") for c in cells])
-            row["load"] = median([r.get("load_before") for r in mine])
+            row["load"] = median([r.get("load_cold") for r in mine])
             rows.append(row)
     return rows
 
@@ -194,11 +206,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
     columns = [("detected", "detected"), *PHASES, ("first rec", "first_record")]
     head = f"{'variant':<11}{'scenario':<9}{'to 1st rec':>11}{'job wall':>9}{'process':>9}"
+    head += f"{'cpu':>7}"
     print(head + "".join(f"{c:>{max(len(c) + 1, 8)}}" for c, _ in columns) + f"{'load':>6}")
     for r in rows:
         line = (
             f"{r['variant']:<11}{r['scenario']:<9}{cell(r['to_first_record_s']):>11}"
             f"{cell(r.get('wall_s')):>9}{cell(r.get('process_end_to_end_s')):>9}"
+            f"{cell(r.get('cpu_s')):>7}"
         )
         line += "".join(f"{cell(r[key]):>{max(len(c) + 1, 8)}}" for c, key in columns)
         print(line + f"{cell(r['load']):>6}")
@@ -218,7 +232,6 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "startup.json"))
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="default", help=argparse.SUPPRESS)
-    p.add_argument("--java-options", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args)), flush=True)
@@ -227,8 +240,8 @@ def main() -> None:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant(s) {unknown}: choose from {', '.join(VARIANTS)}")
-    if "cds" in variants and not os.path.exists(CDS_ARCHIVE):
-        write_cds_archive(args)
+    if args.runner == "spark":
+        ensure_archive(args)
     runs = []
     for _ in range(args.repeats):
         for variant in variants:

@@ -38,6 +38,7 @@ from bench import jobs
 from bench.common import add_keys_argument, flat_keys, key_counts
 from bench.jobs import JobParams, add_counts, first, to_pair
 from bench.measure import bare_loop, run_job
+from tidegate.checkpoint.storage import CheckpointStorage
 from tidegate.datastream.state import ValueStateDescriptor
 from tidegate.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from tidegate.runtime.operators import KeyedReduceOperator, OperatorRuntime, ProcessOperator
@@ -65,7 +66,21 @@ def _backends(local_dir: str) -> dict[str, object]:
     return {
         "hashmap": HashMapStateBackend(),
         "rocksdb": EmbeddedRocksDBStateBackend(local_dir=local_dir),
+        "rocksdb+changelog": EmbeddedRocksDBStateBackend(
+            local_dir=local_dir, enable_changelog=True
+        ),
     }
+
+
+#: W1's configuration per backend (`--spark`)
+W1_BACKENDS = {
+    "hashmap": {"state.backend.type": "hashmap"},
+    "rocksdb": {"state.backend.type": "rocksdb"},
+    "rocksdb+changelog": {
+        "state.backend.type": "rocksdb",
+        "state.backend.changelog.enabled": "true",
+    },
+}
 
 
 def _operator(kind: str, backend) -> object:
@@ -87,16 +102,41 @@ def _batches(records: int, keys: int, stride: int = 1) -> list[list[tuple[int, i
     ]
 
 
-def _timed(op, batches: list[list[tuple[int, int]]]) -> tuple[float, float]:
+class _Checkpoints:
+    """Checkpoints of a changelog backend, both phases (the changelog written into a real
+    checkpoint storage, then confirmed), as a job takes them."""
+
+    def __init__(self, local_dir: str) -> None:
+        self.storage = CheckpointStorage(os.path.join(local_dir, "checkpoints"), "bench")
+        self.taken = 0
+
+    def take(self, keyed) -> None:
+        self.taken += 1
+        cid = self.taken
+        snapshot = keyed.snapshot(cid)
+        directory = self.storage.create_checkpoint_dir(cid)
+        snapshot.upload(self.storage, directory, "count-0", cid)
+        keyed.notify_checkpoint_complete(cid)
+
+
+def _timed(op, batches: list[list[tuple[int, int]]], checkpoints=None) -> tuple[float, float]:
     """Wall and CPU seconds (this process: RocksDB's threads too) of processing `batches`,
-    ending with the rocksdb backend's write buffer flushed (as a checkpoint would)."""
+    ending with the rocksdb backend's write buffer flushed (as a checkpoint would), or with
+    a changelog backend's checkpoint (`checkpoints`: both phases)."""
     wall, cpu = time.perf_counter(), time.process_time()
     for batch in batches:
         op.process_batch(batch)
-    buffer = getattr(op.keyed_backend, "buffer", None)
-    if buffer is not None:
-        buffer.flush()
+    if checkpoints is not None:
+        checkpoints.take(op.keyed_backend)
+    else:
+        buffer = getattr(op.keyed_backend, "buffer", None)
+        if buffer is not None:
+            buffer.flush()
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _checkpoints(backend, local_dir: str) -> _Checkpoints | None:
+    return _Checkpoints(local_dir) if getattr(backend, "enable_changelog", False) else None
 
 
 def throughput(records: int, local_dir: str, rounds: int = 3) -> dict[str, dict[str, float]]:
@@ -108,7 +148,7 @@ def throughput(records: int, local_dir: str, rounds: int = 3) -> dict[str, dict[
             times = []
             for _ in range(rounds):
                 op = _operator(kind, backend)
-                times.append(_timed(op, batches))
+                times.append(_timed(op, batches, _checkpoints(backend, local_dir)))
                 op.close()
             out[f"{kind} / {name}"] = {
                 "wall": statistics.median(records / wall for wall, _ in times),
@@ -118,17 +158,21 @@ def throughput(records: int, local_dir: str, rounds: int = 3) -> dict[str, dict[
     fill, spread = _batches(big, big), _batches(records, big, stride=7919)
     for name, backend in _backends(local_dir).items():
         op = _operator("reduce", backend)
-        _timed(op, fill)
-        wall, cpu = _timed(op, spread)
+        checkpoints = _checkpoints(backend, local_dir)
+        _timed(op, fill, checkpoints)
+        wall, cpu = _timed(op, spread, checkpoints)
         out[f"reduce 1M keys / {name}"] = {"wall": records / wall, "cpu": records / cpu}
         op.close()
     return out
 
 
 def checkpoint(keys: int, local_dir: str) -> dict[str, dict[str, float]]:
-    """Sync ms, async ms and MB of a full checkpoint of `keys` keys, per backend."""
+    """Sync ms, async ms and MB of a full checkpoint of `keys` keys, per backend (the changelog
+    changes no full snapshot: a savepoint's is rocksdb's)."""
     out = {}
     for name, backend in _backends(local_dir).items():
+        if name == "rocksdb+changelog":
+            continue
         keyed = backend.create_keyed_state_backend(128, range(128), operator_uid=f"chk-{name}")
         try:
             state = keyed.get_state(ValueStateDescriptor("count"))
@@ -151,7 +195,9 @@ def checkpoint(keys: int, local_dir: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def spark_w1(records: int, keys: list[int], repeats: int) -> list[dict[str, object]]:
+def spark_w1(
+    records: int, keys: list[int], repeats: int, backends: list[str]
+) -> list[dict[str, object]]:
     """W1 on Spark at p=2 per (keys, backend), after a warm-up job: one row per run."""
     from tidegate.deploy.spark_session import get_spark
 
@@ -168,14 +214,14 @@ def spark_w1(records: int, keys: list[int], repeats: int) -> list[dict[str, obje
         )
         for round_ in range(repeats):
             for n_keys in keys:
-                for backend in ("hashmap", "rocksdb"):
+                for backend in backends:
                     n = max(records, 3 * n_keys)  # 1M keys: every key updated 3 times
                     r = run_job(
                         JobParams("keyed", 2, 1000, "count", n, keys=n_keys),
                         runner="spark",
                         spark=spark,
                         work_root=work,
-                        configuration={"state.backend.type": backend},
+                        configuration=W1_BACKENDS[backend],
                     )
                     cpu_s = (r["own_cores"] or 0) * r["wall_s"]
                     rows.append(
@@ -200,13 +246,13 @@ def spark_w1(records: int, keys: list[int], repeats: int) -> list[dict[str, obje
 def print_w1(rows: list[dict[str, object]]) -> None:
     print("W1 on Spark, p=2, CountSink, checkpoints every 1 s (M events/s)")
     print(
-        f"  {'keys':>9s} {'backend':8s} {'steady':>7s} {'per CPU-s':>9s} {'wall s':>6s} "
+        f"  {'keys':>9s} {'backend':17s} {'steady':>7s} {'per CPU-s':>9s} {'wall s':>6s} "
         f"{'ckpts':>5s} {'others':>6s} exact"
     )
     for r in rows:
         rate, per_cpu = r["steady_rate"] or 0, r["per_cpu_second"] or 0
         print(
-            f"  {r['keys']:9,d} {r['backend']:8s} {rate / 1e6:7.3f} {per_cpu / 1e6:9.3f} "
+            f"  {r['keys']:9,d} {r['backend']:17s} {rate / 1e6:7.3f} {per_cpu / 1e6:9.3f} "
             f"{r['wall_s']:6.1f} {r['checkpoints']:5d} {r['other_cores'] or 0:6.2f} "
             f"{r['exactly_once_ok']}{' ' + r['error'] if r['error'] else ''}"
         )
@@ -222,12 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         "--w1-keys", type=key_counts, default=[10_000, 1_000_000], help="keys of the W1 runs"
     )
     ap.add_argument("--w1-repeats", type=int, default=1)
+    ap.add_argument(
+        "--w1-backends",
+        type=lambda text: [b for b in text.split(",") if b],
+        default=list(W1_BACKENDS),
+        help=f"backends of the W1 runs, comma-separated (of {', '.join(W1_BACKENDS)})",
+    )
     ap.add_argument("--json", default="bench/results/state_backends.json")
     args = ap.parse_args(argv)
     args.keys = flat_keys(args.keys)
     w1 = []
     if args.spark:
-        w1 = spark_w1(args.w1_records, args.w1_keys, args.w1_repeats)
+        w1 = spark_w1(args.w1_records, args.w1_keys, args.w1_repeats, args.w1_backends)
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as local_dir:
         bare = statistics.median(bare_loop(args.records) for _ in range(3))
         cpu = time.process_time()
@@ -236,11 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         rates = throughput(args.records, local_dir)
         checkpoints = {n: checkpoint(n, local_dir) for n in args.keys}
     print(f"keyed count, 10k keys, {args.records} records, one core (median of 3)")
-    print(f"  {'':24s} {'updates/s':>12s} {'x bare':>7s} {'per CPU-s':>12s} {'x bare':>7s}")
-    print(f"  {'bare dict loop':24s} {bare:12,.0f} {1:7.2f} {bare_cpu:12,.0f} {1:7.2f}")
+    print(f"  {'':34s} {'updates/s':>12s} {'x bare':>7s} {'per CPU-s':>12s} {'x bare':>7s}")
+    print(f"  {'bare dict loop':34s} {bare:12,.0f} {1:7.2f} {bare_cpu:12,.0f} {1:7.2f}")
     for name, rate in rates.items():
         print(
-            f"  {name:24s} {rate['wall']:12,.0f} {rate['wall'] / bare:7.2f} "
+            f"  {name:34s} {rate['wall']:12,.0f} {rate['wall'] / bare:7.2f} "
             f"{rate['cpu']:12,.0f} {rate['cpu'] / bare_cpu:7.2f}"
         )
     print("full checkpoint of N keys (value state): sync phase, async phase, file size")

@@ -5,10 +5,13 @@ loop that computes the same results with a dict (the ratio is the figure to watc
     .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--json FILE]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
-process (all elements kept), session windows (gap 50 ms) reduce. Timestamps are 1 ms apart.
-Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
-shared machine changes them less than wall time); each case runs the operator and the bare
-loop alternately `--repeats` times and reports the medians and the median of the ratios.
+and sliding 10 s / 1 s process (all elements kept), session windows (gap 50 ms) reduce. The
+process cases are also compared with a bare loop keeping the elements (a list per key and
+window) and calling the same ProcessWindowFunction on each list ("bare kept"). Timestamps
+are 1 ms apart. Rates are per CPU-second of this process (`time.process_time`: other
+processes' load on a shared machine changes them less than wall time); each case runs the
+operator and the bare loop(s) alternately `--repeats` times and reports the medians and the
+median of the ratios.
 JSON: bench/results/windows.json (`--json`).
 """
 
@@ -95,6 +98,24 @@ def _bare_rate(size: int, slide: int, batches: list) -> float:
     return n / (time.process_time() - start)
 
 
+def _bare_kept_rate(size: int, slide: int, function: _Sizes, batches: list) -> float:
+    """The same windows keeping their elements: a list per (key, window start), and
+    `function.process(key, None, elements)` on each list when the watermark passes its end."""
+    n = sum(len(b) for b in batches)
+    start = time.process_time()
+    lists: dict = collections.defaultdict(list)
+    out: list = []
+    for batch in batches:
+        for r, t in zip(batch, batch.timestamps, strict=True):
+            last = t - t % slide
+            for s in range(last, t - size, -slide):
+                lists[(r[0], s)].append(r)
+        watermark = batch.timestamps[-1]
+        for k in [k for k in lists if k[1] + size - 1 <= watermark]:
+            out.extend(function.process(k[0], None, lists.pop(k)))
+    return n / (time.process_time() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -127,6 +148,13 @@ def main() -> None:
             ),
             (1_000, 1_000),
         ),
+        "sliding 10s/1s process": (
+            WindowSpec(
+                SlidingEventTimeWindows.of(10_000, 1_000),
+                function=InternalWindowFunction("process", _Sizes()),
+            ),
+            (10_000, 1_000),
+        ),
         "session 50ms reduce": (
             WindowSpec(EventTimeSessionWindows.with_gap(50), aggregation=Aggregation(_add)),
             None,
@@ -134,13 +162,17 @@ def main() -> None:
     }
     results = {}
     for name, (spec, bare) in cases.items():
-        rates, bare_rates, ratios = [], [], []
+        kept = spec.function.kind == "process"  # also against a bare loop keeping elements
+        rates, bare_rates, ratios, kept_rates, kept_ratios = [], [], [], [], []
         for _ in range(args.repeats):
             rate, fired = _operator_rate(spec, batches)
             rates.append(rate)
             if bare:
                 bare_rates.append(_bare_rate(*bare, batches))
                 ratios.append(rate / bare_rates[-1])
+            if bare and kept:
+                kept_rates.append(_bare_kept_rate(*bare, spec.function.function, batches))
+                kept_ratios.append(rate / kept_rates[-1])
         rate = statistics.median(rates)
         bare_rate = statistics.median(bare_rates) if bare_rates else None
         ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
@@ -156,6 +188,17 @@ def main() -> None:
             f"{name:24} {rate:>12,.0f} elements/cpu-s  bare {bare_text}  {fired:>7} windows  "
             f"x bare loop {ratio}  ({', '.join(f'{r:.2f}' for r in ratios) or '-'})"
         )
+        if kept_rates:
+            kept_rate, kept_ratio = statistics.median(kept_rates), statistics.median(kept_ratios)
+            results[name] |= {
+                "bare_kept_elements_per_cpu_s": round(kept_rate),
+                "bare_kept_ratio": f"{kept_ratio:.2f}",
+                "kept_ratios": [round(r, 3) for r in kept_ratios],
+            }
+            print(
+                f"{'':24} {'':>12} {'':14} bare kept {kept_rate:>12,.0f}  {'':>7} {'':7}  "
+                f"x bare loop {kept_ratio:.2f}  ({', '.join(f'{r:.2f}' for r in kept_ratios)})"
+            )
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
     results["_run"] = {

@@ -64,9 +64,8 @@ SLOW: dict[str, set[str]] = {
     },
     "e2e/test_cluster.py": {
         "test_chaos_loses_a_whole_executor_and_finds_the_committed_output_equal",
-        "test_a_job_spans_two_hosts_exactly_once_without_network_settings",
+        "test_a_job_spans_two_hosts_exactly_once_through_a_kill_9_of_an_executor_jvm",
         "test_a_loopback_address_advertised_to_the_cluster_is_refused_naming_the_key",
-        "test_kill_9_of_an_executor_jvm_on_one_host_loses_and_duplicates_nothing",
         "test_a_checkpoint_directory_the_workers_do_not_share_fails_the_job_naming_the_host",
         "test_a_file_sink_path_the_workers_do_not_share_fails_the_job_naming_the_host_and_path",
         "test_without_a_checkpoint_directory_a_cluster_job_is_refused",
@@ -124,6 +123,7 @@ SLOW: dict[str, set[str]] = {
         "test_text_files_are_read_exactly_once_through_an_exception_and_a_kill_9",
     },
     "e2e/test_incremental_checkpoints.py": {
+        "test_a_changelog_job_killed_then_restored_at_3_subtasks_is_exactly_once",
         "test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_siblings",
         "test_an_incremental_checkpoint_restores_rescaled_from_2_to_3_subtasks",
         "test_an_incremental_job_with_exceptions_and_a_kill_9_is_exactly_once",

@@ -1,7 +1,8 @@
 """Incremental checkpoints end to end on Spark, of the rocksdb backend (SST files) and of the
 hashmap backend (a changelog chain): the exactly-once running count survives injected exceptions
 and a kill -9 restoring from incremental checkpoints, and a job restores an incremental
-checkpoint rescaled (2 -> 3 subtasks); output compared record by record with the reference.
+checkpoint rescaled (2 -> 3 subtasks), also with the rocksdb changelog after a kill -9; output
+compared record by record with the reference.
 NO_CLAIM leaves the restored checkpoint's shared files alone."""
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import FAILURE_SCHEDULE, RunningCount, count_job, kill_when_scheduled
+from tests.e2e.jobs import (
+    FAILURE_SCHEDULE,
+    RunningCount,
+    check_restarts,
+    count_job,
+    kill_slots,
+    kill_when_scheduled,
+)
 from tests.support.environments import file_sink, job_environment
 from tests.support.output import committed_lines
 from tests.support.references import NUM_KEYS, check_exactly_once
@@ -199,3 +207,41 @@ def test_a_claimed_incremental_checkpoint_is_deleted_but_not_the_files_of_its_si
     assert not any(os.path.exists(p) for p in latest_files - older_files)
     # ... while the older retained checkpoint beside it is intact, shared files included
     verify_checkpoint(read_checkpoint_metadata(older), older).raise_for_problems()
+
+
+def test_a_changelog_job_killed_then_restored_at_3_subtasks_is_exactly_once(spark, tmp_path):
+    """rocksdb with `state.backend.changelog.enabled`: a kill -9 restores the chain of RocksDB
+    files and changelogs at 2 subtasks, then a retained checkpoint's chain restores at 3."""
+    n = 12_000
+    config = {
+        "state.backend.rocksdb.localdir": str(tmp_path / "rocksdb"),
+        "state.backend.changelog.enabled": "true",
+    }
+    first = rescalable_job(tmp_path / "out1", tmp_path / "chk", n, 2, config)
+    client = first.execute_async("changelog at 2")
+    jm = client.jobmaster
+    killer = kill_slots(client, 1, after_checkpoints=2)
+    killer.join(120)
+    assert len(killer.killed) == 1, "the slot was not killed"
+    wait_for_checkpoints(client, 2)
+    resolved(client.cancel(), "the job to be cancelled")
+    wait_for_end(client)
+    check_restarts(client, kills=1)
+    restored_dir = resolve_checkpoint_path(jm.storage.job_dir)
+    metadata = read_checkpoint_metadata(restored_dir)
+    chains = [inc.shared for _, _, inc in metadata.incremental_handles()]
+    assert len(chains) == 2 and all(
+        any(f.name.startswith("changelog") for f in chain) for chain in chains
+    ), "the restored checkpoint has no changelogs"
+    second = rescalable_job(
+        tmp_path / "out2",
+        tmp_path / "chk",
+        n,
+        3,
+        {**config, "execution.state-recovery.path": restored_dir},
+    )
+    client2 = second.execute_async("changelog at 3")
+    resolved(client2.get_job_execution_result(), "the job to finish", timeout=600)
+    assert client2.jobmaster.stats.restored_from == metadata.checkpoint_id
+    lines = committed_lines(tmp_path / "out1") + committed_lines(tmp_path / "out2")
+    check_exactly_once(lines, n, 2)

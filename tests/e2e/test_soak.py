@@ -1,4 +1,4 @@
-"""The soak's short version on Spark (`bench/soak.py --quick`): about 50 faults of eight kinds
+"""The soak's short version on Spark (`bench/soak.py --quick`): 32 faults of eight kinds
 `tidegate chaos` injects (`soak.SOAK_KINDS`), into one job with keyed state, event-time
 windows, broadcast state and an interval join, each into an exactly-once FileSink, run in
 segments restored from each other's savepoints at parallelism 2, 3, 1, 4 with aligned and
@@ -30,7 +30,7 @@ def test_soak_quick_loses_and_duplicates_nothing(spark, tmp_path):
         assert s["restarts"] == s["attempts_with_faults"], s
         assert (s["leftover_files"], s["orphans"]) == ([], []), s
     assert set(summary["by_kind"]) >= set(soak.SOAK_KINDS) - {FaultKind.RESTORE}
-    assert sum(s["faults_planned"] for s in segments) == 50
+    assert sum(s["faults_planned"] for s in segments) == 32
     for pipeline in summary["pipelines"]:
         assert pipeline["reference_records"] > 0
         assert (pipeline["lost"], pipeline["duplicated"], pipeline["unexpected"]) == (0, 0, 0)

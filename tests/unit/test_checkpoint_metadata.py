@@ -152,9 +152,9 @@ def test_decoding_something_else_says_it_is_not_a_tidegate_checkpoint(document):
 
 
 def test_decoding_a_newer_version_asks_to_upgrade():
-    # versions 3 and 4 are those of checkpoints with incremental keyed state (read below)
-    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 3, **content())
-    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 5.*upgrade tidegate"):
+    # versions 3 to 5 are those of checkpoints with incremental keyed state (read below)
+    data = raw(format="tidegate-checkpoint", version=FORMAT_VERSION + 4, **content())
+    with pytest.raises(UnsupportedFormatVersionError, match=f"{PATH}.*version 6.*upgrade tidegate"):
         decode_metadata(data, PATH)
 
 
@@ -194,6 +194,24 @@ def test_metadata_with_a_hashmap_changelog_chain_is_version_4_and_read_back():
     document["operators"]["op"]["subtasks"]["0"]["incremental"]["backend"] = "lsm"
     with pytest.raises(CorruptCheckpointError, match="unknown incremental state 'lsm'"):
         decode_metadata(raw(**document), PATH)
+
+
+def test_metadata_with_rocksdb_changelogs_is_version_5_and_read_back():
+    inc = IncrementalHandle(
+        backend_id="b1", base_checkpoint_id=3, key_group_range=range(0, 128),
+        max_parallelism=128, state_kinds={"count": "value"},
+        shared=(
+            IncrementalFile(name="1.sst", file="../shared/1.sst", size=9, uploaded=False),
+            IncrementalFile(name="CURRENT", file="../shared/CURRENT", size=16, uploaded=False),
+            IncrementalFile(name="changelog-4", file="../shared/c.state", size=5, uploaded=True),
+        ),
+        private=(),
+    )  # fmt: skip
+    handle = StateHandle(file="a.state", size=30, index=INDEX, incremental=inc)
+    chain = sample(operators={"op": OperatorMetadata("op", 1, {0: handle})})
+    data = encode_metadata(chain)
+    assert json.loads(data)["version"] == 5  # a version-4 reader would skip the changelogs
+    assert decode_metadata(data, PATH) == chain
 
 
 def test_decoding_version_1_says_it_is_an_unsupported_pre_release_format():

@@ -26,7 +26,6 @@ from tidegate.deploy.shared_state import check_references, delete_shared_files
 from tidegate.state import heap_changelog
 from tidegate.state.handles import StateHandle
 from tidegate.state.heap import HeapKeyedStateBackend
-from tidegate.state.heap_incremental import HeapIncrementalSnapshot
 from tidegate.state.incremental_handles import resolve
 from tidegate.state.keygroups import key_group_range
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -52,11 +51,16 @@ class Job:
         #: task-local recovery (test_local_incremental_recovery): a LocalStateStore or None
         self.local = None
 
-    def backend(self, kg: range = range(M), heap: bool = False) -> Any:
-        """An incremental keyed backend: rocksdb, or hashmap with `heap`."""
+    def backend(
+        self, kg: range = range(M), heap: bool = False, changelog: bool = False, options=None
+    ) -> Any:
+        """An incremental keyed backend: rocksdb (with `changelog`: changelog checkpoints,
+        test_rocksdb_changelog), or hashmap with `heap`."""
         if heap:
             return HeapKeyedStateBackend(M, kg, incremental=True)
-        backend = RocksDBKeyedStateBackend(M, kg, self.options, incremental=True)
+        backend = RocksDBKeyedStateBackend(
+            M, kg, options or self.options, incremental=True, changelog=changelog
+        )
         self.backends.append(backend)
         return backend
 
@@ -66,7 +70,7 @@ class Job:
         subtasks = {}
         for i, backend in enumerate(backends):
             snapshot = backend.snapshot(cid)
-            if isinstance(snapshot, HeapIncrementalSnapshot):
+            if hasattr(snapshot, "upload"):  # a chain (heap or rocksdb changelog)
                 inc = snapshot.upload(self.storage, directory, f"op-{i}", cid)
             else:
                 inc = upload_snapshot(snapshot, self.storage, directory, f"op-{i}", cid, self.local)

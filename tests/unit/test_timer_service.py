@@ -386,3 +386,24 @@ def test_entries_lists_every_key_of_a_state_and_nothing_for_an_unknown_one(
         state.update(key.upper())
     assert sorted(backend.entries("v")) == [("x", "X"), ("y", "Y")]
     assert list(backend.entries("unknown")) == []
+
+
+def test_registering_timers_in_one_call_is_registering_them_one_by_one(keyed_operator):
+    """register_all (the batched window paths): same dedup, state, firing order, and checks."""
+    timers = [(30, "a"), (10, "b"), (30, "a"), (10, "a"), (30, "b"), (10, "b"), (20, "c")]
+    one, _ = keyed_operator()
+    for ts, key in timers:
+        one.keyed_backend.current_key = key
+        one.timers.internal.register(EVENT, ts)
+    many, _ = keyed_operator()
+    many.timers.internal.register_all(EVENT, timers)
+    assert dict(many.keyed_backend.entries(TIMER_STATE)) == dict(
+        one.keyed_backend.entries(TIMER_STATE)
+    )
+    assert many.timers.internal.pop_event_timers(MAX_WATERMARK) == (
+        one.timers.internal.pop_event_timers(MAX_WATERMARK)
+    )
+    with pytest.raises(TypeError, match="int of milliseconds"):
+        many.timers.internal.register_all(EVENT, [(1.5, "a")])
+    with pytest.raises(ValueError, match="64-bit"):
+        many.timers.internal.register_all(EVENT, [(2**63, "a")])

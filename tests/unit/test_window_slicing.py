@@ -5,24 +5,22 @@ rescales, and a checkpoint of the per-window operator restores into sliced windo
 
 from __future__ import annotations
 
-import random
-
 import pytest
-import window_harness
 from window_harness import (
     Harness,
     add_values,
+    assert_same_results,
+    rescaled_run,
+    run,
+    script,
     window_state_backend,  # noqa: F401 (autouse: both state backends)
 )
 
 from tidegate.datastream.output_tag import OutputTag
-from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.operator import WindowSpec
 from tidegate.runtime.windows.triggers import EventTimeTrigger
-from tidegate.state.keygroups import KeyGroupAssigner
-from tidegate.state.snapshot_format import read_key_groups
 
 
 class PerWindowTrigger(EventTimeTrigger):
@@ -98,31 +96,6 @@ def spec(assigner, kind: str, lateness: int, trigger=None) -> WindowSpec:
     )
 
 
-def script(seed: int, n: int = 300) -> list:
-    """Batches of (key, value, timestamp), out of order by up to 8 ms (one in five by 20-60
-    ms), each followed by a watermark that lags the largest timestamp by 10 ms: some elements
-    are late, within the allowed lateness or beyond it."""
-    rng = random.Random(seed)
-    steps, t = [], 0
-    while n > 0:
-        batch = []
-        for _ in range(rng.randint(1, 12)):
-            t += rng.randint(0, 4)
-            late = rng.randint(0, 8) if rng.random() < 0.8 else rng.randint(20, 60)
-            batch.append((rng.choice("abcde"), rng.randint(1, 9), max(0, t - late)))
-        n -= len(batch)
-        steps.append((batch, t - 10))
-    return steps
-
-
-def run(h: Harness, steps: list) -> Harness:
-    for batch, watermark in steps:
-        h.add(*batch)
-        h.watermark(watermark)
-    h.watermark(MAX_WATERMARK)
-    return h
-
-
 ASSIGNERS = {
     "tumbling": TumblingEventTimeWindows.of(20),
     "sliding": SlidingEventTimeWindows.of(30, 10),
@@ -143,14 +116,7 @@ def test_sliced_windows_give_the_per_window_operators_results_in_its_order(
             Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps
         )
         assert sliced.op.sliced is not None and reference.op.sliced is None
-        assert sliced.out.records == reference.out.records
-        assert sliced.late.records == reference.late.records
-        assert sliced.late.records, "the script has late elements"
-        if kind != "reduce":
-            cleared = sliced.op.spec.function.function.cleared
-            assert cleared == reference.op.spec.function.function.cleared
-        backend = sliced.op.keyed_backend
-        assert [n for n in backend._kinds if list(backend.entries(n))] == []
+        assert_same_results(sliced, reference, cleared=kind != "reduce")
 
 
 def test_slicing_is_used_only_where_the_results_stay_the_per_window_ones():
@@ -171,48 +137,14 @@ def test_slicing_is_used_only_where_the_results_stay_the_per_window_ones():
     assert Harness(elements).op.sliced is None
 
 
-def _feed(h: Harness, steps: list, kg: KeyGroupAssigner) -> None:
-    """The elements of `steps` whose keys `h`'s subtask owns (a watermark after each batch)."""
-    owned = h.op.keyed_backend.key_group_range
-    for batch, watermark in steps:
-        mine = [e for e in batch if kg.key_group(e[0]) in owned]
-        if mine:
-            h.add(*mine)
-        h.watermark(watermark)
-
-
 @pytest.mark.parametrize("kind", ["reduce", "in-place"])
 def test_slices_restore_and_rescale_with_their_keys(tmp_path, kind):
     """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
     one uninterrupted run. The snapshot is written after the subtasks went on (as the async
     phase does): accumulators changed in place after it are not changed in it."""
-    steps, kg = script(7), KeyGroupAssigner(window_harness.M)
-    middle = len(steps) // 2
     make = lambda: spec(SlidingEventTimeWindows.of(30, 10), kind, 15)  # noqa: E731
-    fired, snapshots, subtasks = [], [], []
-    for i in range(2):
-        h = Harness(make(), subtask=i, parallelism=2)
-        subtasks.append(h)  # alive until its snapshot is written (rocksdb: its files)
-        _feed(h, steps[:middle], kg)
-        fired.extend(h.out.records)
-        snapshots.append((h.op.snapshot_state(1, 0).keyed, h.op.current_watermark))
-        _feed(h, steps[middle:], kg)  # after the synchronous phase
-    files = []
-    for i, (keyed, _) in enumerate(snapshots):
-        path = tmp_path / f"p2-{i}.state"
-        with path.open("wb") as f:
-            files.append((path, keyed.write(f)))
-
-    def restored(key_groups):
-        for path, index in files:
-            yield from read_key_groups(path.open("rb"), index, key_groups)
-
-    restored.watermark = min(w for _, w in snapshots)  # type: ignore[attr-defined]
-    for j in range(3):
-        h = Harness(make(), subtask=j, parallelism=3, restored=restored)
-        _feed(h, steps[middle:], kg)
-        h.watermark(MAX_WATERMARK)
-        fired.extend(h.out.records)
+    steps = script(7)
+    fired = rescaled_run(make, steps, tmp_path)
     reference = run(Harness(make()), steps)
     assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
 

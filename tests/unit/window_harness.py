@@ -3,16 +3,19 @@ injected processing-time clock (shared by the window unit tests)."""
 
 from __future__ import annotations
 
+import random
 import sys
 from typing import Any
 
 import pytest
 
 from tidegate.datastream import EmbeddedRocksDBStateBackend
+from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.operators import OperatorRuntime, SideOutputOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.windows.contents import Aggregation
 from tidegate.runtime.windows.operator import WindowOperator, WindowSpec
+from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.snapshot_format import read_key_groups
 
 M = 128
@@ -128,3 +131,83 @@ class SumProcess:
         w = context.window()
         values = [v for _, v in elements]
         yield (key, w.start, w.end, sum(values), len(values))
+
+
+def script(seed: int, n: int = 300) -> list:
+    """Batches of (key, value, timestamp), out of order by up to 8 ms (one in five by 20-60
+    ms), each followed by a watermark that lags the largest timestamp by 10 ms: some elements
+    are late, within the allowed lateness or beyond it."""
+    rng = random.Random(seed)
+    steps, t = [], 0
+    while n > 0:
+        batch = []
+        for _ in range(rng.randint(1, 12)):
+            t += rng.randint(0, 4)
+            late = rng.randint(0, 8) if rng.random() < 0.8 else rng.randint(20, 60)
+            batch.append((rng.choice("abcde"), rng.randint(1, 9), max(0, t - late)))
+        n -= len(batch)
+        steps.append((batch, t - 10))
+    return steps
+
+
+def run(h: Harness, steps: list) -> Harness:
+    for batch, watermark in steps:
+        h.add(*batch)
+        h.watermark(watermark)
+    h.watermark(MAX_WATERMARK)
+    return h
+
+
+def _feed(h: Harness, steps: list, kg: KeyGroupAssigner) -> None:
+    """The elements of `steps` whose keys `h`'s subtask owns (a watermark after each batch)."""
+    owned = h.op.keyed_backend.key_group_range
+    for batch, watermark in steps:
+        mine = [e for e in batch if kg.key_group(e[0]) in owned]
+        if mine:
+            h.add(*mine)
+        h.watermark(watermark)
+
+
+def rescaled_run(make: Any, steps: list, tmp_path: Any) -> list:
+    """The records of `steps` run at p=2 until a checkpoint in the middle of the script, then
+    at p=3 from it (the snapshot is written after the subtasks went on, as the async phase
+    does); `make()` gives the spec."""
+    kg, middle = KeyGroupAssigner(M), len(steps) // 2
+    fired, snapshots, subtasks = [], [], []
+    for i in range(2):
+        h = Harness(make(), subtask=i, parallelism=2)
+        subtasks.append(h)  # alive until its snapshot is written (rocksdb: its files)
+        _feed(h, steps[:middle], kg)
+        fired.extend(h.out.records)
+        snapshots.append((h.op.snapshot_state(1, 0).keyed, h.op.current_watermark))
+        _feed(h, steps[middle:], kg)  # after the synchronous phase
+    files = []
+    for i, (keyed, _) in enumerate(snapshots):
+        path = tmp_path / f"p2-{i}.state"
+        with path.open("wb") as f:
+            files.append((path, keyed.write(f)))
+
+    def restored(key_groups):
+        for path, index in files:
+            yield from read_key_groups(path.open("rb"), index, key_groups)
+
+    restored.watermark = min(w for _, w in snapshots)  # type: ignore[attr-defined]
+    for j in range(3):
+        h = Harness(make(), subtask=j, parallelism=3, restored=restored)
+        _feed(h, steps[middle:], kg)
+        h.watermark(MAX_WATERMARK)
+        fired.extend(h.out.records)
+    return fired
+
+
+def assert_same_results(fast: Harness, reference: Harness, *, cleared: bool) -> None:
+    """`fast` (a batched path) gave the per-window `reference`'s outputs and late data (the
+    script has some), in order, and the same `clear` calls (`cleared`: the function records
+    them), and left no state behind."""
+    assert fast.out.records == reference.out.records
+    assert fast.late.records == reference.late.records
+    assert fast.late.records, "the script has late elements"
+    if cleared:
+        assert fast.op.spec.function.function.cleared == reference.op.spec.function.function.cleared
+    backend = fast.op.keyed_backend
+    assert [n for n in backend._kinds if list(backend.entries(n))] == []

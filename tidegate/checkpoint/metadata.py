@@ -39,6 +39,7 @@ from tidegate.state.handles import (
     IncrementalHandle,
     StateHandle,
 )
+from tidegate.state.heap_changelog import CHANGELOG
 from tidegate.state.incremental_handles import checkpoint_references
 from tidegate.state.shared_registry import CheckpointReferences
 
@@ -50,7 +51,15 @@ INCREMENTAL_FORMAT_VERSION = 3
 #: the version of a checkpoint with incremental hashmap state (a changelog chain): a version-3
 #: reader would take its files for RocksDB files, so it must refuse the file
 CHANGELOG_FORMAT_VERSION = 4
-READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION, CHANGELOG_FORMAT_VERSION)
+#: the version of a checkpoint whose rocksdb state has changelogs (state/rocksdb_changelog): a
+#: version-4 reader would restore the RocksDB files without them, so it must refuse the file
+ROCKSDB_CHANGELOG_FORMAT_VERSION = 5
+READABLE_VERSIONS = (
+    FORMAT_VERSION,
+    INCREMENTAL_FORMAT_VERSION,
+    CHANGELOG_FORMAT_VERSION,
+    ROCKSDB_CHANGELOG_FORMAT_VERSION,
+)
 METADATA_FILE_NAME = "_metadata"
 
 #: keys every document has besides the envelope, with their JSON types (checked when decoding,
@@ -190,13 +199,19 @@ class CheckpointMetadata:
 
     @property
     def is_incremental(self) -> bool:
-        """Holds incremental keyed state (format version 3, or 4 with hashmap changelog
-        chains): shares files with others."""
+        """Holds incremental keyed state (format version 3, 4 with hashmap changelog chains, 5
+        with rocksdb changelogs): shares files with others."""
         return any(self.incremental_handles())
 
     @property
     def format_version(self) -> int:
-        backends = {inc.backend for _, _, inc in self.incremental_handles()}
+        handles = [inc for _, _, inc in self.incremental_handles()]
+        if any(
+            inc.backend != HEAP_CHANGELOG and any(f.name.startswith(CHANGELOG) for f in inc.shared)
+            for inc in handles
+        ):
+            return ROCKSDB_CHANGELOG_FORMAT_VERSION
+        backends = {inc.backend for inc in handles}
         if HEAP_CHANGELOG in backends:
             return CHANGELOG_FORMAT_VERSION
         return INCREMENTAL_FORMAT_VERSION if backends else FORMAT_VERSION

@@ -12,6 +12,8 @@ PYTHON_REQUIREMENTS = "python.requirements"  # FILE or FILE#CACHE_DIR, installed
 PYTHON_ARCHIVES = "python.archives"  # comma-separated ARCHIVE or ARCHIVE#TARGET_DIR
 SHIP_SCRIPT_DIR = "tidegate.python.ship-script-dir"  # ship the job script's directory (true)
 SPARK_MASTER = "spark.master"  # default local[N]
+#: the driver JVM of a session tidegate starts maps a class-data-sharing archive ("true")
+CLASS_ARCHIVE = "tidegate.spark.class-archive"
 BIND_HOST = "tidegate.network.bind-host"  # default: by the master (deploy/network_plan.py)
 #: the driver's address as workers dial it (default: the driver host's name resolved)
 ADVERTISED_HOST = "tidegate.network.advertised-host"
@@ -67,6 +69,7 @@ ROCKSDB_WRITEBUFFER_COUNT = "state.backend.rocksdb.writebuffer.count"
 ROCKSDB_VALUE_CACHE_ENTRIES = "state.backend.rocksdb.value-cache.entries"
 #: rocksdb backend: incremental checkpoints ("true"/"false", default false; Flink's key)
 STATE_BACKEND_INCREMENTAL = "state.backend.incremental"
+STATE_BACKEND_CHANGELOG = "state.backend.changelog.enabled"  # rocksdb: changelog checkpoints
 #: filesystem options (common/filesystems.py): Flink's S3 keys, mapped to s3fs's options, and
 #: `fs.<protocol>.<option>`, passed as fsspec storage option `<option>` for that protocol
 S3_ENDPOINT = "s3.endpoint"

@@ -16,6 +16,7 @@ from tidegate.common.configuration import (
     ROCKSDB_VALUE_CACHE_ENTRIES,
     ROCKSDB_WRITEBUFFER_COUNT,
     ROCKSDB_WRITEBUFFER_SIZE,
+    STATE_BACKEND_CHANGELOG,
     STATE_BACKEND_INCREMENTAL,
     STATE_BACKEND_TYPE,
     Configuration,
@@ -80,6 +81,11 @@ class EmbeddedRocksDBStateBackend:
     #: keys per value, reducing or aggregating state whose values stay in memory as Python
     #: objects, read and written without pickling (default 1048576)
     value_cache_entries: int | None = None
+    #: checkpoints persist the changed cached values as changelogs next to the last RocksDB
+    #: checkpoint instead of writing them to RocksDB (state/rocksdb_changelog.py; implies
+    #: incremental checkpoints); None: the configuration's `state.backend.changelog.enabled`
+    #: (default false)
+    enable_changelog: bool | None = None
 
     def __post_init__(self) -> None:
         self.rocksdb_options()  # bad sizes fail here, when the job is built
@@ -103,6 +109,8 @@ class EmbeddedRocksDBStateBackend:
         }
         if self.enable_incremental_checkpointing is None:
             changes["enable_incremental_checkpointing"] = _incremental(configuration)
+        if self.enable_changelog is None:
+            changes["enable_changelog"] = configuration.get_boolean(STATE_BACKEND_CHANGELOG, False)
         return replace(self, **changes) if changes else self
 
     def rocksdb_options(self) -> RocksDBOptions:
@@ -144,6 +152,7 @@ class EmbeddedRocksDBStateBackend:
             subtask=subtask,
             attempt=attempt,
             incremental=self.is_incremental_checkpoints_enabled(),
+            changelog=bool(self.enable_changelog),
         )
 
 

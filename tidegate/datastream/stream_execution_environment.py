@@ -35,6 +35,7 @@ from tidegate.common.configuration import (
     SAVEPOINT_RESTORE_MODE,
     SHIP_SCRIPT_DIR,
     SPARK_MASTER,
+    STATE_BACKEND_CHANGELOG,
     STATE_RECOVERY_PATH,
     STATE_SAVEPOINTS_DIR,
     Configuration,
@@ -173,6 +174,16 @@ class StreamExecutionEnvironment:
 
     def get_state_backend(self):
         return resolve_state_backend(self._state_backend, self._config)
+
+    def enable_changelog_state_backend(self, enabled: bool) -> StreamExecutionEnvironment:
+        """The key `state.backend.changelog.enabled`: the rocksdb backend's checkpoints persist
+        changed values as changelogs (state/rocksdb_changelog.py); the hashmap backend's
+        incremental checkpoints are changelogs already (`state.backend.incremental`)."""
+        self._config.set_string(STATE_BACKEND_CHANGELOG, "true" if enabled else "false")
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool:
+        return self._config.get_boolean(STATE_BACKEND_CHANGELOG, False)
 
     def set_spark_session(self, spark: Any) -> StreamExecutionEnvironment:
         """Run on this SparkSession instead of the active or an embedded local one."""

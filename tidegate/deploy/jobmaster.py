@@ -300,9 +300,9 @@ class JobMaster:
         the job runs on; a plan that cannot work fails the job saying which key to set."""
         master = driver_host = None
         if self.spec.runner != "local":
-            spark = self._spark()
-            master = spark.sparkContext.master
-            driver_host = spark.sparkContext.getConf().get("spark.driver.host", None)
+            context = self._spark(check_slots=False)
+            master = context.master
+            driver_host = context.getConf().get("spark.driver.host", None)
         if not is_local_master(master) and self.spec.checkpoint.storage_defaulted:
             raise JobFailure(
                 f"the Spark master {master!r} runs slots on other hosts, so the checkpoint "
@@ -323,16 +323,25 @@ class JobMaster:
         except ClusterNetworkError as e:
             raise JobFailure(str(e), recoverable=False) from None
 
-    def _spark(self) -> Any:
-        """The job's Spark session: the one it was given, or get_spark's (deploy/spark_session.py;
-        started at the first call, reused after)."""
-        from tidegate.deploy.spark_session import get_spark
+    def _spark(self, check_slots: bool = True) -> Any:
+        """The job's SparkContext: the given session's, or spark_context's
+        (deploy/spark_session.py; started at the first call, reused after). `check_slots`
+        False: without waiting for a cluster's executors, so that a job its settings rule out
+        fails before they start."""
+        from tidegate.deploy.spark_session import spark_context
 
-        spark = self.spec.spark_session or get_spark(
-            self.spec.spark_master, self.spec.graph.num_slots, self.spec.configuration
-        )
-        self.stats.startup.mark(self.attempt, "session_ready")
-        return spark
+        given = self.spec.spark_session
+        context = given.sparkContext if given is not None else None
+        if context is None:
+            context = spark_context(
+                self.spec.spark_master,
+                self.spec.graph.num_slots,
+                self.spec.configuration,
+                check_slots=check_slots,
+            )
+        if check_slots:
+            self.stats.startup.mark(self.attempt, "session_ready")
+        return context
 
     # attempts ---------------------------------------------------------------------------------
     def _initial_restore(self) -> Restore | None:
@@ -426,7 +435,7 @@ class JobMaster:
 
     def _run_attempt(self, restore: Restore | None) -> JobStatus | None:
         """One deployment. Returns a terminal status, or None after a failure (self.error set)."""
-        spark = None if self.spec.runner == "local" else self._spark()
+        context = None if self.spec.runner == "local" else self._spark()
         graph, plan, restored_id = self._plan_restore(restore)
         # each slot proves it sees the checkpoint storage and the paths of its sinks
         previous, self._storage_checks = (
@@ -442,12 +451,12 @@ class JobMaster:
         # marked before the runner is asked: the local runner's forked slots may start (and
         # report their start) before start_local returns
         self.stats.startup.mark(attempt, "stage_submitted")
-        if spark is None:
+        if context is None:
             slots = runners.start_local(payload, graph.num_slots, on_end)
         else:
             self.preferred_hosts = self.local_state_hosts.preferred(graph.num_slots)
             slots = runners.start_spark(
-                spark, payload, graph.num_slots, on_end, self.preferred_hosts
+                context, payload, graph.num_slots, on_end, self.preferred_hosts
             )
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:

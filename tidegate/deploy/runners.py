@@ -49,13 +49,13 @@ def _spark_partition(deployment_bytes: bytes):
 class SparkSlots:
     def __init__(
         self,
-        spark: Any,
+        context: Any,
         deployment_bytes: bytes,
         num_slots: int,
         on_end: Callable[[BaseException | None], None],
         preferred_hosts: Sequence[str | None] | None = None,
     ) -> None:
-        self.sc = spark.sparkContext
+        self.sc = context
         self.preferred_hosts = preferred_hosts
         self.group = f"tidegate-{uuid.uuid4().hex}"
         self._cancelled = threading.Event()
@@ -117,14 +117,15 @@ def _placed_slots(sc: Any, hosts: Sequence[str | None]) -> Any:
 
 
 def start_spark(
-    spark: Any,
+    context: Any,
     deployment_bytes: bytes,
     num_slots: int,
     on_end: Callable[[BaseException | None], None],
     preferred_hosts: Sequence[str | None] | None = None,
 ) -> SparkSlots:
-    """The slots as one barrier stage; slot i preferably on `preferred_hosts[i]`."""
-    return SparkSlots(spark, deployment_bytes, num_slots, on_end, preferred_hosts)
+    """The slots as one barrier stage of `context` (a SparkContext); slot i preferably on
+    `preferred_hosts[i]`."""
+    return SparkSlots(context, deployment_bytes, num_slots, on_end, preferred_hosts)
 
 
 # local --------------------------------------------------------------------------------------

@@ -115,6 +115,24 @@ class InternalTimerService:
         self._timer_state().put((d, timestamp), True)
         heapq.heappush(self._queues[domain], (timestamp, next(self._sequence), key))
 
+    def register_all(self, domain: TimeDomain, timers: list[tuple[int, Any]]) -> None:
+        """`register` for each `(timestamp, key)` of `timers`, in order, in one call (the
+        backend's current key is left at the last one)."""
+        d, backend, live, put = (0 if domain is _EVENT else 1), self._backend, self._live, None
+        queue, push, sequence = self._queues[domain], heapq.heappush, self._sequence
+        for timestamp, key in timers:
+            if type(timestamp) is not int or not MIN_WATERMARK <= timestamp <= MAX_WATERMARK:
+                timestamp = _check_timestamp(timestamp)
+            timer = (d, timestamp, key)
+            if timer in live:
+                continue
+            live.add(timer)
+            backend.current_key = key
+            if put is None:
+                put = self._timer_state().put
+            put((d, timestamp), True)
+            push(queue, (timestamp, next(sequence), key))
+
     def delete(self, domain: TimeDomain, timestamp: int) -> None:
         """Delete the current key's timer at `timestamp` in `domain`; no timer: nothing to do."""
         timestamp = _check_timestamp(timestamp)

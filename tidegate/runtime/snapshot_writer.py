@@ -13,7 +13,6 @@ from tidegate.runtime.restore import CHANNEL_STATE_KEY
 from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.channel_state import write_channel_state
 from tidegate.state.handles import ChannelStateHandle, StateHandle, file_safe
-from tidegate.state.heap_incremental import HeapIncrementalSnapshot
 from tidegate.state.rocksdb_incremental import upload_snapshot
 from tidegate.state.snapshot_format import write_state_file
 
@@ -69,7 +68,7 @@ def _write_operator_state(
             _mirror_locally(env, f, checkpoint_id)
         index = write_state_file(f, None if incremental else snap.keyed, snap.operator)
     uploaded = None
-    if incremental and isinstance(snap.keyed, HeapIncrementalSnapshot):  # a hashmap chain
+    if incremental and hasattr(snap.keyed, "upload"):  # a chain (heap_incremental)
         uploaded = snap.keyed.upload(env.storage, directory, stem, checkpoint_id)
     elif incremental:  # SST files to shared/ (last: a failure deletes its uploads)
         uploaded = upload_snapshot(

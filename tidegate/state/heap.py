@@ -43,7 +43,7 @@ from tidegate.state.ttl.factory import snapshot_transformers
 _ABSENT: Any = object()
 
 
-_CONTAINER_KINDS = (StateKind.LIST, StateKind.MAP)
+CONTAINER_KINDS = (StateKind.LIST, StateKind.MAP)
 
 
 class NoKeyContextError(RuntimeError):
@@ -365,7 +365,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         is safe.
         """
         table = self._tables.get(name, {})
-        if self._kinds.get(name) in _CONTAINER_KINDS:
+        if self._kinds.get(name) in CONTAINER_KINDS:
             return iter([(key, value.copy()) for key, value in table.items()])
         return iter(list(table.items()))
 
@@ -390,7 +390,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
             content: Any = self._full_snapshot()
         else:
             tables = {name: (kinds[name], table) for name, table in self._tables.items()}
-            containers = [name for name, kind in self._kinds.items() if kind in _CONTAINER_KINDS]
+            containers = [name for name, kind in self._kinds.items() if kind in CONTAINER_KINDS]
             values, removed = capture_changes(tables, changed, containers)
             content = self._in_flight(KeyedStateChanges(self._snapshot_of(values), removed))
         return HeapIncrementalSnapshot(content, base_id, chain, self.tracker, kinds)
@@ -399,7 +399,7 @@ class HeapKeyedStateBackend(KeyedStateRegistry):
         tables: dict[str, tuple[str, dict[Any, Any]]] = {}
         for name, table in self._tables.items():
             kind = self._kinds[name]
-            if kind in _CONTAINER_KINDS:
+            if kind in CONTAINER_KINDS:
                 tables[name] = (kind.value, {key: v.copy() for key, v in table.items()})
             else:
                 tables[name] = (kind.value, table.copy())

@@ -110,26 +110,27 @@ class ChangeLog:
     """
 
     #: (checkpoint id, state name -> keys changed since the capture before), oldest first
-    _captured: list[tuple[int, dict[str, set[Any]]]] = field(default_factory=list)
+    _captured: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def capture(
-        self, checkpoint_id: int, change_sets: Mapping[str, set[Any]]
-    ) -> dict[str, set[Any]]:
+    def capture(self, checkpoint_id: int, change_sets: Mapping[str, Any]) -> dict[str, Any]:
         """Take the keys changed since the last capture (`change_sets`, per state; emptied) for
         checkpoint `checkpoint_id`; returns, per state, every key changed since the base (the
-        union of what is captured and not confirmed; read-only)."""
+        union of what is captured and not confirmed; read-only).
+
+        A change set is a set of keys (the hashmap backend), or a dict of key -> new value (the
+        rocksdb backend's changelog: the union keeps each key's newest value)."""
         with self._lock:
-            taken = {name: set(keys) for name, keys in change_sets.items() if keys}
+            taken = {name: keys.copy() for name, keys in change_sets.items() if keys}
             for keys in change_sets.values():
                 keys.clear()
             self._captured.append((checkpoint_id, taken))
             if len(self._captured) == 1:  # the common case: the base is the checkpoint before
                 return dict(taken)
-            union: dict[str, set[Any]] = {}
+            union: dict[str, Any] = {}
             for _, changed in self._captured:
                 for name, keys in changed.items():
-                    union.setdefault(name, set()).update(keys)
+                    union.setdefault(name, type(keys)()).update(keys)
             return union
 
     def notify_complete(self, checkpoint_id: int) -> None:

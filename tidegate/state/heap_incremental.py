@@ -10,7 +10,7 @@ restores a chain through `read_changelog_key_groups`, which yields canonical key
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +44,8 @@ def chain_of(base: Mapping[str, Mapping[str, Any]]) -> tuple[ChainFile, ...]:
 @dataclass(frozen=True)
 class HeapIncrementalSnapshot:
     """The synchronous phase of an incremental heap checkpoint: a full snapshot (to be
-    materialized) or the changes since the base, and the base's chain it extends."""
+    materialized) or the changes since the base, and the base's chain it extends (also the
+    rocksdb backend's changelog checkpoints, `backend` ROCKSDB_FILES: state/rocksdb_changelog)."""
 
     #: a KeyedStateSnapshot (materialization) or a KeyedStateChanges (changelog)
     content: Any
@@ -53,6 +54,8 @@ class HeapIncrementalSnapshot:
     chain: tuple[ChainFile, ...]
     tracker: IncrementalTracker
     state_kinds: Mapping[str, str]
+    #: the handle's `backend`: what the chain's first files are
+    backend: str = HEAP_CHANGELOG
 
     @property
     def materialized(self) -> bool:
@@ -72,41 +75,70 @@ class HeapIncrementalSnapshot:
         """The asynchronous phase: write the new file into `shared/`; the handle's incremental
         part (the chain, oldest first). The new file becomes the next checkpoints' base once
         the tracker is told `checkpoint_id` completed."""
-        shared_root = shared_dir(storage.job_dir)
         name = chain_name(self.materialized, checkpoint_id)
-        out = storage.create_artifact(shared_root, f"{stem}-{name.partition('-')[0]}", ".state")
-        try:
-            with out:
-                write_state_file(out, self.content, None)
-        except BaseException:
-            delete_quietly(storage, f"{shared_root}/{out.name}")
-            raise
-        new = ChainFile(name, f"{shared_root}/{out.name}", out.size, out.checksum)
+        new = write_chain_file(storage, self.content, stem, name)
         chain = (new,) if self.materialized else (*self.chain, new)
-        self.tracker.record(
+        return chain_handle(
+            self.tracker,
             checkpoint_id,
-            {f.name: {"path": f.path, "size": f.size, "checksum": f.checksum} for f in chain},
+            self.base_id,
+            chain,
+            {new.name},
+            checkpoint_dir,
+            self,
+            self.backend,
         )
-        shared = tuple(
-            IncrementalFile(
-                name=f.name,
-                file=relative_to(checkpoint_dir, f.path),
-                size=f.size,
-                checksum=f.checksum,
-                uploaded=f is new,
-            )
-            for f in chain
+
+
+def write_chain_file(storage: Any, content: Any, stem: str, name: str) -> ChainFile:
+    """Write `content` (a snapshot or changes) as the chain file `name` into `shared/`."""
+    shared_root = shared_dir(storage.job_dir)
+    out = storage.create_artifact(shared_root, f"{stem}-{name.partition('-')[0]}", ".state")
+    try:
+        with out:
+            write_state_file(out, content, None)
+    except BaseException:
+        delete_quietly(storage, f"{shared_root}/{out.name}")
+        raise
+    return ChainFile(name, f"{shared_root}/{out.name}", out.size, out.checksum)
+
+
+def chain_handle(
+    tracker: IncrementalTracker,
+    checkpoint_id: int,
+    base_id: int | None,
+    chain: tuple[ChainFile, ...],
+    uploaded: set[str],
+    checkpoint_dir: str,
+    snapshot: Any,
+    backend: str,
+) -> IncrementalHandle:
+    """Record `chain` (the files named in `uploaded` are new) as checkpoint `checkpoint_id`'s
+    in the tracker; its handle (`snapshot`: key groups, max parallelism, state kinds)."""
+    tracker.record(
+        checkpoint_id,
+        {f.name: {"path": f.path, "size": f.size, "checksum": f.checksum} for f in chain},
+    )
+    shared = tuple(
+        IncrementalFile(
+            name=f.name,
+            file=relative_to(checkpoint_dir, f.path),
+            size=f.size,
+            checksum=f.checksum,
+            uploaded=f.name in uploaded,
         )
-        return IncrementalHandle(
-            backend_id=self.tracker.backend_id,
-            base_checkpoint_id=self.base_id,
-            key_group_range=self.key_group_range,
-            max_parallelism=self.max_parallelism,
-            state_kinds=dict(self.state_kinds),
-            shared=shared,
-            private=(),
-            backend=HEAP_CHANGELOG,
-        )
+        for f in chain
+    )
+    return IncrementalHandle(
+        backend_id=tracker.backend_id,
+        base_checkpoint_id=base_id,
+        key_group_range=snapshot.key_group_range,
+        max_parallelism=snapshot.max_parallelism,
+        state_kinds=dict(snapshot.state_kinds),
+        shared=shared,
+        private=(),
+        backend=backend,
+    )
 
 
 def read_changelog_key_groups(h: IncrementalKeyedStateHandle) -> Iterator[tuple[int, KeyGroupData]]:
@@ -116,9 +148,27 @@ def read_changelog_key_groups(h: IncrementalKeyedStateHandle) -> Iterator[tuple[
     inc = h.handle
     where = f"the incremental hashmap state of {h.checkpoint_dir}"
     check_chain([f.name for f in inc.shared], where)
+    for kg, (data, *changelogs) in read_chain(h, inc.shared):
+        if any(len(entry) != 2 for entry in data.values()):
+            raise CorruptStateError(
+                f"key group {kg} of {inc.shared[0].file} ({where})",
+                "it holds changes, not entries: this is not a materialization",
+            )
+        for entry, changes in zip(inc.shared[1:], changelogs, strict=True):
+            apply_changes(data, changes, f"key group {kg} of {entry.file} ({where})")
+        if data:
+            yield kg, data
+
+
+def read_chain(
+    h: IncrementalKeyedStateHandle, entries: Sequence[IncrementalFile]
+) -> Iterator[tuple[int, list[Any]]]:
+    """The key groups of `h.key_groups` that any of the state files `entries` (of handle `h`)
+    holds, ascending: each with what every file has for it, in the order of `entries` (empty
+    if nothing). All files stay open while the key groups are read."""
     with ExitStack() as stack:
         files = []
-        for entry in inc.shared:
+        for entry in entries:
             files.append(
                 stack.enter_context(h.filesystems.open(resolve(h.checkpoint_dir, entry.file)))
             )
@@ -129,14 +179,7 @@ def read_changelog_key_groups(h: IncrementalKeyedStateHandle) -> Iterator[tuple[
             {kg for index in indexes for kg in index.key_group_offsets if kg in h.key_groups}
         )
         for kg in wanted:
-            data = read_key_group(files[0], indexes[0], kg)
-            if any(len(entry) != 2 for entry in data.values()):
-                raise CorruptStateError(
-                    f"key group {kg} of {inc.shared[0].file} ({where})",
-                    "it holds changes, not entries: this is not a materialization",
-                )
-            for entry, f, index in zip(inc.shared[1:], files[1:], indexes[1:], strict=True):
-                changes: Any = read_key_group(f, index, kg)
-                apply_changes(data, changes, f"key group {kg} of {entry.file} ({where})")
-            if data:
-                yield kg, data
+            yield (
+                kg,
+                [read_key_group(f, index, kg) for f, index in zip(files, indexes, strict=True)],
+            )

@@ -29,9 +29,19 @@ from typing import Any
 import rocksdict
 
 from tidegate.state import rocksdb_codec as codec
-from tidegate.state.heap import NoKeyContextError
+from tidegate.state.handles import ROCKSDB_FILES
+from tidegate.state.heap import CONTAINER_KINDS, NoKeyContextError
+from tidegate.state.heap_changelog import ChangeLog
+from tidegate.state.heap_incremental import HeapIncrementalSnapshot, chain_of
 from tidegate.state.keyed_registry import KeyedStateRegistry, StateKind, check_key_group_range
+from tidegate.state.keygroups import KeyGroupAssigner
 from tidegate.state.rocksdb_cache import KeyPrefixes
+from tidegate.state.rocksdb_changelog import (
+    Plan,
+    RocksDBRebaseSnapshot,
+    changes_of,
+    plan_checkpoint,
+)
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, IncrementalTracker
 from tidegate.state.rocksdb_instance import RocksDBInstance, RocksDBOptions, create_instance_dir
 from tidegate.state.rocksdb_restore import restore_rocksdb_backend
@@ -77,13 +87,14 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         subtask: int = 0,
         attempt: int = 0,
         incremental: bool = False,
+        changelog: bool = False,
     ) -> None:
         check_key_group_range(max_parallelism, key_group_range)
         self.max_parallelism = max_parallelism
         self.key_group_range = key_group_range
         self.options = options or RocksDBOptions()
         path = create_instance_dir(self.options, job_id, operator_uid, subtask, attempt)
-        self.instance = RocksDBInstance(path, self.options)
+        self.instance = RocksDBInstance(path, self.options, changelog)
         # a backend dropped without dispose() (its task failed to start) still frees its files
         self._close_instance = weakref.finalize(self, self.instance.close)
         self.buffer = self.instance.buffer
@@ -100,7 +111,11 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         self._column_families: dict[str, rocksdict.Rdict] = {}
         self._restored_key_groups: set[int] = set()
         #: incremental checkpoints: which SST files are uploaded (None: full snapshots)
-        self.tracker = IncrementalTracker() if incremental else None
+        self.tracker = IncrementalTracker() if incremental or changelog else None
+        #: changelog checkpoints (rocksdb_changelog): the entries changed since the base
+        self._changes = ChangeLog() if changelog else None
+        #: key -> key group, memoised across changelogs (their asynchronous phase's main cost)
+        self.key_groups = KeyGroupAssigner(max_parallelism)
 
     # the current key ---------------------------------------------------------------------------
     @property
@@ -153,7 +168,11 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         phase decides whether it is uploaded incrementally."""
         if not self._kinds:  # no state yet: nothing to copy
             return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, {})
-        path = self.instance.checkpoint()
+        if self._changes is not None and checkpoint_id is not None:
+            return self._changelog_snapshot(checkpoint_id, self._changes)
+        return self._rocksdb_snapshot(self.instance.checkpoint())
+
+    def _rocksdb_snapshot(self, path: str) -> RocksDBKeyedStateSnapshot:
         snapshot = RocksDBKeyedStateSnapshot(
             self.max_parallelism,
             self.key_group_range,
@@ -165,9 +184,36 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         snapshot.tracker = self.tracker  # checkpoints upload it incrementally when set
         return snapshot
 
+    def _changelog_snapshot(
+        self, checkpoint_id: int, changes: ChangeLog
+    ) -> HeapIncrementalSnapshot | RocksDBRebaseSnapshot:
+        """A changelog checkpoint's synchronous phase (rocksdb_changelog): extend the base's
+        chain with the entries changed since it, or rebase it on a RocksDB checkpoint."""
+        assert self.tracker is not None
+        since_base = changes.capture(checkpoint_id, self.buffer.checkpointed())
+        base_id, base = self.tracker.current_base()
+        chain = chain_of(base)
+        containers = any(kind in CONTAINER_KINDS for kind in self._kinds.values())
+        plan = plan_checkpoint(chain, containers)
+        transformers = snapshot_transformers(self)
+        kinds = {name: kind.value for name, kind in self._kinds.items()}
+        if plan is Plan.EXTEND:
+            content = changes_of(self, since_base, transformers)
+            return HeapIncrementalSnapshot(
+                content, base_id, chain, self.tracker, kinds, ROCKSDB_FILES
+            )
+        if plan is Plan.MATERIALIZE:
+            self.buffer.flush()
+        pending = self.buffer.pending()
+        path = self.instance.checkpoint(flush=False)
+        newer = changes_of(self, pending, transformers) if pending else None
+        return RocksDBRebaseSnapshot(self._rocksdb_snapshot(path), newer, self.tracker)
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if self.tracker is not None:
             self.tracker.notify_complete(checkpoint_id)
+        if self._changes is not None:
+            self._changes.notify_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         if self.tracker is not None:
@@ -177,6 +223,8 @@ class RocksDBKeyedStateBackend(KeyedStateRegistry):
         """Restore from incremental handles (rocksdb_restore): open the downloaded database
         at the same key groups, else copy each handle's share of key groups as a range."""
         restore_rocksdb_backend(self, handles)
+        if self._changes is not None:
+            self._changes.reset()
 
     def restore(self, key_groups: Iterable[tuple[int, KeyGroupData]]) -> None:
         """Load key groups read from state files, before the first record is processed.

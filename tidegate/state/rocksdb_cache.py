@@ -23,6 +23,13 @@ checkpoint holds every update made before its barrier.
 Memory: at most `max_entries` clean values per state, plus the dirty ones. When there are more,
 the older half of the clean values, in the order they entered the cache, is forgotten; a
 forgotten key's next access reads RocksDB again.
+
+With the changelog (`state.backend.changelog.enabled`, state/rocksdb_changelog.py) a checkpoint
+does not flush: `checkpointed()` moves the dirty entries to the clean values and to `pending`
+(in a checkpoint's changelog, not yet in RocksDB), and `changed` collects every key changed
+since the last checkpoint with its value (the dirty entries, and those a flush wrote meanwhile)
+for the next changelog. A flush writes the pending entries too; the cache flushes before it
+would forget a pending value (`bound`).
 """
 
 from __future__ import annotations
@@ -75,28 +82,73 @@ class Serialized:
 class StateCache:
     """The cached values of one state (column family): those RocksDB has, and newer ones."""
 
-    __slots__ = ("dirty", "max_entries", "name", "prefix_of", "values")
+    __slots__ = (
+        "changed",
+        "dirty",
+        "flush",
+        "max_entries",
+        "name",
+        "pending",
+        "prefix_of",
+        "values",
+    )
 
-    def __init__(self, name: str, prefix_of: Callable[[Any], bytes], max_entries: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        prefix_of: Callable[[Any], bytes],
+        max_entries: int,
+        flush: Callable[[], None],
+        changelog: bool = False,
+    ) -> None:
         self.name = name
         #: key -> its RocksDB key bytes (the backend's `KeyPrefixes`)
         self.prefix_of = prefix_of
         self.max_entries = max_entries
-        #: key -> value, `Serialized` or ABSENT, as RocksDB has it
+        #: writes every dirty and pending entry to RocksDB (the buffer's flush)
+        self.flush = flush
+        #: key -> value, `Serialized` or ABSENT, as RocksDB (or, when pending, a changelog) has it
         self.values: dict[Any, Any] = {}
-        #: key -> value, `Serialized` or ABSENT, written since the last flush
+        #: key -> value, `Serialized` or ABSENT, written since the last flush or checkpoint
         self.dirty: dict[Any, Any] = {}
+        #: changelog only (else None): entries in a checkpoint's changelog, not yet in RocksDB
+        self.pending: dict[Any, Any] | None = {} if changelog else None
+        #: changelog only: key -> newest value, changed since the last checkpoint and flushed
+        self.changed: dict[Any, Any] | None = {} if changelog else None
 
     def flushed(self) -> None:
-        """The dirty entries are in RocksDB now: they are clean values."""
+        """The dirty (and pending) entries are in RocksDB now: they are clean values."""
+        if self.changed is not None and self.pending is not None:
+            self.changed.update(self.dirty)
+            self.pending.clear()
         self.values.update(self.dirty)
         self.dirty.clear()
         self.bound()
 
+    def checkpointed(self) -> dict[Any, Any]:
+        """Changelog: a checkpoint takes every entry changed since the last one (key -> value,
+        `Serialized` or ABSENT), returned: the caller copies it and empties it
+        (`heap_changelog.ChangeLog.capture`). The dirty entries become clean values, pending
+        until a flush writes them to RocksDB (the next miss bounds the cache)."""
+        changed, pending = self.changed, self.pending
+        assert changed is not None and pending is not None, "not a changelog cache"
+        dirty = self.dirty
+        pending.update(dirty)
+        self.values.update(dirty)
+        if not changed:  # nothing flushed since the last checkpoint: the dirty entries
+            return dirty
+        changed.update(dirty)
+        dirty.clear()
+        return changed
+
     def bound(self) -> None:
-        """Beyond `max_entries` clean values: forget the older half."""
+        """Beyond `max_entries` clean values: forget the older half (after writing the pending
+        ones to RocksDB: a forgotten key is read from there)."""
         values = self.values
         if len(values) > self.max_entries:
+            if self.pending:
+                self.flush()  # ends with bound() again, with nothing pending
+                return
             kept = list(itertools.islice(values.items(), len(values) // 2, None))
             values.clear()
             values.update(kept)
@@ -105,3 +157,6 @@ class StateCache:
         """Forget every entry, dirty ones too (the instance is being disposed or replaced)."""
         self.values.clear()
         self.dirty.clear()
+        if self.pending is not None and self.changed is not None:
+            self.pending.clear()
+            self.changed.clear()

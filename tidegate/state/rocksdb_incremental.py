@@ -27,6 +27,7 @@ from typing import Any
 from tidegate.checkpoint.errors import CheckpointError
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.state.handles import IncrementalFile, IncrementalHandle
+from tidegate.state.heap_changelog import CHANGELOG
 from tidegate.state.incremental_handles import relative_to, resolve, shared_dir
 from tidegate.state.local_incremental import FileReads, keep_local_copy, restore_from_local
 from tidegate.state.local_recovery import LocalStateStore
@@ -84,10 +85,13 @@ def upload_incremental(
     checkpoint_id: int,
     tracker: IncrementalTracker,
     snapshot: Any,
+    share_private: bool = False,
 ) -> IncrementalHandle:
     """Upload the RocksDB checkpoint in `snapshot_dir` incrementally; return the handle's
     incremental part (`snapshot` gives key groups, max parallelism and state kinds). On
-    failure the files uploaded so far are deleted again (nothing references them)."""
+    failure the files uploaded so far are deleted again (nothing references them).
+    `share_private`: the private files go to `shared/` too (uploaded anew each time), so that
+    the changelog checkpoints after this one can reference them (state/rocksdb_changelog)."""
     base_id, base = tracker.current_base()
     shared_root = shared_dir(storage.job_dir)
     shared: list[IncrementalFile] = []
@@ -97,7 +101,7 @@ def upload_incremental(
     try:
         for name in sorted(os.listdir(snapshot_dir)):
             local = os.path.join(snapshot_dir, name)
-            if not name.endswith(".sst"):
+            if not name.endswith(".sst") and not share_private:
                 written = _upload(storage, checkpoint_dir, f"{stem}-{name}", "", local)
                 private.append(
                     IncrementalFile(
@@ -105,9 +109,10 @@ def upload_incremental(
                     )
                 )
                 continue
-            known = base.get(name)
+            known = base.get(name) if name.endswith(".sst") else None
             if known is None:
-                written = _upload(storage, shared_root, f"{stem}-{name[:-4]}", ".sst", local)
+                stored, suffix = (name[:-4], ".sst") if name.endswith(".sst") else (name, "")
+                written = _upload(storage, shared_root, f"{stem}-{stored}", suffix, local)
                 path = f"{shared_root}/{written.name}"
                 uploaded.append(path)
                 known = {"path": path, "size": written.size, "checksum": written.checksum}
@@ -118,7 +123,7 @@ def upload_incremental(
                     file=relative_to(checkpoint_dir, known["path"]),
                     size=known["size"],
                     checksum=known["checksum"],
-                    uploaded=name not in base,
+                    uploaded=known["path"] in uploaded,
                 )
             )
     except BaseException:
@@ -166,6 +171,11 @@ def _upload(storage: Any, directory: str, stem: str, suffix: str, local: str) ->
     return out
 
 
+def db_files(inc: IncrementalHandle) -> list[IncrementalFile]:
+    """The RocksDB files of a handle (without the changelogs of state/rocksdb_changelog)."""
+    return [f for f in inc.files if not f.name.startswith(CHANGELOG)]
+
+
 def delete_quietly(storage: Any, path: str) -> None:
     with contextlib.suppress(OSError, ValueError, CheckpointError):  # best effort
         storage.delete_file(path)
@@ -192,7 +202,7 @@ def download(
     checksums before the restore started. With a task-local copy (`local_dir`), each intact
     file is taken from there instead; `reads` counts the files taken locally and downloaded."""
     os.makedirs(target, exist_ok=True)
-    entries = inc.files
+    entries = db_files(inc)
 
     def fetch(entry: IncrementalFile) -> None:
         is_local = restore_from_local(local_dir, entry, os.path.join(target, entry.name))

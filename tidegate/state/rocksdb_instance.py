@@ -209,7 +209,7 @@ def _in_use(path: str) -> bool:
 class RocksDBInstance:
     """The live database of one backend: a column family per state, opened lazily."""
 
-    def __init__(self, path: str, options: RocksDBOptions) -> None:
+    def __init__(self, path: str, options: RocksDBOptions, changelog: bool = False) -> None:
         self.path = path
         self.options = options
         self._opts = db_options(options)
@@ -218,7 +218,9 @@ class RocksDBInstance:
         self.db.set_write_options(self._write_opts)
         _open_instances.add(path)
         #: the states' buffered writes; flushed before the database is read as a whole
-        self.buffer = WriteBuffer(self.write, self.handle)
+        self.buffer = WriteBuffer(self.write, self.handle, changelog=changelog)
+        #: nothing was ever written (a read of any key finds nothing: the state's reads skip it)
+        self.empty = True
         self._checkpoints = 0
         self._restored_cfs: set[str] = set()
         #: the column families handed out by `column_family`: close() closes them first
@@ -230,6 +232,7 @@ class RocksDBInstance:
         is moved into place and opened with its column families."""
         db_path = os.path.join(self.path, "db")
         self.buffer.discard()  # nothing cached describes the restored database
+        self.empty = False
         self.db.close()
         shutil.rmtree(db_path)
         os.replace(source, db_path)
@@ -253,12 +256,15 @@ class RocksDBInstance:
         return self.db.get_column_family_handle(CF_PREFIX + name)
 
     def write(self, batch: rocksdict.WriteBatch) -> None:
+        self.empty = False
         self.db.write(batch, self._write_opts)
 
-    def checkpoint(self) -> str:
-        """Hard-link the current files into a new directory (after flushing the write buffer
-        and the memtables): a consistent copy of the whole state, for a snapshot."""
-        self.buffer.flush()
+    def checkpoint(self, flush: bool = True) -> str:
+        """Hard-link the current files into a new directory (after flushing the write buffer,
+        unless `flush` is False, and the memtables): a consistent copy of the database, for a
+        snapshot (with the write buffer flushed: of the whole state)."""
+        if flush:
+            self.buffer.flush()
         self._checkpoints += 1
         parent = os.path.join(self.path, "checkpoints")
         os.makedirs(parent, exist_ok=True)

@@ -8,6 +8,8 @@
   key group, big-endian, so a key-group range is a contiguous run of keys).
 - any other backend (hashmap): the downloaded database is read key group by key group and fed
   to `backend.restore`, like a canonical state file.
+- a rocksdb changelog chain (rocksdb_changelog): the RocksDB files as above, then the changes
+  of the changelogs (`replay`; other backends: applied to the key groups read);
 - a hashmap chain (heap_incremental), into any backend: read key group by key group the same
   way; a hashmap backend with incremental checkpoints that restored exactly one whole handle
   of a checkpoint the job owns extends that chain (`continue_chain`).
@@ -27,6 +29,7 @@ from tidegate.state import rocksdb_codec as codec
 from tidegate.state.handles import HEAP_CHANGELOG
 from tidegate.state.heap import StateKind
 from tidegate.state.heap_incremental import read_changelog_key_groups
+from tidegate.state.rocksdb_changelog import replay, with_changelogs
 from tidegate.state.rocksdb_incremental import IncrementalKeyedStateHandle, download, shared_base
 from tidegate.state.rocksdb_instance import CF_PREFIX, RocksDBOptions, open_read_only
 from tidegate.state.snapshot_format import KeyGroupData, describe_key_groups
@@ -64,6 +67,7 @@ def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHan
         target = os.path.join(backend.instance.path, "restore")
         download(h.checkpoint_dir, h.handle, target, h.local_dir, h.reads, h.filesystems)
         backend.instance.replace_db(target)
+        replay(backend, h)
         if h.reusable and backend.tracker is not None:
             backend.tracker.seed(h.checkpoint_id, shared_base(h.checkpoint_dir, h.handle))
         return
@@ -72,6 +76,7 @@ def restore_rocksdb_backend(backend: Any, handles: list[IncrementalKeyedStateHan
         with tempfile.TemporaryDirectory(prefix="restore-", dir=backend.instance.path) as tmp:
             download(h.checkpoint_dir, h.handle, tmp, h.local_dir, h.reads, h.filesystems)
             _copy_range(backend, tmp, h)
+        replay(backend, h)
 
 
 def _copy_range(backend: Any, path: str, h: IncrementalKeyedStateHandle) -> None:
@@ -122,9 +127,9 @@ def read_incremental_key_groups(
             tmp,
             options or RocksDBOptions(),
         )
-        for kg, data in snapshot.key_groups():
-            if kg in h.key_groups:
-                yield kg, data
+        yield from with_changelogs(
+            h, ((kg, data) for kg, data in snapshot.key_groups() if kg in h.key_groups)
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

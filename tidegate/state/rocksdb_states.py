@@ -74,7 +74,7 @@ class _CachedState(_RocksDBState):
         self._cache = self._buffer.cache(name, backend.prefix_of, backend.cache_entries)
         self._values = self._cache.values
         self._dirty = self._cache.dirty
-        self._max_dirty = self._buffer.max_entries
+        self._max_dirty = self._buffer.max_dirty(self._cache)
 
     def _clean(self, key: Any) -> Any:
         """The value of `key` in RocksDB, or ABSENT: cached, else read and cached (a copy when
@@ -82,7 +82,8 @@ class _CachedState(_RocksDBState):
         value = self._values.get(key, MISSING)
         if value is not MISSING:
             return _loads(value.raw)[1] if type(value) is Serialized else value
-        raw = self._db.get(self._backend.prefix_of(key))
+        instance = self._backend.instance
+        raw = None if instance.empty else self._db.get(self._backend.prefix_of(key))
         if raw is None:
             value = cached = ABSENT
         else:
@@ -251,7 +252,10 @@ class RocksDBReducingState(_CachedState):
         elif type(current) is Serialized:
             current = _loads(current.raw)[1]
         new = value if current is ABSENT else self._function(current, value)
-        dirty[key] = new if is_immutable(new) else Serialized(_dumps((key, new)))
+        if type(new) in ATOMIC or is_immutable(new):
+            dirty[key] = new
+        else:
+            dirty[key] = Serialized(_dumps((key, new)))
         return new
 
 

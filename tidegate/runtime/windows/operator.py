@@ -13,6 +13,10 @@ For each element, on the element's key:
 Timers fire the trigger's `on_event_time` / `on_processing_time`; at a window's cleanup time
 its contents, trigger state and merging-set entry are dropped.
 
+Event-time tumbling and sliding windows with the default trigger take a batched path with the
+same behaviour: slicing.py when pre-aggregated (reduce / aggregate), kept.py when they keep
+their elements (process / apply, or an evictor).
+
 Everything is keyed state of the operator's backend (contents, trigger state, window state,
 merging sets, timers), so windows checkpoint, restore and rescale with their keys. Outputs
 carry the window's `max_timestamp()` as their timestamp.
@@ -29,11 +33,13 @@ from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
+from tidegate.runtime.windows.kept import KeptWindows, kept_fits
 from tidegate.runtime.windows.merging import MergingWindowSet
 from tidegate.runtime.windows.slicing import SlicedWindows, sliced_size
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
 from tidegate.runtime.windows.window_timers import WindowTimers
+from tidegate.runtime.windows.windows import TimeWindow
 
 #: module constants (an Enum member lookup costs an attribute descriptor call)
 EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
@@ -89,6 +95,10 @@ class WindowOperator(StreamOperator):
         slice_size = sliced_size(spec, self.trigger)
         #: tumbling/sliding event-time windows with pre-aggregation: one slice per element
         self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None
+        #: the same windows keeping their elements (process/apply): batched, see kept.py
+        self.kept = KeptWindows(self) if kept_fits(spec, self.trigger) else None
+        #: the batched path taken (sliced or kept), None: element by element
+        self.batched: SlicedWindows | KeptWindows | None = self.sliced or self.kept
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -102,15 +112,17 @@ class WindowOperator(StreamOperator):
 
     def open(self) -> None:
         backend = self.keyed_backend
-        sliced = self.sliced
-        on_timer = self._on_timer if sliced is None else None
-        derived = None if sliced is None else sliced.on_timer
-        self.timers = WindowTimers(backend, on_timer, self._flush, self.clock, derived=derived)
+        batched = self.batched
+        on_timer = self._on_timer if batched is None else None
+        derived = None if batched is None else batched.on_timer
+        self.timers = WindowTimers(
+            backend, on_timer, self._flush, self.clock, derived=derived, unmapped=self._unmapped
+        )
         self.timers.internal.batch = self.ctx.batch
         self.timers.internal.current_watermark = self.current_watermark  # a restored one
         spec = self.spec
-        if sliced is not None:
-            sliced.open()
+        if batched is not None:
+            batched.open()
         else:
             self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
         if hasattr(self.assigner, "merge_windows"):
@@ -126,10 +138,10 @@ class WindowOperator(StreamOperator):
     def process_batch(self, records: list) -> None:
         backend, select = self.keyed_backend, self.key_selector
         timestamps = timestamps_of(records)
-        if self.sliced is not None:
+        if self.batched is not None:
             if timestamps is None and records:  # the assigner raises: records need timestamps
                 self.assigner.assign_windows(records[0], None, self.clock_ctx)
-            self.sliced.process(records, timestamps or [])
+            self.batched.process(records, timestamps or [])
         elif timestamps is None:
             for r in records:
                 backend.current_key = select(r)
@@ -260,6 +272,23 @@ class WindowOperator(StreamOperator):
         if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all(window, state_window)
 
+    def _unmapped(self, timestamp: int, domain: TimeDomain) -> tuple[Any, ...]:
+        """The windows of a restored timer of the sliced or kept path (no window-timer entry):
+        for tumbling/sliding assigners, the window ending at `timestamp` and the one whose
+        cleanup time it is, if the key has contents in them."""
+        size = getattr(self.assigner, "size", None)
+        if size is None or domain is not EVENT or self.merging is not None:
+            return ()
+        slide, offset = getattr(self.assigner, "slide", size), self.assigner.offset
+        starts = dict.fromkeys(
+            s for s in (timestamp + 1 - size, timestamp + 1 - size - self.lateness)
+        )
+        return tuple(
+            w
+            for w in (TimeWindow(s, s + size) for s in starts if (s - offset) % slide == 0)
+            if self.contents.contains(w)
+        )
+
     def _clear_all(self, window: Any, state_window: Any) -> None:
         self.contents.clear(state_window)
         ctx = self.trigger_ctx
@@ -317,21 +346,21 @@ class WindowOperator(StreamOperator):
 
     def snapshot_state(self, checkpoint_id: int, timestamp_ms: int, savepoint: bool = False) -> Any:
         # before the keyed snapshot shares the accumulators
-        (self.contents if self.sliced is None else self.sliced).on_snapshot()
+        (self.contents if self.batched is None else self.batched).on_snapshot()
         return super().snapshot_state(checkpoint_id, timestamp_ms, savepoint)
 
     def on_watermark(self, watermark: int) -> None:
-        if self.sliced is None:
+        if self.batched is None:
             self.timers.advance_watermark(watermark)
         else:
-            self.sliced.advance(watermark)
+            self.batched.advance(watermark)
             self._flush()
 
     def finish(self) -> None:
-        if self.sliced is None:
+        if self.batched is None:
             self.timers.end_of_input()  # processing-time timers stay pending, as in Flink
         else:  # only event-time timers: the end of input fires them all
             self.timers.internal.quiesced = True
-            self.sliced.advance(MAX_WATERMARK)
+            self.batched.advance(MAX_WATERMARK)
             self._flush()
         super().finish()

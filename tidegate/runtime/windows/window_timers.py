@@ -10,10 +10,15 @@ An in-memory set of the registered `(domain, timestamp, key, window)` (rebuilt f
 after a restore) answers "already registered?" without reading the state: most elements
 register the timers their window already has.
 
-Sliced windows (slicing.py) know their window from a timer's timestamp: with `derived`, the
-timer service calls `derived(timestamp, domain)` instead, the map is not written, and
-`pop_event_timers` hands a watermark's due timers to the caller in one list (entries of the
-map restored from a checkpoint of the per-window operator are removed as their timers fire).
+A timer without an entry in the map was registered by a batched path (slicing.py, kept.py) of
+a checkpoint restored into this one (e.g. after the job's trigger changed): `unmapped(timestamp,
+domain)` gives its windows.
+
+Sliced and kept windows (slicing.py, kept.py) know their window from a timer's timestamp:
+with `derived`, the timer service calls `derived(timestamp, domain)` instead, the map is not
+written, and `pop_event_timers` hands a watermark's due timers to the caller in one list
+(entries of the map restored from a checkpoint of the per-window operator are removed as their
+timers fire).
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ class WindowTimers:
         clock: Callable[[], int] = processing_time_ms,
         *,
         derived: Callable[[int, TimeDomain], None] | None = None,
+        unmapped: Callable[[int, TimeDomain], tuple[Any, ...]] | None = None,
     ) -> None:
         self._on_timer = on_timer
+        self._unmapped = unmapped
         self._flush = flush
         self._backend = backend
         self._windows = backend.get_map_state(MapStateDescriptor(WINDOW_TIMERS_STATE))
@@ -81,7 +88,9 @@ class WindowTimers:
 
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
         key = (0 if domain is _EVENT else 1, timestamp)
-        windows = self._windows.get(key) or ()
+        windows = self._windows.get(key)
+        if windows is None:
+            windows = self._unmapped(timestamp, domain) if self._unmapped else ()
         self._windows.remove(key)  # same step as the timer service's removal: fires once
         current = self._backend.current_key
         self._registered.difference_update((*key, current, w) for w in windows)

@@ -1,0 +1,159 @@
+"""Windows keeping their elements, batched (runtime/windows/kept.py): event-time tumbling and
+sliding windows with process/apply give exactly the per-window operator's outputs (values,
+timestamps, order), late data, late firings and `clear` calls, on out-of-order input; their
+state restores and rescales, and checkpoints of either path restore into the other."""
+
+from __future__ import annotations
+
+import pytest
+from test_window_slicing import PerWindowTrigger, Windowed
+from window_harness import (
+    Harness,
+    add_values,
+    assert_same_results,
+    rescaled_run,
+    run,
+    script,
+    window_state_backend,  # noqa: F401 (autouse: both state backends)
+)
+
+from tidegate.datastream.output_tag import OutputTag
+from tidegate.runtime.windows.assigners import (
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
+from tidegate.runtime.windows.evictors import CountEvictor, TimeEvictor
+from tidegate.runtime.windows.kept import merge_by_window
+from tidegate.runtime.windows.operator import WindowSpec
+from tidegate.runtime.windows.windows import TimeWindow
+
+
+class Applied:
+    """A WindowFunction (apply): the window's elements in the order it got them."""
+
+    def apply(self, key, window, elements):
+        yield (key, window.start, window.end, tuple(elements))
+
+
+def spec(assigner, kind: str, lateness: int, trigger=None) -> WindowSpec:
+    """kind: "process", "apply", "evict" (a CountEvictor before and a TimeEvictor after the
+    function), "evict-reduce" (an evictor, then a reduce over what it left)."""
+    evictor, aggregation = None, None
+    if kind == "evict":
+        evictor = Evictors(CountEvictor.of(3), TimeEvictor.of(5, do_evict_after=True))
+    elif kind == "evict-reduce":
+        evictor, aggregation = CountEvictor.of(2), Aggregation(add_values)
+    function = InternalWindowFunction("apply" if kind == "apply" else "process", Windowed())
+    if kind == "apply":
+        function = InternalWindowFunction("apply", Applied())
+    return WindowSpec(
+        assigner,
+        trigger=trigger,
+        evictor=evictor,
+        allowed_lateness=lateness,
+        late_data_tag=OutputTag("late"),
+        aggregation=aggregation,
+        function=function,
+    )
+
+
+class Evictors:
+    """One evictor before the function and another after it."""
+
+    def __init__(self, before, after) -> None:
+        self.before, self.after = before, after
+
+    def evict_before(self, elements, size, window, ctx):
+        self.before.evict_before(elements, size, window, ctx)
+
+    def evict_after(self, elements, size, window, ctx):
+        self.after.evict_after(elements, size, window, ctx)
+
+
+ASSIGNERS = {
+    "tumbling": TumblingEventTimeWindows.of(20),
+    "tumbling-offset": TumblingEventTimeWindows.of(20, 7),
+    "sliding": SlidingEventTimeWindows.of(30, 10),
+    "sliding-uneven": SlidingEventTimeWindows.of(30, 12, 5),  # 2 or 3 windows per element
+    "sliding-gaps": SlidingEventTimeWindows.of(10, 25),  # some elements are in no window
+}
+
+
+CASES = [  # (assigner, kind, allowed lateness)
+    *((a, k, lateness) for a in ASSIGNERS for k in ("process", "evict") for lateness in (0, 15)),
+    ("tumbling", "apply", 0),
+    ("sliding", "apply", 15),
+    ("tumbling-offset", "evict-reduce", 15),
+    ("sliding-uneven", "evict-reduce", 0),
+]
+
+
+@pytest.mark.parametrize(("assigner", "kind", "lateness"), CASES)
+def test_kept_windows_give_the_per_window_operators_results_in_its_order(assigner, kind, lateness):
+    steps = script(3, 200)
+    kept = run(Harness(spec(ASSIGNERS[assigner], kind, lateness)), steps)
+    reference = run(Harness(spec(ASSIGNERS[assigner], kind, lateness, PerWindowTrigger())), steps)
+    assert kept.op.kept is not None and reference.op.kept is None
+    assert_same_results(kept, reference, cleared=kind != "apply")
+
+
+def test_the_kept_path_is_used_only_where_the_results_stay_the_per_window_ones():
+    def kept(assigner, **kw):
+        return Harness(WindowSpec(assigner, **kw)).op.kept
+
+    assert kept(TumblingEventTimeWindows.of(30)) is not None
+    assert kept(SlidingEventTimeWindows.of(30, 10)) is not None
+    assert kept(TumblingEventTimeWindows.of(30), trigger=PerWindowTrigger()) is None
+    assert kept(TumblingEventTimeWindows.of(30), evictor=CountEvictor.of(2)) is not None
+    with_evictor = {"evictor": CountEvictor.of(2), "aggregation": Aggregation(add_values)}
+    assert kept(SlidingEventTimeWindows.of(30, 10), **with_evictor) is not None
+    # pre-aggregated without an evictor: sliced (or one accumulator per window)
+    assert kept(TumblingEventTimeWindows.of(30), aggregation=Aggregation(add_values)) is None
+
+
+def test_kept_windows_restore_and_rescale_with_their_keys(tmp_path):
+    """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
+    one uninterrupted run (the snapshot is written after the subtasks went on)."""
+    make = lambda: spec(SlidingEventTimeWindows.of(30, 10), "process", 15)  # noqa: E731
+    steps = script(7)
+    fired = rescaled_run(make, steps, tmp_path)
+    reference = run(Harness(make()), steps)
+    assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
+
+
+@pytest.mark.parametrize("direction", ["per-window to kept", "kept to per-window"])
+def test_checkpoints_of_either_path_restore_into_the_other(tmp_path, direction):
+    """The element list is one layout; the per-window operator's window-timer entries are
+    removed as their timers fire, and it finds the windows of the kept path's timers (which
+    have no window-timer entry: WindowOperator._unmapped)."""
+    steps = script(11)
+    middle = len(steps) // 2
+    per_window = spec(SlidingEventTimeWindows.of(30, 10), "process", 15, PerWindowTrigger())
+    kept = spec(SlidingEventTimeWindows.of(30, 10), "process", 15)
+    first, then = (per_window, kept) if direction == "per-window to kept" else (kept, per_window)
+    h = Harness(first)
+    for batch, watermark in steps[:middle]:
+        h.add(*batch)
+        h.watermark(watermark)
+    restored = h.snapshot_to(tmp_path / "first.state")
+    again = run(Harness(then, restored=restored), steps[middle:])
+    reference = run(Harness(per_window), steps)
+    # (timers of one timestamp fire in key order after a restore: compare as multisets)
+    assert sorted(h.out.records + again.out.records, key=repr) == sorted(
+        reference.out.records, key=repr
+    )
+    backend = again.op.keyed_backend
+    assert [n for n in backend._kinds if list(backend.entries(n))] == []
+
+
+def test_merging_a_batch_into_a_sorted_list_keeps_each_windows_arrival_order():
+    w1, w2, w3 = (TimeWindow(s, s + 30) for s in (0, 10, 20))
+    current = [(w1, "a", 1), (w1, "b", 2), (w2, "a", 1), (w2, "b", 2)]
+    new = [(w1, "c", 3), (w2, "c", 3), (w3, "c", 3), (w3, "d", 4)]
+    assert merge_by_window(current, new) == [
+        (w1, "a", 1), (w1, "b", 2), (w1, "c", 3),
+        (w2, "a", 1), (w2, "b", 2), (w2, "c", 3),
+        (w3, "c", 3), (w3, "d", 4),
+    ]  # fmt: skip
+    assert merge_by_window([], new) == new and merge_by_window(current, []) == current
