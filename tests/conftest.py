@@ -247,12 +247,6 @@ SLOW: dict[str, set[str]] = {
     },
     "unit/test_barrier_properties.py": {"test_barrier_alignment"},
     "unit/test_commit_properties.py": {"test_checkpoints_and_commits"},
-    "unit/test_local_zygote.py": {  # each starts a zygote (a Python importing tidegate)
-        "test_a_forked_slot_sees_what_a_fresh_slot_process_sees",
-        "test_a_killed_zygote_fails_its_slots_and_is_replaced",
-        "test_exit_codes_and_signals_reach_the_driver_as_popen_has_them",
-        "test_the_zygote_exits_with_its_driver",
-    },
     "unit/test_rocksdb_backend.py": {
         "test_state_larger_than_the_block_cache_and_write_buffers_works",
     },
