@@ -448,6 +448,9 @@ class JobMaster:
         attempt = self.attempt
         on_end = lambda error: self.events.put(RunnerEnded(attempt, error))  # noqa: E731
         self.preferred_hosts = None
+        # marked before the runner is asked: the local runner's forked slots may start (and
+        # report their start) before start_local returns
+        self.stats.startup.mark(attempt, "stage_submitted")
         if context is None:
             slots = runners.start_local(payload, graph.num_slots, on_end)
         else:
@@ -455,7 +458,6 @@ class JobMaster:
             slots = runners.start_spark(
                 context, payload, graph.num_slots, on_end, self.preferred_hosts
             )
-        self.stats.startup.mark(attempt, "stage_submitted")
         attempt_state = JobAttempt(self, attempt, slots, graph)
         try:
             outcome = attempt_state.run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tidegate.deploy.runners import _slot_entry
+from tidegate.deploy import slot_entry
 
 if __name__ == "__main__":
-    _slot_entry(sys.stdin.buffer.read(), int(sys.argv[1]))
+    slot_entry.run(sys.stdin.buffer.read(), int(sys.argv[1]))

@@ -6,22 +6,15 @@ so a runner only has to start them, report when they are gone, and stop them on 
 
 from __future__ import annotations
 
-import contextlib
 import pickle
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
-
-from tidegate.deploy import job_pickle
-from tidegate.deploy.python_deps import PythonDependencies, installed
-from tidegate.metrics.startup import process_start_time
-from tidegate.runtime.messages import SlotStartup
+from tidegate.deploy import job_pickle, local_zygote, slot_entry
+from tidegate.deploy.python_deps import PythonDependencies
 
 
 def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -> bytes:
@@ -31,26 +24,6 @@ def pack_deployment(deployment: Any, python: PythonDependencies | None = None) -
     unpickled."""
     header = (tuple(deployment.driver_address), deployment.secret, deployment.attempt)
     return pickle.dumps((header, python, job_pickle.dumps(deployment)))
-
-
-def _slot_entry(
-    payload: bytes, slot: int, host: str | None = None, task_started: float | None = None
-) -> None:
-    """Load the deployment and run slot `slot` (`task_started`: when the runner's task began,
-    default now)."""
-    task_started = time.time() if task_started is None else task_started
-    from tidegate.runtime.slot import report_load_failure, run_slot
-
-    header, python, body = pickle.loads(payload)
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(installed(python))
-            deployment = cloudpickle.loads(body)
-        except Exception as e:
-            report_load_failure(header, slot, e)
-            raise
-        startup = SlotStartup(task_started, time.time(), process_start_time())
-        run_slot(deployment, slot, host, startup)
 
 
 # spark --------------------------------------------------------------------------------------
@@ -67,7 +40,7 @@ def _spark_partition(deployment_bytes: bytes):
             slot = ctx.partitionId()
             # the executor's host as Spark names it: what preferred locations are matched with
             host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
-            _slot_entry(deployment_bytes, slot, host, task_started)
+            slot_entry.run(deployment_bytes, slot, host, task_started)
         return iter([])
 
     return run
@@ -157,7 +130,8 @@ def start_spark(
 
 # local --------------------------------------------------------------------------------------
 class LocalSlots:
-    """One `python -m tidegate.deploy.local_slot` process per slot, the deployment on stdin.
+    """One process per slot, forked by the driver process's zygote (deploy/local_zygote.py), or
+    a fresh `python -m tidegate.deploy.local_slot` process with the deployment on stdin.
     (Not multiprocessing: a spawned child would re-run the user's job script as __main__.)"""
 
     def __init__(
@@ -166,15 +140,7 @@ class LocalSlots:
         num_slots: int,
         on_end: Callable[[BaseException | None], None],
     ) -> None:
-        self.processes = []
-        for i in range(num_slots):
-            p = subprocess.Popen(
-                [sys.executable, "-m", "tidegate.deploy.local_slot", str(i)],
-                stdin=subprocess.PIPE,
-            )
-            p.stdin.write(deployment_bytes)
-            p.stdin.close()
-            self.processes.append(p)
+        self.processes = [local_zygote.start_slot(deployment_bytes, i) for i in range(num_slots)]
         self._watcher = threading.Thread(target=self._watch, args=(on_end,), daemon=True)
         self._watcher.start()
 

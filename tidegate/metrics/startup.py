@@ -11,9 +11,10 @@ slot's):
 - `session_ready`: the Spark session is there (the JVM and SparkContext start, the first time
   in a process; ~0 when a running session is reused; the local runner has none);
 - `stage_submitted`: the restore plan, the storage checks and the pickled deployment are ready
-  and the runner was asked to start the slots (Spark: the barrier stage is submitted);
+  and the runner is asked to start the slots (Spark: the barrier stage is submitted);
 - `task_started`: the runner called the slot's entry (Spark scheduled the barrier tasks and
-  forked or reused its Python workers; local: the slot process started);
+  forked or reused its Python workers; local: the zygote forked the slot process, or a fresh
+  slot process started);
 - `job_loaded`: the slot unpickled the deployment (the job's code imported);
 - `running`: every slot registered with the driver (data listener open, control connection up)
   and the driver sent the address book: status RUNNING;
