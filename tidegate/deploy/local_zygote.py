@@ -3,12 +3,13 @@ slot code and forks a slot process per request, so a local slot (of the first at
 every restart) starts in milliseconds instead of paying a Python start and tidegate's import.
 
 It preloads (`PRELOAD`) the slot's runtime, as the Spark runner's worker daemon does
-(tidegate/deploy/worker_daemon.py), and the datastream API (none of them starts a thread:
-forking is safe), and is started like a fresh slot (`python -m`, the driver's working directory
-and environment), so a forked slot sees the sys.path, environment and modules a `python -m
-tidegate.deploy.local_slot` process would; the driver starts another zygote when its working
-directory or environment changed. The user's job script is never imported in it (so no
-multiprocessing: a spawned or forkserver child re-runs `__main__`).
+(tidegate/deploy/worker_daemon.py), and the tidegate modules its driver imported (the API and
+connectors the job's pickle refers to; none of them starts a thread: forking is safe), and is
+started like a fresh slot (`python -m`, the driver's working directory and environment), so a
+forked slot sees the sys.path, environment and modules a `python -m tidegate.deploy.local_slot`
+process would; the driver starts another zygote when its working directory or environment
+changed. The user's job script is never imported in it (so no multiprocessing: a spawned or
+forkserver child re-runs `__main__`).
 
 Protocol, over a Unix socket pair whose other end only the driver holds (inherited, nothing
 listens): a request is an 8-byte length, sent with the driver's stdout and stderr (SCM_RIGHTS,
@@ -52,11 +53,21 @@ _ANSWER = struct.Struct("!I")
 #: zygote's own start: a Python start and tidegate's import, several seconds on a loaded host)
 START_TIMEOUT_S = 60.0
 #: what the zygote imports before it forks: the slot's entry and runtime (what the Spark
-#: runner's worker daemon preloads) and the datastream API, whose operators and functions every
-#: job's pickle refers to (by name: the deploy layer does not use the API, the slots' job
-#: does). Unlike the daemon, a zygote is started once per driver process and pays these
-#: imports once, where each slot process would pay them (1-3 s of a restart on a loaded host).
-PRELOAD = ("tidegate.deploy.slot_entry", "tidegate.runtime.slot", "tidegate.datastream")
+#: runner's worker daemon preloads); then `driver_modules()`
+PRELOAD = ("tidegate.deploy.slot_entry", "tidegate.runtime.slot")
+
+
+def driver_modules() -> list[str]:
+    """The tidegate modules this (driver) process imported, in the order it imported them: the
+    API the job was built with and its connectors, whose operators and functions the job's
+    pickle refers to. A zygote imports them once, where each slot process would import them
+    while unpickling the job (1-3 s of a restart on a loaded host). Not `__main__` modules
+    (importing one runs it)."""
+    return [
+        name
+        for name in list(sys.modules)
+        if name.startswith("tidegate.") and name.rpartition(".")[2] != "__main__"
+    ]
 
 
 # the zygote ---------------------------------------------------------------------------------
@@ -236,7 +247,13 @@ class Zygote:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.process = subprocess.Popen(
-                [key.executable, "-m", "tidegate.deploy.local_zygote", str(theirs.fileno())],
+                [
+                    key.executable,
+                    "-m",
+                    "tidegate.deploy.local_zygote",
+                    str(theirs.fileno()),
+                    *driver_modules(),
+                ],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 cwd=key.cwd,
@@ -412,7 +429,9 @@ def fresh_slot(deployment_bytes: bytes, slot: int) -> subprocess.Popen:
 
 
 def _main(argv: list[str]) -> tuple[int, bytes]:
-    for name in PRELOAD:
+    # a module that fails to import ends the zygote before it served a slot: the driver then
+    # starts its slots as fresh processes, which report the error themselves
+    for name in (*PRELOAD, *argv[2:]):
         importlib.import_module(name)
     slot, payload = serve(socket.socket(fileno=int(argv[1])))
     sys.argv = [sys.argv[0], str(slot)]
