@@ -1,6 +1,7 @@
 """Connections to the driver and to peers (runtime/connect.py): a refused connection names the
 address (IPv6 in brackets) and what to check; silence is bounded by keepalive, and on control
-connections by TCP_USER_TIMEOUT, which a backpressured data connection must not get."""
+connections by TCP_USER_TIMEOUT, which a backpressured data connection must not get; every
+connection sends what is written at once (TCP_NODELAY)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,14 @@ def test_a_refused_connection_names_the_address_and_the_setting_to_check():
         connect(("127.0.0.1", port), "peer", timeout=2)
 
 
-def _options(conn) -> tuple[int, int, int]:
+def _options(conn) -> tuple[int, int, int, int]:
     with socket.socket(fileno=conn.fileno()) as sock:
         try:
             return (
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
                 sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
                 sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
             )
         finally:
             sock.detach()
@@ -58,12 +60,13 @@ def test_a_control_connection_fails_after_the_silence_bound_a_data_connection_ke
 ):
     control = connect(listening.getsockname(), "driver", silence_s=8)
     data = connect(listening.getsockname(), "peer", silence_s=8)
-    assert _options(control) == (1, 4, 8000)  # keepalive from half the bound; user timeout
-    assert _options(data) == (1, 4, 0)  # keepalive only
+    # keepalive from half the bound; user timeout; every write sent at once (no Nagle)
+    assert _options(control) == (1, 4, 8000, 1)
+    assert _options(data) == (1, 4, 0, 1)  # no user timeout
     accepted, _ = listening.accept()
     conn = Connection(accepted.detach())
     bound_silence(conn, 8, control=True)
-    assert _options(conn) == (1, 4, 8000)
+    assert _options(conn) == (1, 4, 8000, 1)
     for c in (control, data, conn):
         c.close()
 

@@ -126,3 +126,33 @@ def test_the_zygote_exits_with_its_driver(tmp_path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert gone(int(out.stdout.split()[-1]))
+
+
+def test_a_zygote_whose_imports_started_a_thread_leaves_the_slot_to_a_fresh_process(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """Forking a process with a second thread could copy a lock that thread holds: a zygote
+    with one after its imports exits, and the driver starts the slot as a fresh process."""
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)  # a new environment: a new zygote
+    monkeypatch.setattr(local_zygote, "driver_modules", lambda: ["starts_a_thread"])
+    monkeypatch.setattr(local_zygote, "_broken", None)
+    with caplog.at_level(logging.WARNING, logger=local_zygote.__name__):
+        slot = start_slot(deployment("import sys; sys.exit(6)"), 0)
+    assert isinstance(slot, subprocess.Popen)
+    assert slot.wait(30) == 6
+    assert "zygote did not start slot 0" in caplog.text
+
+
+def test_the_zygote_preloads_the_drivers_api_modules_not_the_client_libraries() -> None:
+    import tidegate.datastream
+    import tidegate.datastream.connectors.file_system  # noqa: F401
+
+    modules = local_zygote.driver_modules()
+    assert "tidegate.datastream" in modules and "tidegate.runtime.operators" in modules
+    assert not [m for m in modules if m.startswith(local_zygote.NOT_PRELOADED)]
+    assert "tidegate.connectors.file_sink" in sys.modules  # imported, but left to the slots

@@ -3,13 +3,13 @@ slot code and forks a slot process per request, so a local slot (of the first at
 every restart) starts in milliseconds instead of paying a Python start and tidegate's import.
 
 It preloads (`PRELOAD`) the slot's runtime, as the Spark runner's worker daemon does
-(tidegate/deploy/worker_daemon.py), and the tidegate modules its driver imported (the API and
-connectors the job's pickle refers to; none of them starts a thread: forking is safe), and is
-started like a fresh slot (`python -m`, the driver's working directory and environment), so a
-forked slot sees the sys.path, environment and modules a `python -m tidegate.deploy.local_slot`
-process would; the driver starts another zygote when its working directory or environment
-changed. The user's job script is never imported in it (so no multiprocessing: a spawned or
-forkserver child re-runs `__main__`).
+(tidegate/deploy/worker_daemon.py), and the tidegate modules its driver imported (the API the
+job's pickle refers to, not the connectors' client libraries; a zygote with a thread after its
+imports exits instead of forking), and is started like a fresh slot (`python -m`, the driver's
+working directory and environment), so a forked slot sees the sys.path, environment and modules
+a `python -m tidegate.deploy.local_slot` process would; the driver starts another zygote when
+its working directory or environment changed. The user's job script is never imported in it (so
+no multiprocessing: a spawned or forkserver child re-runs `__main__`).
 
 Protocol, over a Unix socket pair whose other end only the driver holds (inherited, nothing
 listens): a request is an 8-byte length, sent with the driver's stdout and stderr (SCM_RIGHTS,
@@ -57,17 +57,43 @@ START_TIMEOUT_S = 60.0
 PRELOAD = ("tidegate.deploy.slot_entry", "tidegate.runtime.slot")
 
 
+#: tidegate packages the zygote leaves to the slots: they import client libraries (Kafka,
+#: Arrow, database drivers ...), some of which start a thread when imported (pyarrow's
+#: jemalloc), and a process with threads cannot fork safely; or they are the driver's own
+#: (the CLI, the State Processor API)
+NOT_PRELOADED = (
+    "tidegate.connectors.",
+    "tidegate.datastream.connectors.",
+    "tidegate.formats.",
+    "tidegate.datastream.formats.",
+    "tidegate.cli.",
+    "tidegate.state_processor.",
+)
+
+
 def driver_modules() -> list[str]:
     """The tidegate modules this (driver) process imported, in the order it imported them: the
-    API the job was built with and its connectors, whose operators and functions the job's
-    pickle refers to. A zygote imports them once, where each slot process would import them
-    while unpickling the job (1-3 s of a restart on a loaded host). Not `__main__` modules
-    (importing one runs it)."""
+    API the job was built with, whose operators and functions the job's pickle refers to. A
+    zygote imports them once, where each slot process would import them while unpickling the
+    job (1-3 s of a restart on a loaded host). Not `__main__` modules (importing one runs it),
+    nor `NOT_PRELOADED` ones."""
     return [
         name
         for name in list(sys.modules)
-        if name.startswith("tidegate.") and name.rpartition(".")[2] != "__main__"
+        if name.startswith("tidegate.")
+        and name.rpartition(".")[2] != "__main__"
+        and not name.startswith(NOT_PRELOADED)
     ]
+
+
+def _threads() -> list[str]:
+    """The names of this process's threads (Linux), native ones included."""
+    tasks = "/proc/self/task"
+    names = []
+    for task in sorted(os.listdir(tasks)):
+        with open(f"{tasks}/{task}/comm") as f:
+            names.append(f.read().strip())
+    return names
 
 
 # the zygote ---------------------------------------------------------------------------------
@@ -433,6 +459,9 @@ def _main(argv: list[str]) -> tuple[int, bytes]:
     # starts its slots as fresh processes, which report the error themselves
     for name in (*PRELOAD, *argv[2:]):
         importlib.import_module(name)
+    threads = _threads()
+    if len(threads) > 1:  # forking now could copy a lock another thread holds
+        sys.exit(f"a module imported by the zygote started threads {threads}: cannot fork")
     slot, payload = serve(socket.socket(fileno=int(argv[1])))
     sys.argv = [sys.argv[0], str(slot)]
     return slot, payload

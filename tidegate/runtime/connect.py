@@ -2,16 +2,17 @@
 the address and the setting to check instead of a bare `ConnectionRefusedError`, and a bound on
 how long a silent peer can hold it (multiprocessing's `Client` has neither).
 
-Every tidegate connection, dialled or accepted, is `bound_silence`d with the job's heartbeat
-timeout. TCP keepalive finds a vanished peer while nothing is in flight. On control
-connections (a slot and its driver), which both ends read all the time on a thread of their
-own, `TCP_USER_TIMEOUT` also aborts the connection once sent data stayed unacknowledged that
-long: a slot cut off from its driver (a partition, a dead host) sees it fail and ends on its
-own, and the driver never blocks for the ~15 minutes of TCP's retransmissions. Data connections
-between slots do not get it: a receiver that is backpressured stops reading for as long as it
-must, and the kernel would count that stall as silence (it aborts a connection whose window
-stays closed, too); a slot whose peer vanished mid-send is ended by its driver instead, which
-closes the data connections of a cancelled slot (runtime/slot.py)."""
+Every tidegate connection, dialled or accepted, sends what is written at once (TCP_NODELAY), and
+is `bound_silence`d with the job's heartbeat timeout. TCP keepalive finds a vanished peer while
+nothing is in flight. On control connections (a slot and its driver), which both ends read all
+the time on a thread of their own, `TCP_USER_TIMEOUT` also aborts the connection once sent data
+stayed unacknowledged that long: a slot cut off from its driver (a partition, a dead host) sees
+it fail and ends on its own, and the driver never blocks for the ~15 minutes of TCP's
+retransmissions. Data connections between slots do not get it: a receiver that is backpressured
+stops reading for as long as it must, and the kernel would count that stall as silence (it
+aborts a connection whose window stays closed, too); a slot whose peer vanished mid-send is
+ended by its driver instead, which closes the data connections of a cancelled slot
+(runtime/slot.py)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,11 @@ def _bound(sock: socket.socket, silence_s: float, control: bool) -> None:
     if control:
         options.append(("TCP_USER_TIMEOUT", max(1000, int(silence_s * 1000))))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # every frame and control message goes out when it is written: with Nagle's algorithm a
+    # frame written while the previous one is unacknowledged waited for the peer's delayed
+    # ACK (up to ~40 ms on Linux), so frames sent 10 ms apart arrived three or four at once
+    # (bench/README.md, Latency)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for name, value in options:
         if hasattr(socket, name):  # Linux has them all
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
