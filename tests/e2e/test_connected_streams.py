@@ -25,7 +25,11 @@ def test_a_keyed_co_process_join_with_timeouts_is_exactly_once_across_an_excepti
     spark, tmp_path
 ):
     n = 4_000
-    plan = FailurePlan({0: ("raise", "record", 1_001), 1: ("kill", "timer", 2_400)})
+    # each source subtask emits its half of the ids in order (1,000/s): the timer of 3600 (the
+    # 1,600th of the second half) needs a watermark that comes ~0.6 s after record 1001 (the
+    # 1,001st of the first), so it fires first in attempt 1; a timer of an earlier position
+    # could fire in attempt 0 and be covered by its last checkpoint, never firing again
+    plan = FailurePlan({0: ("raise", "record", 1_001), 1: ("kill", "timer", 3_600)})
     env = order_job(tmp_path / "out", tmp_path / "chk", n=n, rate=2_000, plan=plan)
     client = env.execute_async("keyed co-process join under failures")
     resolved(client.get_job_execution_result(), "the job to finish")

@@ -248,6 +248,8 @@ class ForkedSlot:
 class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     answer: tuple | None = None
+    #: the started slot process (its "exited" answer may be handled before the start returns)
+    slot: ForkedSlot | None = None
 
 
 @dataclass(frozen=True)
@@ -316,11 +318,11 @@ class Zygote:
         if not pending.done.wait(START_TIMEOUT_S):
             self.retire(kill=True)
             raise ZygoteError(f"the zygote did not answer within {START_TIMEOUT_S:g}s")
-        answer = pending.answer
-        if answer is None or answer[0] != "started":
+        answer, started = pending.answer, pending.slot
+        if answer is None or started is None:
             reason = "the zygote process ended" if answer is None else answer[2]
             raise ZygoteError(reason)
-        return self._children[answer[2]]
+        return started
 
     def _read(self) -> None:
         try:
@@ -342,10 +344,10 @@ class Zygote:
                 self._close()
             return
         with self._lock:
-            if kind == "started":
-                self._children[second] = ForkedSlot(second)
-                self.served = True
             pending = self._pending.pop(first)
+            if kind == "started":
+                pending.slot = self._children[second] = ForkedSlot(second)
+                self.served = True
         pending.answer = answer
         pending.done.set()
 
