@@ -14,7 +14,7 @@ from tidegate.common.configuration import CLASS_ARCHIVE
 from tidegate.deploy import class_archive
 from tidegate.deploy.class_archive import acquire, installation_key, plan, published
 from tidegate.deploy.java import JavaRuntime
-from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, archive_plan
+from tidegate.deploy.spark_session import JVM_OPTIONS, archive_plan
 
 KEY = "0123456789abcdef"
 
@@ -62,10 +62,10 @@ def test_an_archive_is_used_only_when_its_size_is_the_one_its_name_records(tmp_p
     whole = tmp_path / f"spark-{KEY}-10.jsa"
     whole.write_bytes(b"a" * 10)
     assert published(tmp_path, KEY) == whole
-    options = plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never)
+    options = plan(tmp_path, KEY, JVM_OPTIONS, _never)
     assert options.archive == whole
     assert options.java_options == (
-        f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={whole} {class_archive.QUIET}"
+        f"{JVM_OPTIONS} -XX:SharedArchiveFile={whole} {class_archive.QUIET}"
     )
 
 
@@ -75,18 +75,18 @@ def _never() -> None:
 
 def test_without_an_archive_the_jvm_starts_without_one_and_one_writer_is_started(tmp_path):
     started = []
-    made = plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, lambda: started.append(1))
-    assert made == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS) and started == [1]
+    made = plan(tmp_path, KEY, JVM_OPTIONS, lambda: started.append(1))
+    assert made == class_archive.ArchivePlan(JVM_OPTIONS) and started == [1]
     writer = acquire(tmp_path, KEY, os.getpid())  # what the writer process does first
     assert writer is not None and writer.lock.read_text() == str(os.getpid())
     # meanwhile: no archive to use, and no second writer
-    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).archive is None
+    assert plan(tmp_path, KEY, JVM_OPTIONS, _never).archive is None
     assert acquire(tmp_path, KEY, os.getpid() + 1) is None
     writer.partial.write_bytes(b"x" * 42)  # what the JVM writes at exit
     final = writer.publish(0)
     assert final == tmp_path / f"spark-{KEY}-42.jsa" and published(tmp_path, KEY) == final
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]  # lock released
-    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).archive == final
+    assert plan(tmp_path, KEY, JVM_OPTIONS, _never).archive == final
 
 
 def test_a_jvm_that_failed_or_wrote_nothing_publishes_nothing_and_stops_further_tries(tmp_path):
@@ -97,9 +97,7 @@ def test_a_jvm_that_failed_or_wrote_nothing_publishes_nothing_and_stops_further_
         assert writer.publish(exit_code) is None
         # partial file and lock removed; the mark keeps every later process from trying again
         assert [p.name for p in tmp_path.iterdir()] == [writer.failed.name]
-        assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).java_options == (
-            DRIVER_JAVA_OPTIONS
-        )
+        assert plan(tmp_path, KEY, JVM_OPTIONS, _never).java_options == (JVM_OPTIONS)
         assert acquire(tmp_path, KEY, 8) is None
         writer.failed.unlink()
 
@@ -141,9 +139,9 @@ def test_a_dead_writers_lock_and_partial_file_are_taken_over(tmp_path):
     assert stale is not None
     stale.partial.write_bytes(b"half")
     assert acquire(tmp_path, KEY, 56, alive=lambda pid: True) is None
-    assert plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never, alive=lambda pid: True).archive is None
+    assert plan(tmp_path, KEY, JVM_OPTIONS, _never, alive=lambda pid: True).archive is None
     started = []
-    plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, lambda: started.append(1), alive=lambda pid: False)
+    plan(tmp_path, KEY, JVM_OPTIONS, lambda: started.append(1), alive=lambda pid: False)
     assert started == [1]  # a dead writer's lock does not stop a new one
     writer = acquire(tmp_path, KEY, 56, alive=lambda pid: pid != 55)
     assert writer is not None and not stale.partial.exists()
@@ -160,22 +158,22 @@ def test_an_unwritable_cache_directory_means_no_writer(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert acquire(blocker / "cds", KEY, 1) is None
-    assert plan(blocker / "cds", KEY, DRIVER_JAVA_OPTIONS, _never).archive is None
+    assert plan(blocker / "cds", KEY, JVM_OPTIONS, _never).archive is None
 
 
 def test_a_discarded_plan_deletes_its_archive(tmp_path):
     archive = tmp_path / f"spark-{KEY}-3.jsa"
     archive.write_bytes(b"abc")
-    plan(tmp_path, KEY, DRIVER_JAVA_OPTIONS, _never).discard()
+    plan(tmp_path, KEY, JVM_OPTIONS, _never).discard()
     assert not archive.exists()
-    class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS).discard()  # nothing to delete
+    class_archive.ArchivePlan(JVM_OPTIONS).discard()  # nothing to delete
 
 
 def test_the_setting_turns_the_archive_off(tmp_path):
     runtime = JavaRuntime("/usr/bin/java", 17, "PATH", None)
     environ = {"XDG_CACHE_HOME": str(tmp_path)}
     off = archive_plan(runtime, {"tidegate.spark.class-archive": "false"}, environ)
-    assert off == class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    assert off == class_archive.ArchivePlan(JVM_OPTIONS)
     assert list(tmp_path.iterdir()) == []
     directory = tmp_path / "tidegate" / "cds"
     directory.mkdir(parents=True)
@@ -229,8 +227,8 @@ def test_a_session_that_fails_to_start_with_an_archive_starts_again_without_it(
 
     monkeypatch.setattr(spark_session, "start_context", start_context)
     assert spark_session._start_context("local[1]", 1, {}) == "context"
-    mapped = f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
-    assert starts == [mapped, DRIVER_JAVA_OPTIONS]
+    mapped = f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
+    assert starts == [mapped, JVM_OPTIONS]
     assert not archive.exists()
     # without an archive in play the failure is the job's own: raised as it is
     starts.clear()

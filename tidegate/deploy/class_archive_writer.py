@@ -24,7 +24,7 @@ from tidegate.deploy.class_archive import (
     spark_jars_directory,
 )
 from tidegate.deploy.java import use_java
-from tidegate.deploy.spark_session import DRIVER_JAVA_OPTIONS, start_context, task_slots
+from tidegate.deploy.spark_session import JVM_OPTIONS, start_context, task_slots
 
 
 def write_archive(conf: dict[str, str]) -> Path | None:
@@ -40,7 +40,7 @@ def write_archive(conf: dict[str, str]) -> Path | None:
         return None
     record_installation(directory, key, [os.path.realpath(runtime.java), jars])
     prune(directory)
-    options = f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
+    options = f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={writer.partial} {QUIET}"
     try:
         context = start_context("local[1]", conf, options)
         # what a job's start does in the JVM (deploy/spark_session.py, deploy/runners.py)

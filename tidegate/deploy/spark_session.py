@@ -26,7 +26,7 @@ EXECUTOR_WAIT_S = 60.0
 PYSPARK_PYTHON_CONF = "spark.pyspark.python"
 #: the JVMs of a session tidegate creates (its driver, and on a cluster its executors): JIT
 #: compiler C1 only (the job's own setting wins)
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: the settings of the driver's and the executors' JVM options
 DRIVER_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 EXECUTOR_OPTIONS_KEY = "spark.executor.extraJavaOptions"
@@ -92,13 +92,11 @@ def archive_plan(
     `tidegate.spark.class-archive` is false. (The job's own `spark.driver.extraJavaOptions`
     replaces them all.)"""
     if conf.get(CLASS_ARCHIVE, "true").strip().lower() == "false":
-        return class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+        return class_archive.ArchivePlan(JVM_OPTIONS)
     jars = class_archive.spark_jars_directory()
     key = class_archive.installation_key(runtime.java, jars, environ, conf)
     directory = class_archive.cache_directory(environ)
-    return class_archive.plan(
-        directory, key, DRIVER_JAVA_OPTIONS, lambda: class_archive.start_writer(conf)
-    )
+    return class_archive.plan(directory, key, JVM_OPTIONS, lambda: class_archive.start_writer(conf))
 
 
 def spark_context(
@@ -152,7 +150,7 @@ def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> 
     # the JVM only schedules the slots (records never pass through it): compiling with C1
     # only starts it about twice as fast, and so does a class-data-sharing archive
     # (docs/spark.md, bench/startup.py); under spark-submit the JVM is already running
-    archive = class_archive.ArchivePlan(DRIVER_JAVA_OPTIONS)
+    archive = class_archive.ArchivePlan(JVM_OPTIONS)
     if "PYSPARK_GATEWAY_PORT" not in os.environ and DRIVER_OPTIONS_KEY not in conf:
         archive = archive_plan(runtime, conf, os.environ)
     try:
@@ -161,7 +159,7 @@ def _start_context(master: str | None, num_slots: int, conf: dict[str, str]) -> 
         if archive.archive is None:
             raise
         archive.discard()  # an archive must never fail a job: start without it
-        return start_context(master, conf, DRIVER_JAVA_OPTIONS)
+        return start_context(master, conf, JVM_OPTIONS)
 
 
 def start_context(master: str | None, conf: Mapping[str, str], java_options: str) -> Any:
@@ -194,7 +192,7 @@ def start_context(master: str | None, conf: Mapping[str, str], java_options: str
         settings.set("spark.python.daemon.module", WORKER_DAEMON)
     elif master is not None:
         # a cluster starts executor JVMs for this application: they too only schedule
-        settings.set(EXECUTOR_OPTIONS_KEY, DRIVER_JAVA_OPTIONS)
+        settings.set(EXECUTOR_OPTIONS_KEY, JVM_OPTIONS)
     settings.setAll(loopback_driver_conf(master, os.environ, conf).items())
     # the job's spark.* entries win
     settings.setAll(
