@@ -97,10 +97,14 @@ class ScheduledReader:
                 time.sleep(min(max(wait_ns, 0) / 1e9, MAX_SLEEP_S))
                 due = min(int((time.time_ns() - self.t0) / interval) + 1, split.count)
             n = max(min(max_records, due - start), 0)
-            t0 = self.t0
-            created = [t0 + int((start + k) * interval) for k in range(n)]
+            # t0 + int(i * interval) for each i, in C loops: the harness's own per-event cost
+            # (a list comprehension here was 15 % of a slot's CPU at 800k events/s)
+            created = list(
+                map(self.t0.__add__, map(int, map(interval.__mul__, range(start, start + n))))
+            )
         stride, sub = self.stride, split.subtask
-        batch = [((start + k) * stride + sub, c) for k, c in enumerate(created)]
+        ids = range(start * stride + sub, (start + n) * stride + sub, stride)
+        batch = list(zip(ids, created, strict=True))
         if n:
             self.polls += 1
             self.events += n

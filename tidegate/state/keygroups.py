@@ -10,6 +10,7 @@ Python's ``hash()`` is salted per process (PYTHONHASHSEED), so it cannot place k
 process of every run must agree. ``stable_hash`` hashes a canonical byte encoding of the key
 with ``zlib.crc32`` (C speed), then murmur3's ``fmix32`` finalizer: crc32 is linear, so similar
 keys differ in correlated bits, and the finalizer avalanches them before ``% max_parallelism``.
+The finalizer runs in C too: murmur3 of no bytes with seed ``h`` is ``fmix32(h)`` (``mmh3``).
 
 The encoding respects Python equality, because equal keys are one key to a dict (keyed state,
 the assigner's memo): ``True == 1 == 1.0`` and ``IntEnum`` members equal to their value all
@@ -56,6 +57,8 @@ from collections.abc import Callable, Collection, Hashable
 from decimal import Decimal
 from fractions import Fraction
 
+import mmh3
+
 #: Largest max parallelism (number of key groups), as in Flink (``Short.MAX_VALUE + 1``).
 UPPER_BOUND_MAX_PARALLELISM = 32768
 #: Smallest default max parallelism, so small jobs can still scale out later.
@@ -73,6 +76,10 @@ _pack_len = struct.Struct("<I").pack
 _STR_SEED = _crc32(b"s")
 _INT_SEED = _crc32(b"i")
 
+#: fmix32(h) for 0 <= h < 2**32: murmur3_32 of no data is its finalizer applied to the seed (one C
+#: call instead of six big-int operations on every key hashed)
+_fmix32 = functools.partial(mmh3.hash, b"", signed=False)
+
 _warned_fallback_types: set[type] = set()
 
 
@@ -82,10 +89,7 @@ class UnstableKeyHashWarning(UserWarning):
 
 def murmur_fmix32(h: int) -> int:
     """Murmur3's 32-bit finalizer: an avalanche bijection on 32-bit values."""
-    h &= 0xFFFFFFFF
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+    return _fmix32(h & 0xFFFFFFFF)
 
 
 def stable_hash(key: object) -> int:
@@ -107,10 +111,7 @@ def stable_hash(key: object) -> int:
             h = _crc32(_encode(key))
     else:
         h = _crc32(_encode(key))
-    # murmur_fmix32, inlined: saves a call on every assigner cache miss
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+    return _fmix32(h)  # crc32 is < 2**32
 
 
 def _encode(key: object) -> bytes:
@@ -357,19 +358,21 @@ class KeyGroupAssigner:
             kg * parallelism // max_parallelism for kg in range(max_parallelism)
         ]
 
+    # `get`, not `[]` and KeyError: with many keys most lookups miss (a new key), and raising
+    # and catching the KeyError cost more than the hash itself.
     def key_group(self, key: Hashable) -> int:
         """The key group of `key` (``stable_hash(key) % max_parallelism``)."""
+        cache = self._key_group_cache
         try:
-            return self._key_group_cache[key]
-        except KeyError:
-            cache = self._key_group_cache
-            if len(cache) >= self._cache_limit:
-                cache.clear()
-            kg = cache[key] = stable_hash(key) % self.max_parallelism
-            return kg
+            kg = cache.get(key)
         except TypeError:
             # Unhashable: stable_hash raises an actionable error (or hashes a bytearray).
             return stable_hash(key) % self.max_parallelism
+        if kg is None:
+            if len(cache) >= self._cache_limit:
+                cache.clear()
+            kg = cache[key] = stable_hash(key) % self.max_parallelism
+        return kg
 
     def key_groups(self, keys: Collection[Hashable]) -> list[int]:
         """The key group of each of `keys`, in their order: memo hits in one C call (a
@@ -398,17 +401,17 @@ class KeyGroupAssigner:
 
     def subtask(self, key: Hashable) -> int:
         """The index of the subtask that owns `key` at this assigner's parallelism."""
+        cache = self._subtask_cache
         try:
-            return self._subtask_cache[key]
-        except KeyError:
-            cache = self._subtask_cache
+            index = cache.get(key)
+        except TypeError:
+            return self._subtask_of_key_group[stable_hash(key) % self.max_parallelism]
+        if index is None:
             if len(cache) >= self._cache_limit:
                 cache.clear()
             kg = stable_hash(key) % self.max_parallelism
             index = cache[key] = self._subtask_of_key_group[kg]
-            return index
-        except TypeError:
-            return self._subtask_of_key_group[stable_hash(key) % self.max_parallelism]
+        return index
 
     def __repr__(self) -> str:
         return (

@@ -26,7 +26,7 @@ from typing import Any
 
 import cloudpickle
 
-from tidegate.state.keygroups import _encode, murmur_fmix32
+from tidegate.state.keygroups import _encode, _fmix32
 
 _PREFIX = struct.Struct(">HI")
 _HEAD = _PREFIX.size
@@ -40,7 +40,7 @@ loads = pickle.loads
 def key_prefix(key: Any, max_parallelism: int) -> bytes:
     """The key bytes of `key` (its key group first); equal to `stable_hash`'s placement."""
     encoded = _encode(key)
-    key_group = murmur_fmix32(_crc32(encoded)) % max_parallelism
+    key_group = _fmix32(_crc32(encoded)) % max_parallelism
     return _pack_prefix(key_group, len(encoded)) + encoded
 
 
