@@ -263,7 +263,7 @@ class RocksDBReducingState(_CachedState):
     def add_all(self, keys: list, values: list) -> list:
         """`add_for_key` of each (key, value) pair in order; returns the new values. One loop
         over the batch, and a flat tuple of atomic values (a keyed count's `(key, n)`) found
-        immutable in one C call: about a fifth less per record than `add_for_key` each."""
+        immutable in one C call instead of `is_immutable`'s Python loop."""
         dirty, function = self._dirty, self._function
         get, out = dirty.get, []
         append = out.append
