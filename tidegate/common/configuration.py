@@ -23,6 +23,9 @@ QUEUE_CAPACITY = "tidegate.network.queue-capacity"  # frames buffered per input 
 #: container allocations between young collections of Python's cyclic GC in slot processes,
 #: default 50000 (Python's: 700); 0 keeps Python's settings (runtime/collector.py)
 GC_THRESHOLD = "tidegate.python.gc-threshold"
+#: the GIL switch interval of slot processes, microseconds, default 500 (Python's: 5000); 0
+#: keeps Python's (runtime/switch_interval.py)
+SWITCH_INTERVAL_US = "tidegate.python.switch-interval-us"
 HEARTBEAT_TIMEOUT_MS = "heartbeat.timeout"  # a silent slot fails the attempt, default 50000
 #: "true": a restore skips damaged checkpoints and falls back to an older one (default false)
 RESTORE_FALLBACK = "execution.checkpointing.restore-fallback"

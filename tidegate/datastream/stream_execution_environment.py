@@ -38,6 +38,7 @@ from tidegate.common.configuration import (
     STATE_BACKEND_CHANGELOG,
     STATE_RECOVERY_PATH,
     STATE_SAVEPOINTS_DIR,
+    SWITCH_INTERVAL_US,
     Configuration,
 )
 from tidegate.common.execution_config import (
@@ -68,6 +69,7 @@ from tidegate.runtime.buffer_timeout import check_millis
 from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD, check_gc_threshold
 from tidegate.runtime.connector_operators import SourceOperator
 from tidegate.runtime.plan import JobGraph
+from tidegate.runtime.switch_interval import DEFAULT_SWITCH_INTERVAL_US, check_switch_interval
 
 DEFAULT_JOB_NAME = "tidegate job"
 
@@ -349,6 +351,9 @@ class StreamExecutionEnvironment:
             buffer_timeout_ms=check_millis(cfg.get_integer(BUFFER_TIMEOUT_MS, 10)),
             queue_capacity=cfg.get_integer(QUEUE_CAPACITY, 64),
             gc_threshold=check_gc_threshold(cfg.get_integer(GC_THRESHOLD, DEFAULT_GC_THRESHOLD)),
+            switch_interval_us=check_switch_interval(
+                cfg.get_integer(SWITCH_INTERVAL_US, DEFAULT_SWITCH_INTERVAL_US)
+            ),
             heartbeat_timeout_ms=cfg.get_integer(HEARTBEAT_TIMEOUT_MS, 50_000),
             job_id=cfg.get_string(JOB_ID),
             spark_session=self._spark_session,

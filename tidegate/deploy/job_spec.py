@@ -13,6 +13,7 @@ from tidegate.deploy.python_deps import PythonDependencies
 from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
 from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
+from tidegate.runtime.switch_interval import DEFAULT_SWITCH_INTERVAL_US
 
 
 class CheckpointRetention(enum.Enum):
@@ -117,6 +118,8 @@ class JobSpec:
     queue_capacity: int = 64
     #: `tidegate.python.gc-threshold` (runtime/collector.py)
     gc_threshold: int = DEFAULT_GC_THRESHOLD
+    #: `tidegate.python.switch-interval-us` (runtime/switch_interval.py)
+    switch_interval_us: int = DEFAULT_SWITCH_INTERVAL_US
     heartbeat_timeout_ms: int = 50_000
     #: a restore may skip damaged checkpoints and use an older one (restore fallback)
     restore_fallback: bool = False

@@ -509,6 +509,7 @@ class JobMaster:
             buffer_timeout_ms=self.spec.buffer_timeout_ms,
             queue_capacity=self.spec.queue_capacity,
             gc_threshold=self.spec.gc_threshold,
+            switch_interval_us=self.spec.switch_interval_us,
             restore=plan,
             restored_checkpoint_id=restored_id,
             generation=self.storage.generation,

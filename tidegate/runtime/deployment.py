@@ -11,6 +11,7 @@ from tidegate.common.filesystems import NO_OPTIONS, FileSystems
 from tidegate.runtime.collector import DEFAULT_GC_THRESHOLD
 from tidegate.runtime.faults import FaultPlan
 from tidegate.runtime.plan import JobGraph
+from tidegate.runtime.switch_interval import DEFAULT_SWITCH_INTERVAL_US
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Deployment:
     queue_capacity: int = 64
     #: young-generation threshold of the slots' cyclic GC (runtime/collector.py; 0: Python's)
     gc_threshold: int = DEFAULT_GC_THRESHOLD
+    #: the slots' GIL switch interval, microseconds (runtime/switch_interval.py; 0: Python's)
+    switch_interval_us: int = DEFAULT_SWITCH_INTERVAL_US
     #: (vertex id, subtask) -> operator uid -> RestoredOperatorState; empty on a fresh start
     restore: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     #: checkpoint id this attempt was restored from (None on a fresh start)

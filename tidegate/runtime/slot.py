@@ -47,6 +47,7 @@ from tidegate.runtime.messages import (
 from tidegate.runtime.network import RecordWriter, SlotNetwork, advertised_address
 from tidegate.runtime.output import forward_output
 from tidegate.runtime.plan import JobGraph
+from tidegate.runtime.switch_interval import switch_interval
 from tidegate.runtime.task import StreamTask
 from tidegate.runtime.task_environment import TaskEnvironment
 from tidegate.state.local_recovery import LocalStateStore, default_local_root
@@ -110,7 +111,10 @@ def run_slot(
         # Step 4
         tasks_created = time.time()
         faults.subtasks_running()
-        with tuned_collector(deployment.gc_threshold):
+        with (
+            tuned_collector(deployment.gc_threshold),
+            switch_interval(deployment.switch_interval_us),
+        ):
             _run_tasks(tasks, control, deployment, slot, network, inbox.cancelled, tasks_created)
         executor.shutdown(wait=True)
         if env.local_state is not None:
