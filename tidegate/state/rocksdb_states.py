@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 
 _dumps = codec.dumps
-#: `_all_atomic(types)`: every type of `types` is one of ATOMIC (a C loop)
-_all_atomic = ATOMIC.issuperset
 _loads = codec.loads
 
 
@@ -262,8 +260,7 @@ class RocksDBReducingState(_CachedState):
 
     def add_all(self, keys: list, values: list) -> list:
         """`add_for_key` of each (key, value) pair in order; returns the new values. One loop
-        over the batch, and a flat tuple of atomic values (a keyed count's `(key, n)`) found
-        immutable in one C call instead of `is_immutable`'s Python loop."""
+        over the batch instead of a call per record (the keyed reduce's hot path)."""
         dirty, function = self._dirty, self._function
         get, out = dirty.get, []
         append = out.append
@@ -276,12 +273,7 @@ class RocksDBReducingState(_CachedState):
             elif type(current) is Serialized:
                 current = _loads(current.raw)[1]
             new = value if current is ABSENT else function(current, value)
-            kind = type(new)
-            if (
-                kind in ATOMIC
-                or (kind is tuple and _all_atomic(map(type, new)))
-                or is_immutable(new)
-            ):
+            if type(new) in ATOMIC or is_immutable(new):
                 dirty[key] = new
             else:
                 dirty[key] = Serialized(_dumps((key, new)))
