@@ -27,9 +27,10 @@ from tidegate.datastream.state_backend import (
     HashMapStateBackend,
     resolve_state_backend,
 )
+from tidegate.runtime.windows.windows import TimeWindow
 from tidegate.state import rocksdb_codec as codec
 from tidegate.state.heap import HeapKeyedStateBackend
-from tidegate.state.keygroups import KeyGroupAssigner
+from tidegate.state.keygroups import KeyGroupAssigner, _encode
 from tidegate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from tidegate.state.rocksdb_instance import MIB, RocksDBOptions, parse_memory_size
 from tidegate.state.snapshot_format import read_key_groups
@@ -561,3 +562,20 @@ def test_add_all_of_a_batch_equals_add_for_key_of_each_record(options):
     finally:
         one.dispose()
         batch.dispose()
+
+
+def test_user_key_bytes_memo_keeps_the_canonical_encoding():
+    """The memo of map-state user key encodings gives what `_encode` gives: equal keys encode
+    equally (1 and 1.0), the memo is bounded, and an unhashable key fails as before."""
+    for key in (1, 1.0, (1, 2), TimeWindow(0, 10), "a", None):
+        assert codec.user_key_bytes(key) == _encode(key)
+        assert codec.user_key_bytes(key) == _encode(key)  # from the memo
+    assert codec.user_key_bytes(1.0) == codec.user_key_bytes(1)
+    for n in range(codec._USER_KEYS_LIMIT + 10):
+        assert codec.user_key_bytes(("n", n)) == _encode(("n", n))
+    assert len(codec._USER_KEYS) <= codec._USER_KEYS_LIMIT
+    with pytest.raises(TypeError) as memo_error:
+        codec.user_key_bytes([1, 2])
+    with pytest.raises(TypeError) as direct_error:
+        _encode([1, 2])
+    assert str(memo_error.value) == str(direct_error.value)

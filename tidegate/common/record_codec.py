@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any, Optional
 
-import cloudpickle
 import msgspec
 
+from tidegate.common import pickling
 from tidegate.common.type_format import RecordTypeError, converter
 from tidegate.common.typeinfo import (
     BasicType,
@@ -192,10 +192,7 @@ class BatchCodec:
 
 
 def _pickle(records: list[Any]) -> bytes:
-    try:
-        return pickle.dumps(records, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        return cloudpickle.dumps(records, protocol=5)
+    return pickling.dumps(records, protocol=5)
 
 
 @functools.lru_cache(maxsize=256)

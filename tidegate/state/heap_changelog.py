@@ -25,6 +25,7 @@ within one checkpoint interval.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-from tidegate.state.keygroups import stable_hash
+from tidegate.state.keygroups import hash_key_groups
 from tidegate.state.snapshot_format import (
     CorruptStateError,
     KeyedStateSnapshot,
@@ -175,8 +176,8 @@ class KeyedStateChanges:
     def key_groups(self) -> Iterator[tuple[int, ChangeGroup]]:
         """The changes grouped by key group, non-empty groups ascending."""
         snapshot, m = self.changed, self.max_parallelism
-        key_groups_of = snapshot.key_groups_of or (
-            lambda keys: [stable_hash(key) % m for key in keys]
+        key_groups_of = snapshot.key_groups_of or functools.partial(
+            hash_key_groups, max_parallelism=m
         )
         groups: dict[int, ChangeGroup] = {}
         for name, (kind, changed) in snapshot.tables.items():

@@ -53,7 +53,7 @@ import struct
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from decimal import Decimal
 from fractions import Fraction
 
@@ -324,6 +324,12 @@ def assign_to_key_group(key: object, max_parallelism: int) -> int:
     """The key group of `key`: ``stable_hash(key) % max_parallelism``."""
     _check_max_parallelism(max_parallelism)
     return stable_hash(key) % max_parallelism
+
+
+def hash_key_groups(keys: Iterable[object], max_parallelism: int) -> list[int]:
+    """The key group of each of `keys`, in their order, hashing each (no memo): for visiting
+    keys once each, where a memo would only cost."""
+    return [stable_hash(key) % max_parallelism for key in keys]
 
 
 class KeyGroupAssigner:

@@ -9,8 +9,8 @@ Layout (integers little-endian)::
 
 A section is `u32 crc | payload`; the CRC32 covers a tag naming the section (`kg:<n>`, `op`,
 `index`) and the payload, so reading key group 5 at the offset of key group 6 fails like a flipped
-bit does. Payloads are cloudpickle: a key group is `{state name: (kind, {key: value})}`, the
-operator state is `{state name: (mode, [entries])}`.
+bit does. Payloads are pickles (`common/pickling.py`): a key group is
+`{state name: (kind, {key: value})}`, the operator state is `{state name: (mode, [entries])}`.
 
 Key groups are separate sections (DESIGN §4) so that a restore at another parallelism reads only
 the key groups it owns: the `StateFileIndex` (kept in the checkpoint's `_metadata`) gives each
@@ -21,6 +21,7 @@ phase hands to `write_state_file`; grouping by key group happens there, in the a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pickle
 import struct
@@ -29,11 +30,10 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-import cloudpickle
-
 from tidegate.checkpoint.errors import CheckpointIntegrityError
+from tidegate.common import pickling
 from tidegate.common.record_codec import batch_codec
-from tidegate.state.keygroups import KeyGroupAssigner, stable_hash
+from tidegate.state.keygroups import KeyGroupAssigner, hash_key_groups
 from tidegate.state.typed_tables import TypedTable
 
 __all__ = [
@@ -254,7 +254,7 @@ def _key_groups_function(
     if len(tables) > 1:
         memo_size = sum(map(len, tables)) + 1
         return KeyGroupAssigner(max_parallelism, cache_limit=memo_size).key_groups
-    return lambda keys: [stable_hash(key) % max_parallelism for key in keys]
+    return functools.partial(hash_key_groups, max_parallelism=max_parallelism)
 
 
 def describe_key_groups(key_groups: range) -> str:
@@ -436,7 +436,7 @@ def _read_section(f: BinaryIO, size: int, tag: bytes, offset: int, length: int) 
 
 
 def _dumps(obj: object) -> bytes:
-    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickling.dumps(obj)
 
 
 def _loads(payload: memoryview, f: BinaryIO, what: str) -> Any:
