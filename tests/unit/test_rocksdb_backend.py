@@ -579,3 +579,22 @@ def test_user_key_bytes_memo_keeps_the_canonical_encoding():
     with pytest.raises(TypeError) as direct_error:
         _encode([1, 2])
     assert str(memo_error.value) == str(direct_error.value)
+
+
+def test_an_instance_is_created_when_the_job_directory_goes_meanwhile(tmp_path, monkeypatch):
+    """The last other instance of the job closing (its finalizer, at any allocation) deletes
+    the empty job directory between its creation and the new instance's: made again."""
+    from tidegate.state import rocksdb_instance
+
+    real_mkdtemp, removed = rocksdb_instance.tempfile.mkdtemp, []
+
+    def job_dir_goes_first(prefix, dir):
+        if not removed:
+            removed.append(dir)
+            os.rmdir(dir)  # what RocksDBInstance.close does with an empty job directory
+        return real_mkdtemp(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(rocksdb_instance.tempfile, "mkdtemp", job_dir_goes_first)
+    options = RocksDBOptions(local_dir=str(tmp_path))
+    path = rocksdb_instance.create_instance_dir(options, "job", "op", 0, 0)
+    assert removed and os.path.isdir(path) and os.path.dirname(path) == removed[0]

@@ -407,3 +407,29 @@ def test_registering_timers_in_one_call_is_registering_them_one_by_one(keyed_ope
         many.timers.internal.register_all(EVENT, [(1.5, "a")])
     with pytest.raises(ValueError, match="64-bit"):
         many.timers.internal.register_all(EVENT, [(2**63, "a")])
+
+
+def test_deleting_most_timers_compacts_the_queue_and_the_rest_fire_in_order(keyed_operator):
+    clock = Clock(0)
+    op, out = keyed_operator(clock=clock)
+    keys = [f"k{i}" for i in range(100)]
+    op.process_batch([(k, REGISTER_P, 1_000 + i % 7) for i, k in enumerate(keys)])
+    op.process_batch([(k, "delete_processing_time_timer", 1_000 + i % 7) for i, k in
+                      enumerate(keys) if i % 10])  # fmt: skip
+    queue = op.timers.internal._queues[PROCESSING]
+    assert len(queue) < 60  # compacted: deleted timers went from the queue too, not only live
+    assert op.timers.internal.next_processing_time() == 1_000  # k0's
+    clock.now = 2_000
+    op.timers.fire_processing_timers()
+    kept = [(k, 1_000 + i % 7) for i, k in enumerate(keys) if i % 10 == 0]
+    assert [(k, ts) for k, ts, _, _ in out.records] == sorted(kept, key=lambda kt: kt[1])
+    assert op.timers.internal.next_processing_time() is None
+
+
+def test_the_next_processing_time_skips_deleted_timers_at_the_head(keyed_operator):
+    op, _ = keyed_operator(clock=Clock(0))
+    op.process_batch([("a", REGISTER_P, 10), ("b", REGISTER_P, 10), ("c", REGISTER_P, 30)])
+    op.process_batch([("a", "delete_processing_time_timer", 10)])
+    assert op.timers.internal.next_processing_time() == 10  # b's
+    op.process_batch([("b", "delete_processing_time_timer", 10)])
+    assert op.timers.internal.next_processing_time() == 30

@@ -8,24 +8,24 @@ event time, 1 for processing time). An entry is written when a timer is register
 when it is deleted, and removed in the same step as its timer fires (before `on_timer` runs), so
 a checkpoint taken after a firing never restores it: every timer fires exactly once.
 
-In memory: per time domain a min-heap of `(timestamp, sequence, key)` gives the firing order
-(the sequence breaks ties, so keys are never compared), and a set of the live
-`(domain, timestamp, key)` deduplicates registrations per key, timestamp and domain. A deleted
-timer stays in its heap and is skipped when it surfaces; a heap that is mostly such leftovers is
-rebuilt. Both are rebuilt from the state after a restore through `backend.entries(name)` and
-the public state API only, so any keyed state backend (hashmap, rocksdb) holds timers.
+In memory: per time domain a TimerQueue (runtime/timer_queue.py: timestamps ascending,
+registration order within one; keys are never compared) gives the firing order, and a set of the
+live `(domain, timestamp, key)` deduplicates registrations per key, timestamp and domain. A
+deleted timer stays in its queue and is skipped when it surfaces; a queue that is mostly such
+leftovers is rebuilt. Both are rebuilt from the state after a restore through
+`backend.entries(name)` and the public state API only, so any keyed state backend (hashmap,
+rocksdb) holds timers.
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
-import itertools
 import numbers
 import time
 from collections.abc import Callable
 from typing import Any
 
+from tidegate.runtime.timer_queue import TimerQueue
 from tidegate.state.descriptors import MapStateDescriptor
 
 #: the keyed state holding the timers (internal: user state names cannot clash with it)
@@ -71,9 +71,8 @@ class InternalTimerService:
         #: event-time ones, when the watermark jumps to MAX_WATERMARK
         self.batch = False
         self._state: Any = None  # the `__timers__` map state, registered on first use
-        self._queues: dict[TimeDomain, list[tuple[int, int, Any]]] = {d: [] for d in TimeDomain}
+        self._queues: dict[TimeDomain, TimerQueue] = {d: TimerQueue() for d in TimeDomain}
         self._live: set[tuple[int, int, Any]] = set()
-        self._sequence = itertools.count()
 
     def _timer_state(self) -> Any:
         if self._state is None:
@@ -87,9 +86,7 @@ class InternalTimerService:
             for domain_value, timestamp in timers:
                 domain = TimeDomain(domain_value)
                 self._live.add((domain_value, timestamp, key))
-                self._queues[domain].append((timestamp, next(self._sequence), key))
-        for queue in self._queues.values():
-            heapq.heapify(queue)
+                self._queues[domain].push(timestamp, key)
         return len(self._live)
 
     # Step 2: register and delete, for the backend's current key ---------------------------------
@@ -113,13 +110,13 @@ class InternalTimerService:
             return
         self._live.add(timer)
         self._timer_state().put((d, timestamp), True)
-        heapq.heappush(self._queues[domain], (timestamp, next(self._sequence), key))
+        self._queues[domain].push(timestamp, key)
 
     def register_all(self, domain: TimeDomain, timers: list[tuple[int, Any]]) -> None:
         """`register` for each `(timestamp, key)` of `timers`, in order, in one call (the
         backend's current key is left at the last one)."""
         d, backend, live, put = (0 if domain is _EVENT else 1), self._backend, self._live, None
-        queue, push, sequence = self._queues[domain], heapq.heappush, self._sequence
+        push = self._queues[domain].push
         for timestamp, key in timers:
             if type(timestamp) is not int or not MIN_WATERMARK <= timestamp <= MAX_WATERMARK:
                 timestamp = _check_timestamp(timestamp)
@@ -131,7 +128,7 @@ class InternalTimerService:
             if put is None:
                 put = self._timer_state().put
             put((d, timestamp), True)
-            push(queue, (timestamp, next(sequence), key))
+            push(timestamp, key)
 
     def delete(self, domain: TimeDomain, timestamp: int) -> None:
         """Delete the current key's timer at `timestamp` in `domain`; no timer: nothing to do."""
@@ -146,23 +143,23 @@ class InternalTimerService:
             self._compact(domain)
 
     def _compact(self, domain: TimeDomain) -> None:
-        """Drop the deleted timers left in `domain`'s heap."""
-        live = self._live
-        queue = [t for t in self._queues[domain] if (domain.value, t[0], t[2]) in live]
-        heapq.heapify(queue)
-        self._queues[domain] = queue
+        """Drop the deleted timers left in `domain`'s queue."""
+        live, d = self._live, domain.value
+        self._queues[domain].retain(lambda timestamp, key: (d, timestamp, key) in live)
 
     # Step 3: fire --------------------------------------------------------------------------
     def _fire_until(self, domain: TimeDomain, time_ms: int) -> int:
         """Fire `domain`'s timers due at `time_ms`, in timestamp order, including those that
         firing timers register at or before it. Returns how many fired."""
         queue, live, backend, fired = self._queues[domain], self._live, self._backend, 0
-        if not queue or queue[0][0] > time_ms:
+        times = queue.times
+        if not times or times[0] > time_ms:
             return 0  # (and no `__timers__` state registered by an operator without timers)
-        d, pop, trigger = (0 if domain is _EVENT else 1), heapq.heappop, self._trigger
+        d, pop, trigger = (0 if domain is _EVENT else 1), queue.pop, self._trigger
         remove = self._timer_state().remove
-        while queue and queue[0][0] <= time_ms:
-            timestamp, _, key = pop(queue)
+        # one at a time: a firing timer may register one that is due too (it fires in order)
+        while times and times[0] <= time_ms:
+            timestamp, key = pop()
             timer = (d, timestamp, key)
             if timer not in live:
                 continue  # deleted
@@ -183,18 +180,19 @@ class InternalTimerService:
             return []
         self.current_watermark = watermark
         queue, live, backend, due = self._queues[_EVENT], self._live, self._backend, []
-        if not queue or queue[0][0] > watermark:
+        if not queue.times or queue.times[0] > watermark:
             return due
-        pop, remove = heapq.heappop, self._timer_state().remove
-        while queue and queue[0][0] <= watermark:
-            timestamp, _, key = pop(queue)
-            timer = (0, timestamp, key)
-            if timer not in live:
-                continue  # deleted
-            live.discard(timer)
-            backend.current_key = key
-            remove((0, timestamp))
-            due.append((timestamp, key))
+        remove, append, discard = self._timer_state().remove, due.append, live.discard
+        for timestamp, bucket in queue.pop_until(watermark):
+            user_key = (0, timestamp)
+            for key in bucket:
+                timer = (0, timestamp, key)
+                if timer not in live:
+                    continue  # deleted (or a second entry of a timer registered again)
+                discard(timer)
+                backend.current_key = key
+                remove(user_key)
+                append((timestamp, key))
         return due
 
     def advance_watermark(self, watermark: int) -> int:
@@ -218,10 +216,13 @@ class InternalTimerService:
         """When the next processing-time timer is due (ms), None if there is none to fire."""
         if self.quiesced or self.batch:
             return None
-        queue, live, processing = self._queues[TimeDomain.PROCESSING_TIME], self._live, 1
-        while queue and (processing, queue[0][0], queue[0][2]) not in live:
-            heapq.heappop(queue)  # a deleted timer at the head
-        return queue[0][0] if queue else None
+        queue, live = self._queues[TimeDomain.PROCESSING_TIME], self._live
+        while queue.times:
+            timestamp = queue.times[0]
+            if (1, timestamp, queue.buckets[timestamp][0]) in live:
+                return timestamp
+            queue.pop()  # a deleted timer at the head
+        return None
 
     def end_of_input(self) -> int:
         """End of a bounded input (FLIP-147): pending processing-time timers will not fire

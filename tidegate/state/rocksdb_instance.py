@@ -160,7 +160,7 @@ def create_instance_dir(
     try:
         os.makedirs(job_dir, exist_ok=True)
         _delete_older_attempts(job_dir, stem, attempt)
-        path = tempfile.mkdtemp(prefix=f"{stem}{attempt}-", dir=job_dir)
+        path = _make_instance_dir(job_dir, f"{stem}{attempt}-")
         probe = os.path.join(path, ".writable")
         with open(probe, "wb") as f:
             f.write(b"ok")
@@ -172,6 +172,18 @@ def create_instance_dir(
             "writable directory on a local disk with room for the state"
         ) from e
     return path
+
+
+def _make_instance_dir(job_dir: str, prefix: str, tries: int = 5) -> str:
+    """A new directory in `job_dir`. The last other instance of the job closing meanwhile
+    takes the then empty job directory with it (`close`; a backend's finalizer can run at any
+    allocation, in this thread too): the job directory is made again."""
+    for _ in range(tries - 1):
+        try:
+            return tempfile.mkdtemp(prefix=prefix, dir=job_dir)
+        except FileNotFoundError:
+            os.makedirs(job_dir, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=job_dir)
 
 
 def _delete_older_attempts(job_dir: str, stem: str, attempt: int) -> None:

@@ -292,11 +292,17 @@ class SlicedWindows:
                 self._reader.stop()
             return
         # the common case inlined: heap state (a plain tuple finds a TimeWindow key), no
-        # allowed lateness, nothing to call at cleanup; tumbling windows have one slice
+        # allowed lateness, nothing to call at cleanup
         table, remove, owned, emit = self._table, self._remove, self._owned, self.op.emit_window
         result, merge, op = self._result, self._merge, self.op
         out, out_ts = op._out, op._out_ts
         pass_through = op.spec.function.kind == "pass"  # the result itself is the output
+        # due timers come in timestamp order, most sharing one: what follows from a timestamp
+        # alone (the window, its slices, the slices it is the last window of) is made once
+        fired_at = None
+        window: Any = None
+        parts_of: list[tuple[int, int]] = []
+        expiring: list[tuple[int, int]] = []
         for timestamp, key in due:
             backend.current_key = key
             start = timestamp + 1 - size
@@ -305,29 +311,28 @@ class SlicedWindows:
             slices = table.get(key)
             if slices is None:
                 continue
-            if g == size:
-                window = (start, timestamp + 1)
-                acc = slices.get(window)
-                if acc is not None:
-                    if pass_through:
-                        out.append(result(acc))
-                        out_ts.append(timestamp)
-                    else:
-                        emit(TimeWindow(start, timestamp + 1), [result(acc)])
-                remove(window)
-                owned.discard((key, start))
+            if g != size:  # sliding: the window's slices merged
+                if timestamp != fired_at:
+                    fired_at, window = timestamp, TimeWindow(start, timestamp + 1)
+                    parts_of = [(a, a + g) for a in range(start, timestamp + 1, g)]
+                    expiring = parts_of[: slide // g]
+                parts = [acc for acc in map(slices.get, parts_of) if acc is not None]
+                if parts:
+                    emit(window, [result(merge(parts))])
+                for slice_window in expiring:
+                    remove(slice_window)
+                    owned.discard((key, slice_window[0]))
                 continue
-            get = slices.get
-            parts = [
-                acc
-                for acc in (get((a, a + g)) for a in range(start, timestamp + 1, g))
-                if acc is not None
-            ]
-            if parts:
-                emit(TimeWindow(start, timestamp + 1), [result(merge(parts))])
-            for a in range(start, start + slide, g):
-                remove((a, a + g))
-                owned.discard((key, a))
+            window = (start, timestamp + 1)  # tumbling: the window is its one slice
+            acc = slices.get(window)
+            if acc is not None:
+                if pass_through:
+                    out.append(result(acc))
+                    out_ts.append(timestamp)
+                else:
+                    emit(TimeWindow(start, timestamp + 1), [result(acc)])
+            remove(window)
+            owned.discard((key, start))
 
     def on_timer(self, timestamp: int, domain: TimeDomain) -> None:
         """A timer of the current key: the window ending at `timestamp` fires; the window
