@@ -158,9 +158,7 @@ def create_instance_dir(
     job_dir = os.path.join(local_dir, ROOT_NAME, file_safe(job_id or "job"))
     stem = f"{file_safe(operator_uid)}-{subtask}-a"
     try:
-        os.makedirs(job_dir, exist_ok=True)
-        _delete_older_attempts(job_dir, stem, attempt)
-        path = _make_instance_dir(job_dir, f"{stem}{attempt}-")
+        path = _make_instance_dir(job_dir, stem, attempt)
         probe = os.path.join(path, ".writable")
         with open(probe, "wb") as f:
             f.write(b"ok")
@@ -174,16 +172,23 @@ def create_instance_dir(
     return path
 
 
-def _make_instance_dir(job_dir: str, prefix: str, tries: int = 5) -> str:
-    """A new directory in `job_dir`. The last other instance of the job closing meanwhile
-    takes the then empty job directory with it (`close`; a backend's finalizer can run at any
-    allocation, in this thread too): the job directory is made again."""
+def _make_instance_dir(job_dir: str, stem: str, attempt: int, tries: int = 5) -> str:
+    """A new directory in `job_dir` (made if missing), older attempts' directories deleted.
+
+    The last other instance of the job closing meanwhile takes the then empty job directory
+    with it (`RocksDBInstance.close`; a backend's finalizer can run at any allocation, in this
+    thread too): then it is all done again.
+    """
+
+    def make() -> str:
+        os.makedirs(job_dir, exist_ok=True)
+        _delete_older_attempts(job_dir, stem, attempt)
+        return tempfile.mkdtemp(prefix=f"{stem}{attempt}-", dir=job_dir)
+
     for _ in range(tries - 1):
-        try:
-            return tempfile.mkdtemp(prefix=prefix, dir=job_dir)
-        except FileNotFoundError:
-            os.makedirs(job_dir, exist_ok=True)
-    return tempfile.mkdtemp(prefix=prefix, dir=job_dir)
+        with contextlib.suppress(FileNotFoundError):
+            return make()
+    return make()
 
 
 def _delete_older_attempts(job_dir: str, stem: str, attempt: int) -> None:
