@@ -18,7 +18,8 @@ project's `GeneratorConfig`, `PersonGenerator`, `AuctionGenerator`, `BidGenerato
 * `extra` pads each event to its average byte size (person 200, auction 500, bid 100) +-20%.
 
 Deliberate differences, for speed and replayability (none changes what a query computes):
-random values come from a counter-based hash of (seed, event number) instead of
+random values come from counter-based hashes (of the seed and the event number for persons and
+auctions, of the seed and a block of 64 event numbers for bids) instead of
 `java.util.Random(eventId)`, so the generated values are not Beam's bit for bit; random strings
 are slices of one fixed random text (lowercase letters and spaces, 1 in 13) instead of
 character-by-character draws; a cold channel's URL is a function of its number (Beam draws it
@@ -29,6 +30,7 @@ events.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import struct
 from dataclasses import dataclass
@@ -93,6 +95,18 @@ def mix128(x: int) -> int:
     x ^= x >> 59
     x = (x * _K3) & _M128
     return x ^ (x >> 64)
+
+
+#: bids draw from blocks of 2 ** _BLOCK_BITS events: one SHAKE-128 output per block
+_BLOCK_BITS = 6
+_BLOCK_MASK = (1 << _BLOCK_BITS) - 1
+
+
+def bid_draws(seed: int, block: int) -> list[tuple[int, ...]]:
+    """Eight uniform 16-bit draws for each event of `block` (events `block * 64 ...`): one
+    extendable-output hash per block, ~0.2 us per event against ~0.7 us for a `mix128` each."""
+    stream = hashlib.shake_128(f"nexmark-bids:{seed}:{block}".encode()).digest(16 << _BLOCK_BITS)
+    return list(_EIGHT_DRAWS.iter_unpack(stream))
 
 
 #: a 32-bit uniform integer times this is 6 * u: prices are 10 ** (6u) * 100
@@ -289,7 +303,7 @@ class NexmarkGenerator:
     def events(self, first: int, count: int, stride: int = 1) -> list[Person | Auction | Bid]:
         """Events `first, first + stride, ...` (`count` of them): the batch path of a source.
 
-        Bids (46 in 50) are built inline: one 128-bit hash split into eight 16-bit draws (small
+        Bids (46 in 50) are built inline: eight 16-bit draws each from its block's hash (small
         ints are cheap), and the ids that depend only on the epoch computed once per epoch.
         This loop is the generator's hot path, hence locals instead of attributes.
         """
@@ -298,10 +312,10 @@ class NexmarkGenerator:
         auctions, person_prop = c.auction_proportion, c.person_proportion
         hot_auction, hot_bidders = c.hot_auction_ratio, c.hot_bidders_ratio
         in_flight, active_people = c.num_in_flight_auctions, c.num_active_people
-        base_time, rate, salt = c.base_time, c.first_event_rate, self._salt
+        base_time, rate = c.base_time, c.first_event_rate
         bid_min, bid_delta2 = self._bid_min_extra, 2 * self._bid_delta
         hot_channels, hot_urls, pool, channel_of = HOT_CHANNELS, HOT_URLS, POOL, self._channel
-        m128, k1, k2, k3, unpack = _M128, _K1, _K2, _K3, _EIGHT_DRAWS.unpack
+        seed, block, draws = c.seed, -1, []
         new, bid_type = tuple.__new__, Bid
         out: list[Person | Auction | Bid] = []
         append = out.append
@@ -324,12 +338,10 @@ class NexmarkGenerator:
                 hot_bidder_id = last_person // HOT_BIDDER_BATCH * HOT_BIDDER_BATCH + 1
                 active = last_person + 1 if last_person < active_people else active_people
                 bidder_low, bidders = last_person + 1 - active, active + PERSON_ID_LEAD
-            r = ((salt + n + 1) * k1) & m128  # mix128, inlined
-            r ^= r >> 67
-            r = (r * k2) & m128
-            r ^= r >> 59
-            r = (r * k3) & m128
-            d0, d1, d2, d3, d4, d5, d6, d7 = unpack((r ^ (r >> 64)).to_bytes(16, "little"))
+            if n >> _BLOCK_BITS != block:
+                block = n >> _BLOCK_BITS
+                draws = bid_draws(seed, block)
+            d0, d1, d2, d3, d4, d5, d6, d7 = draws[n & _BLOCK_MASK]
             if d0 * hot_auction >> 16:
                 auction = hot_auction_id
             else:
