@@ -6,6 +6,7 @@ one batch may go to several outputs. A batch may carry event-time timestamps
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from tidegate.common.filesystems import NO_OPTIONS, FileSystems
@@ -286,14 +287,17 @@ class FilterOperator(MapOperator):
 
     def _process_timestamped(self, records: list, timestamps: list[int]) -> None:
         call, backend, select = self.call, self.keyed_backend, self.key_selector
-        out = TimestampedBatch()
-        kept = out.timestamps
-        for r, t in zip(records, timestamps, strict=True):
-            if backend is not None:
+        if backend is None:  # the verdicts first, then both lists selected in C
+            keep = [call(r) for r in records]
+            out = TimestampedBatch(compress(records, keep), list(compress(timestamps, keep)))
+        else:
+            out = TimestampedBatch()
+            kept = out.timestamps
+            for r, t in zip(records, timestamps, strict=True):
                 backend.current_key = select(r)
-            if call(r):
-                out.append(r)
-                kept.append(t)
+                if call(r):
+                    out.append(r)
+                    kept.append(t)
         if out:
             self.emit(out)
 
