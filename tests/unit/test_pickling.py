@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
 import sys
 import types
 
@@ -48,3 +49,29 @@ def test_a_module_registered_by_value_is_carried_not_named():
         del sys.modules[module.__name__]
     # loads without the module: the class travelled with the bytes
     assert pickle.loads(data).x == 3
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_windows_pickle_as_extension_codes_that_a_process_importing_tidegate_reads(tmp_path):
+    entry = (5, TimeWindow(0, 2000), 3)
+    data = pickling.dumps(entry)
+    assert b"TimeWindow" not in data and len(data) < 40  # one byte names the class
+    path = tmp_path / "entry.pickle"
+    path.write_bytes(data)
+    # a fresh process that imported only the package (not the windows module) reads it
+    done = _python(
+        f"import pickle, sys, tidegate; print(pickle.loads(open({str(path)!r}, 'rb').read()))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(entry)
+
+
+def test_a_process_that_took_tidegates_extension_codes_cannot_import_it():
+    done = _python("import copyreg; copyreg.add_extension('other', 'Thing', 240); import tidegate")
+    assert done.returncode != 0
+    assert "extension code 240" in done.stderr and "ImportError" in done.stderr
