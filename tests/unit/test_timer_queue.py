@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import sys
 
 import pytest
 
@@ -14,7 +15,7 @@ from tidegate.runtime.timer_queue import TimerQueue
 def test_timestamps_ascending_and_registration_order_within_one():
     q = TimerQueue()
     q.extend([(20, "a"), (10, "b"), (20, "c"), (10, "d"), (5, "e")])
-    assert len(q) == 5 and q.first() == 5
+    assert len(q) == 5 and q.first() == (5, "e")
     assert [q.pop() for _ in range(5)] == [(5, "e"), (10, "b"), (10, "d"), (20, "a"), (20, "c")]
     assert len(q) == 0 and q.first() is None and not q.buckets and not q.times
     with pytest.raises(IndexError):
@@ -38,6 +39,24 @@ def test_entries_pushed_while_popping_fire_in_heap_order():
     q.push(10, "late-same")
     q.push(7, "earlier")
     assert [q.pop() for _ in range(4)] == [(7, "earlier"), (10, "b"), (10, "late-same"), (20, "c")]
+    assert not q.positions and not q.buckets
+
+
+def test_a_bucket_popped_in_part_keeps_its_place_for_pop_until_and_retain():
+    q = TimerQueue()
+    q.extend([(1, "a"), (1, "b"), (1, "c"), (1, "d"), (2, "e")])
+    assert q.pop() == (1, "a") and q.first() == (1, "b") and q.positions == {1: 1}
+    q.retain(lambda t, k: k != "c")
+    assert q.first() == (1, "b") and len(q) == 3 and not q.positions
+    assert q.pop() == (1, "b")
+    assert [(t, list(b)) for t, b in q.pop_until(5)] == [(1, ["d"]), (2, ["e"])]
+    assert len(q) == 0 and not q.positions
+
+
+def test_a_timer_per_distinct_timestamp_costs_a_small_list_not_a_deque():
+    q = TimerQueue()
+    q.extend((t, t) for t in range(1000))
+    assert all(type(b) is list and sys.getsizeof(b) <= 72 for b in q.buckets.values())
 
 
 def test_retain_drops_entries_and_keeps_the_order():
@@ -61,7 +80,7 @@ def test_random_scripts_pop_what_a_sequenced_heap_pops():
                 q.push(t, key)
                 heapq.heappush(heap, (t, next(seq), key))
             assert len(q) == len(heap)
-            assert q.first() == (heap[0][0] if heap else None)
+            assert q.first() == ((heap[0][0], heap[0][2]) if heap else None)
         limit = rng.randrange(0, 25)
         popped = [(t, k) for t, bucket in q.pop_until(limit) for k in bucket]
         expected = []

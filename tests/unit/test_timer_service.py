@@ -433,3 +433,24 @@ def test_the_next_processing_time_skips_deleted_timers_at_the_head(keyed_operato
     assert op.timers.internal.next_processing_time() == 10  # b's
     op.process_batch([("b", "delete_processing_time_timer", 10)])
     assert op.timers.internal.next_processing_time() == 30
+
+
+def test_a_firing_timer_that_deletes_most_timers_and_registers_a_due_one(keyed_operator):
+    """Deleting most timers in on_timer compacts the queue being fired from; the timer it
+    registers at the watermark still fires in the same advance, the deleted ones never."""
+
+    class Purge(TimerFunction):
+        def on_timer(self, timestamp, ctx):
+            timers = ctx.timer_service()
+            if timestamp == 1:
+                for ts in range(2, 100):
+                    timers.delete_event_time_timer(ts)
+                timers.register_event_time_timer(50)
+            yield (ctx.get_current_key(), timestamp)
+
+    op, out = keyed_operator(Purge())
+    op.process_batch([("k", REGISTER_E, ts) for ts in range(1, 100)] + [("k", REGISTER_E, 200)])
+    op.timers.advance_watermark(150)
+    assert out.records == [("k", 1), ("k", 50)]
+    op.timers.advance_watermark(300)
+    assert out.records == [("k", 1), ("k", 50), ("k", 200)]

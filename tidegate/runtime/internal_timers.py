@@ -217,10 +217,9 @@ class InternalTimerService:
         if self.quiesced or self.batch:
             return None
         queue, live = self._queues[TimeDomain.PROCESSING_TIME], self._live
-        while queue.times:
-            timestamp = queue.times[0]
-            if (1, timestamp, queue.buckets[timestamp][0]) in live:
-                return timestamp
+        while (first := queue.first()) is not None:
+            if (1, *first) in live:
+                return first[0]
             queue.pop()  # a deleted timer at the head
         return None
 
