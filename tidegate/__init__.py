@@ -22,3 +22,4 @@ for (_module, _name), _code in PICKLE_CODES.items():
             f"which this process already uses otherwise ({_taken}); do not register copyreg "
             "extension codes 240-242 in a process that uses tidegate"
         ) from None
+del _module, _name, _code

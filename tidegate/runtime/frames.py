@@ -25,6 +25,7 @@ from typing import Any
 
 import cloudpickle
 
+from tidegate.common import pickling
 from tidegate.common.record_codec import BatchCodec
 from tidegate.common.type_format import RecordTypeError
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
@@ -40,7 +41,7 @@ def encode_frame(frame: Any, plain: bool = True) -> tuple[bytes, bool]:
     if plain:
         try:
             return pickle.dumps(frame, protocol=5), True
-        except (pickle.PicklingError, AttributeError, TypeError):
+        except pickling.REFUSED:
             pass
     return cloudpickle.dumps(frame, protocol=5), False
 

@@ -21,7 +21,7 @@ timestamp is earlier than the bucket being popped (the order a heap of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -103,8 +103,3 @@ class TimerQueue:
         self.positions.clear()
         self.times[:] = sorted(kept)  # a sorted list is a heap
         self.size = sum(map(len, kept.values()))
-
-    def extend(self, entries: Iterable[tuple[int, Any]]) -> None:
-        """`push` each `(timestamp, key)`, in order."""
-        for timestamp, key in entries:
-            self.push(timestamp, key)

@@ -26,6 +26,7 @@ from typing import Any
 
 import cloudpickle
 
+from tidegate.common import pickling
 from tidegate.state.keygroups import _encode, _fmix32
 
 _PREFIX = struct.Struct(">HI")
@@ -92,7 +93,7 @@ def dumps(obj: Any) -> bytes:
     pickling): values are written in the slots, where nothing is registered by value."""
     try:
         return pickle.dumps(obj, _PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
+    except pickling.REFUSED:
         return cloudpickle.dumps(obj, _PROTOCOL)
 
 

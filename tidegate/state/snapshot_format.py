@@ -295,11 +295,11 @@ def write_state_file(
     # Step 2: one section per non-empty key group, ascending
     key_group_offsets: dict[int, tuple[int, int]] = {}
     for kg, data in keyed.key_groups() if keyed is not None else ():
-        key_group_offsets[kg] = writer.section(_key_group_tag(kg), _dumps(data))
+        key_group_offsets[kg] = writer.section(_key_group_tag(kg), pickling.dumps(data))
     # Step 3: operator state
     operator_offset = None
     if operator is not None:
-        operator_offset = writer.section(_OPERATOR_TAG, _dumps(operator))
+        operator_offset = writer.section(_OPERATOR_TAG, pickling.dumps(operator))
     # Step 4: the index (without its own size) and the trailer that locates it
     index = StateFileIndex(
         key_group_offsets=key_group_offsets,
@@ -433,10 +433,6 @@ def _read_section(f: BinaryIO, size: int, tag: bytes, offset: int, length: int) 
             _describe(f), f"checksum mismatch in section {what} at offset {offset}"
         )
     return payload
-
-
-def _dumps(obj: object) -> bytes:
-    return pickling.dumps(obj)
 
 
 def _loads(payload: memoryview, f: BinaryIO, what: str) -> Any:
