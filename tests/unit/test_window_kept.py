@@ -24,9 +24,7 @@ from tidegate.runtime.windows.assigners import (
 )
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor, TimeEvictor
-from tidegate.runtime.windows.kept import merge_by_window
 from tidegate.runtime.windows.operator import WindowSpec
-from tidegate.runtime.windows.windows import TimeWindow
 
 
 class Applied:
@@ -147,13 +145,21 @@ def test_checkpoints_of_either_path_restore_into_the_other(tmp_path, direction):
     assert [n for n in backend._kinds if list(backend.entries(n))] == []
 
 
-def test_merging_a_batch_into_a_sorted_list_keeps_each_windows_arrival_order():
-    w1, w2, w3 = (TimeWindow(s, s + 30) for s in (0, 10, 20))
-    current = [(w1, "a", 1), (w1, "b", 2), (w2, "a", 1), (w2, "b", 2)]
-    new = [(w1, "c", 3), (w2, "c", 3), (w3, "c", 3), (w3, "d", 4)]
-    assert merge_by_window(current, new) == [
-        (w1, "a", 1), (w1, "b", 2), (w1, "c", 3),
-        (w2, "a", 1), (w2, "b", 2), (w2, "c", 3),
-        (w3, "c", 3), (w3, "d", 4),
-    ]  # fmt: skip
-    assert merge_by_window([], new) == new and merge_by_window(current, []) == current
+@pytest.mark.parametrize("assigner", ["tumbling", "sliding-uneven"])
+def test_every_snapshot_of_one_run_holds_the_windows_of_its_moment(tmp_path, assigner):
+    """Snapshots of one kept run after several steps (keys changed, emptied, refilled between
+    them; on the heap the list state is written when a snapshot is taken), each restored into
+    the per-window operator running the rest of the script: the reference's results."""
+    steps = script(5)
+    make = lambda trigger=None: spec(ASSIGNERS[assigner], "process", 15, trigger)  # noqa: E731
+    reference = run(Harness(make(PerWindowTrigger())), steps)
+    h = Harness(make())
+    for i, (batch, watermark) in enumerate(steps):
+        h.add(*batch)
+        h.watermark(watermark)
+        if i % 7 == 3:
+            restored = h.snapshot_to(tmp_path / f"{i}.state")
+            rest = run(Harness(make(PerWindowTrigger()), restored=restored), steps[i + 1 :])
+            assert sorted(h.out.records + rest.out.records, key=repr) == sorted(
+                reference.out.records, key=repr
+            ), f"restored after step {i}"
