@@ -10,27 +10,28 @@ late firings within the allowed lateness, evictions, cleanup and the window func
 `process`/`apply`/`clear` calls are the per-window operator's; what changes is the number of
 calls it takes:
 
-* elements: the windows of an element are computed with a cache of window sets, and the
-  batch's elements are collected per key in runs of elements with the same windows, added to
-  the key's windows at the end of the batch (or before a late element, which goes the
-  per-element way); a key's timers are asked for once per run and registered in one call, in
-  the order the elements asked for them (no timer fires within a batch);
+* elements: the windows of an element are computed with a cache of windows and window sets,
+  and the batch's elements are collected per key (sliding: in runs of elements with the same
+  windows), added to the key's state at the end of the batch (or before a late element, which
+  goes the per-element way); a key's timers are asked for only when its windows differ from
+  its previous element's in the batch, and registered in one call, in the order the elements
+  asked for them (no timer fires within a batch);
 * timers: the keyed timer service's, one per key and window end (and cleanup time, with
   allowed lateness): the window of a firing timer follows from its timestamp (as in
   slicing.py), so the `__window_timers__` map is not written, and a watermark's due timers
   fire in one loop (entries of that map restored from a checkpoint of the per-window operator
   are removed as their timers fire: WindowTimers.pop_event_timers);
-* on the heap backend without an evictor, a key's elements live in a dict of lists, window
-  start -> `(value, timestamp)` in arrival order (Flink's list state per key and window
-  namespace): an element is one pair appended to each of its windows' lists and a firing
-  window's list is taken whole. The key's list state is written from it when a snapshot is
-  taken (`on_snapshot`, in the synchronous phase, for the keys changed since the last one: a
-  `(window, value, timestamp)` tuple per element and window, which the lists do not hold
-  because building them per element halves the throughput of sliding windows) and when its
-  last window goes;
-  a key whose list state holds elements (restored, or of the per-window operator) is moved
-  into the dict when first touched. Elsewhere (rocksdb, evictors) elements are appended to the
-  list state and a window's elements are picked out of it when it fires.
+* sliding windows on the heap backend without an evictor: a key's elements live in a dict of
+  lists, window start -> `(value, timestamp)` in arrival order (Flink's list state per key
+  and window namespace): an element is one pair appended to each of its windows' lists and a
+  firing window's list is taken whole. The key's list state is written from it when a
+  snapshot is taken (`on_snapshot`, in the synchronous phase, for the keys changed since the
+  last one: a `(window, value, timestamp)` tuple per element and window, which the lists do
+  not hold because building them per element halves the throughput) and when its last window
+  goes; a key whose list state holds elements (restored, or of the per-window operator) is
+  moved into the dict when first touched. Elsewhere (tumbling windows: a key has one window
+  in flight but for late data; rocksdb; evictors) elements are appended to the list state
+  and a window's elements are picked out of it when it fires.
 
 State: the list state `__window_elements__` of `(window, value, timestamp)` per key, each
 window's elements in arrival order, the per-window operator's layout (ListContents):
@@ -53,7 +54,7 @@ from tidegate.state.descriptors import ListStateDescriptor
 EVENT = TimeDomain.EVENT_TIME
 #: cached window objects and window sets (per window start) kept at most
 _MAX_CACHED = 4096
-_first = itemgetter(0)
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def kept_fits(spec: Any, trigger: Any) -> bool:
@@ -86,7 +87,8 @@ class KeptWindows:
         self._window_sets: dict[Any, tuple[int, ...]] = {}
         #: windows per element where the count does not vary
         self._full = self.size // self.slide if self.size % self.slide == 0 else 0
-        #: key -> its elements of the batch not yet added: runs of [starts, [(value, ts)...]]
+        #: key -> its elements of the batch not yet added: tumbling, its list-state entries
+        #: `(window, value, timestamp)`; sliding, runs of [starts, [(value, timestamp)...]]
         self._pending: dict[Any, list[Any]] = {}
         #: (timestamp, key) of the event-time timers the batch's elements ask for, in order
         self._timers: list[tuple[int, Any]] = []
@@ -100,12 +102,15 @@ class KeptWindows:
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
         self.state = backend.get_list_state(ListStateDescriptor(ELEMENTS_STATE))
+        #: the heap backend's live {key: [(window, value, timestamp)]}, to read from without
+        #: a copy (changes go through the state object); None on other backends
+        self._table = backend.table(ELEMENTS_STATE) if hasattr(backend, "table") else None
         if self._evictor is not None:
             self.contents = ListContents(backend, self.op.spec.aggregation)
-        elif hasattr(backend, "table"):
-            #: the heap backend's {key: [(window, value, timestamp)]}, read when a key moves
-            #: into `_live` (on rocksdb a key's list would be rewritten on disk per batch)
-            self._table = backend.table(ELEMENTS_STATE)
+        elif self._table is not None and self.size != self.slide:
+            # sliding windows: a list per window (an element is in several; tumbling windows
+            # keep one window per key in order, where the list state itself is quicker; on
+            # rocksdb a key's list would be rewritten on disk per snapshot)
             self._live = {}
         self._register = self.op.timers.internal.register
         self._register_all = self.op.timers.internal.register_all
@@ -129,34 +134,58 @@ class KeptWindows:
             self._windows.clear()
             self._window_sets.clear()
         try:
-            self._collect(records, timestamps)
+            if self.size == self.slide:
+                self._collect_tumbling(records, timestamps)
+            else:
+                self._collect_sliding(records, timestamps)
         finally:
             self._add_pending()
 
-    def _collect(self, records: list, timestamps: list[int]) -> None:
+    def _collect_tumbling(self, records: list, timestamps: list[int]) -> None:
+        """Each element's window; the elements gathered per key as list-state entries, the
+        timers asked for when a key's window changes."""
+        select, timers, window_of = self.op.key_selector, self._timers, self._window
+        size, offset, lateness, pending = self.size, self.offset, self.lateness, self._pending
+        limit = self.op.current_watermark - size + 1  # a window starting at or before it ended
+        previous, w = None, None  # the previous element's window start, and its window
+        for r, t in zip(records, timestamps, strict=True):
+            key = select(r)
+            start = t - (t - offset + size) % size
+            if start != previous:
+                if start <= limit:
+                    self._late_element(key, r, t)
+                    continue
+                previous, w = start, window_of(start)
+            p = pending.get(key)
+            if p is None:
+                p = pending[key] = [(w, r, t)]
+            elif p[-1][0] is w:  # the key's previous element's window: its timers are set
+                p.append((w, r, t))
+                continue
+            else:
+                p.append((w, r, t))
+            end = start + size - 1
+            timers.append((end, key))
+            if lateness:
+                timers.append((min(end + lateness, MAX_WATERMARK), key))
+
+    def _collect_sliding(self, records: list, timestamps: list[int]) -> None:
         """Each element's windows; the elements gathered per key in runs with the same windows,
         the timers of each run's windows asked for."""
         select, timers, full = self.op.key_selector, self._timers, self._full
         size, slide, offset, lateness = self.size, self.slide, self.offset, self.lateness
         sets, pending, watermark = self._window_sets, self._pending, self.op.current_watermark
-        tumbling = size == slide
-        previous, starts = None, ()  # tumbling: the previous element's window start, (start,)
         for r, t in zip(records, timestamps, strict=True):
             key = select(r)
             newest = t - (t - offset + slide) % slide
-            if tumbling and newest == previous:
-                pass  # the previous element's window (the common case: in order)
-            else:
-                # windows holding t: starts > t - size
-                count = (newest - t + size - 1) // slide + 1
-                if count <= 0 or newest - (count - 1) * slide + size - 1 <= watermark:
-                    self._late_element(key, r, t)  # in no window, or one the watermark passed
-                    continue
-                at = newest if count == full else (newest, count)
-                starts = sets.get(at)
-                if starts is None:
-                    starts = sets[at] = tuple(range(newest, newest - count * slide, -slide))
-                previous = newest
+            count = (newest - t + size - 1) // slide + 1  # windows holding t: starts > t - size
+            if count <= 0 or newest - (count - 1) * slide + size - 1 <= watermark:
+                self._late_element(key, r, t)  # in no window, or in one the watermark passed
+                continue
+            at = newest if count == full else (newest, count)
+            starts = sets.get(at)
+            if starts is None:
+                starts = sets[at] = tuple(range(newest, newest - count * slide, -slide))
             runs = pending.get(key)
             if runs is None:
                 pending[key] = [starts, [(r, t)]]
@@ -202,7 +231,12 @@ class KeptWindows:
                             current += pairs
                 live[key] = windows
                 dirty.add(key)
-        else:
+        elif self.size == self.slide:  # entries of the list state
+            backend, add_all = self.backend, self.state.add_all
+            for key, elements in pending.items():
+                backend.current_key = key
+                add_all(elements)
+        else:  # runs, as list-state entries
             backend, add_all, window_of = self.backend, self.state.add_all, self._window
             for key, runs in pending.items():
                 backend.current_key = key
@@ -216,7 +250,7 @@ class KeptWindows:
     def _load(self, key: Any) -> dict[int, list[tuple[Any, int]]]:
         """`key`'s windows from its list state, which is emptied (`_live` holds them from now
         on); {} if it holds none."""
-        elements = self._table.get(key)
+        elements = self._table.get(key)  # type: ignore[union-attr]
         windows: dict[int, list[tuple[Any, int]]] = {}
         if elements:
             for w, v, t in elements:
@@ -319,7 +353,13 @@ class KeptWindows:
         live = self._live
         if live is not None:
             return list(live.get(key) or self._load(key))
-        return list(dict.fromkeys(w.start for w, _, _ in self.state.get()))
+        return list(dict.fromkeys(w.start for w, _, _ in self._elements()))
+
+    def _elements(self) -> list[tuple[TimeWindow, Any, int]]:
+        """The current key's list state (not to be changed: the heap table's own list)."""
+        if self._table is not None:
+            return self._table.get(self.backend.current_key) or []
+        return self.state.get()
 
     def _values(self, key: Any, start: int) -> list[Any] | None:
         """The current key's values in the window starting at `start`, in arrival order; None
@@ -329,7 +369,7 @@ class KeptWindows:
             pairs = (live.get(key) or self._load(key)).get(start)
             return None if pairs is None else list(map(_first, pairs))
         window = self._window(start)
-        values = [v for w, v, _ in self.state.get() if w == window]
+        values = [v for w, v, _ in self._elements() if w == window]
         return values or None
 
     def _take(self, key: Any, start: int) -> list[Any] | None:
@@ -347,7 +387,7 @@ class KeptWindows:
             else:
                 self._dirty.add(key)
             return list(map(_first, pairs))
-        elements = self.state.get()
+        elements = self._elements()
         # (in C: elements of the batched path hold the cached window object itself)
         window = self._window(start)
         n = countOf(map(_first, elements), window)
@@ -355,7 +395,7 @@ class KeptWindows:
             return None
         if n == len(elements):  # the key's only window: all its elements, in order
             self.state.clear()
-            return [v for _, v, _ in elements]
+            return list(map(_second, elements))
         self.state.update([e for e in elements if e[0] != window])
         return [v for w, v, _ in elements if w == window]
 
