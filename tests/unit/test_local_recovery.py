@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from dataclasses import dataclass, field
 
 from tidegate.checkpoint.storage import CheckpointStorage
@@ -113,8 +114,19 @@ def test_several_local_directories_share_the_copies_by_file_name(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "remote"), "job")
     roots = f"{tmp_path / 'disk1'}, {tmp_path / 'disk2'}"
     local = LocalStateStore(roots, "job")
-    handles = [_write_checkpoint_file(storage, local, cid, range(5)) for cid in range(1, 9)]
-    used = {local.find(h.path, h.size, h.checksum).split(os.sep)[-4] for h in handles}
+    disks = [str(tmp_path / "disk1"), str(tmp_path / "disk2")]
+    handles, used = [], set()
+    # file names carry a random part: write until both disks hold a copy (40 files all
+    # hashing to one disk has probability 2^-39)
+    for cid in range(1, 41):
+        handle = _write_checkpoint_file(storage, local, cid, range(5))
+        copy = local.find(handle.path, handle.size, handle.checksum)
+        name = os.path.basename(handle.path)
+        assert copy.startswith(disks[zlib.crc32(name.encode()) % 2] + os.sep)
+        handles.append(handle)
+        used.add(copy.split(os.sep)[-4])
+        if used == {"disk1", "disk2"}:
+            break
     assert used == {"disk1", "disk2"}
     # another process with the same setting finds every copy
     again = LocalStateStore(roots, "job")
