@@ -99,6 +99,32 @@ def test_a_forked_slot_sees_what_a_fresh_slot_process_sees(
     assert captured.err.count("err") == 2
 
 
+def test_pytests_per_test_variable_keeps_the_zygote_and_reaches_each_slot(
+    tmp_path, monkeypatch
+) -> None:
+    """PYTEST_CURRENT_TEST changes with every test: it starts no new zygote, and each forked
+    slot sees its value at the request (or none, unset)."""
+    seen = []
+    zygotes = set()
+    for i, value in enumerate(("first test (call)", "second test (call)", None)):
+        if value is None:
+            monkeypatch.delenv("PYTEST_CURRENT_TEST")
+        else:
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", value)
+        report = tmp_path / f"seen-{i}"
+        code = (
+            f"import os, sys; open({str(report)!r}, 'w')"
+            ".write(os.environ.get('PYTEST_CURRENT_TEST', '<unset>')); sys.exit(0)"
+        )
+        slot = start_slot(deployment(code), 0)
+        assert isinstance(slot, ForkedSlot)
+        assert slot.wait(30) == 0
+        zygotes.add(id(local_zygote._zygote))
+        seen.append(report.read_text())
+    assert seen == ["first test (call)", "second test (call)", "<unset>"]
+    assert len(zygotes) == 1
+
+
 def test_a_killed_zygote_fails_its_slots_and_is_replaced() -> None:
     sleeping = start_slot(deployment("import time; time.sleep(60)"), 0)
     zygote = local_zygote._zygote

@@ -8,17 +8,19 @@ job's pickle refers to, not the connectors' client libraries; a zygote with a th
 imports exits instead of forking), and is started like a fresh slot (`python -m`, the driver's
 working directory and environment), so a forked slot sees the sys.path, environment and modules
 a `python -m tidegate.deploy.local_slot` process would; the driver starts another zygote when
-its working directory or environment changed. The user's job script is never imported in it (so
+its working directory or environment changed, except for the variables a harness sets per call
+that no import reads (`VOLATILE_ENVIRONMENT`: pytest's per-test variable), whose current values
+each request carries to the slot it forks. The user's job script is never imported in it (so
 no multiprocessing: a spawned or forkserver child re-runs `__main__`).
 
 Protocol, over a Unix socket pair whose other end only the driver holds (inherited, nothing
 listens): a request is an 8-byte length, sent with the driver's stdout and stderr (SCM_RIGHTS,
-the slot's stdout and stderr), then the pickled `(request id, slot, deployment bytes)`; the
-zygote answers `("started", id, pid)` (or `("failed", id, reason)`) and, when a slot process
-ends, `("exited", pid, code)` with the code as `Popen.returncode` has it (-N: killed by signal
-N). Answers are a 4-byte length and a pickle. The zygote exits when the driver's end closes (the
-driver exited, or retired it); its slot processes are not its to stop, as a `Popen` slot is not
-stopped when the driver dies.
+the slot's stdout and stderr), then the pickled `(request id, slot, deployment bytes, volatile
+variables)`; the zygote answers `("started", id, pid)` (or `("failed", id, reason)`) and, when
+a slot process ends, `("exited", pid, code)` with the code as `Popen.returncode` has it (-N:
+killed by signal N). Answers are a 4-byte length and a pickle. The zygote exits when the
+driver's end closes (the driver exited, or retired it); its slot processes are not its to stop,
+as a `Popen` slot is not stopped when the driver dies.
 
 The driver holds a pidfd of each slot process, so it can signal it (terminate, kill) without a
 PID-reuse race; if the zygote dies, its running slot processes lose the parent that reports their
@@ -55,6 +57,13 @@ START_TIMEOUT_S = 60.0
 #: what the zygote imports before it forks: the slot's entry and runtime (what the Spark
 #: runner's worker daemon preloads); then `driver_modules()`
 PRELOAD = ("tidegate.deploy.slot_entry", "tidegate.runtime.slot")
+
+
+#: environment variables that change between calls of one driver process and that nothing
+#: reads when it is imported: not part of a zygote's key (pytest sets its variable for every
+#: test, so tests of jobs on the local runner would start a zygote each), and set in each forked
+#: slot to their value at its request
+VOLATILE_ENVIRONMENT = ("PYTEST_CURRENT_TEST",)
 
 
 #: tidegate packages the zygote leaves to the slots: they import client libraries (Kafka,
@@ -108,14 +117,15 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_request(sock: socket.socket) -> tuple[int, int, bytes, list[int]]:
-    """One request: (id, slot, deployment bytes, the slot's stdout and stderr fds)."""
+def _read_request(sock: socket.socket) -> tuple[int, int, bytes, dict[str, str | None], list[int]]:
+    """One request: (id, slot, deployment bytes, the volatile variables' values (None: unset),
+    the slot's stdout and stderr fds)."""
     head, fds, _, _ = socket.recv_fds(sock, _LENGTH.size, 2)
     if not head:
         raise EOFError
     head += _read_exactly(sock, _LENGTH.size - len(head))
-    request_id, slot, payload = pickle.loads(_read_exactly(sock, _LENGTH.unpack(head)[0]))
-    return request_id, slot, payload, fds
+    request = pickle.loads(_read_exactly(sock, _LENGTH.unpack(head)[0]))
+    return (*request, fds)
 
 
 def serve(sock: socket.socket) -> tuple[int, bytes]:
@@ -139,7 +149,7 @@ def serve(sock: socket.socket) -> tuple[int, bytes]:
                 _answer(sock, ("exited", pid, os.waitstatus_to_exitcode(status)))
                 continue
             try:
-                request_id, slot, payload, fds = _read_request(sock)
+                request_id, slot, payload, volatile, fds = _read_request(sock)
             except (EOFError, OSError):
                 os._exit(0)  # the driver is gone or retired this zygote
             try:
@@ -156,6 +166,7 @@ def serve(sock: socket.socket) -> tuple[int, bytes]:
                     os.close(pidfd)
                 sock.close()
                 _standard_streams(fds)
+                _set_environment(volatile)
                 return slot, payload
             for fd in fds:
                 os.close(fd)
@@ -182,6 +193,14 @@ def _standard_streams(fds: list[int]) -> None:
     for target, fd in zip((1, 2), fds, strict=True):
         os.dup2(fd, target)
         os.close(fd)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 # the driver's side --------------------------------------------------------------------------
@@ -263,7 +282,8 @@ class ZygoteKey:
 
     @staticmethod
     def current() -> ZygoteKey:
-        return ZygoteKey(sys.executable, os.getcwd(), tuple(sorted(os.environ.items())))
+        environment = (kv for kv in os.environ.items() if kv[0] not in VOLATILE_ENVIRONMENT)
+        return ZygoteKey(sys.executable, os.getcwd(), tuple(sorted(environment)))
 
 
 class Zygote:
@@ -308,7 +328,8 @@ class Zygote:
                 raise ZygoteError("the zygote process has ended")
             request_id, self._next_id = self._next_id, self._next_id + 1
             pending = self._pending[request_id] = _Pending()
-            body = pickle.dumps((request_id, slot, deployment_bytes))
+            volatile = {name: os.environ.get(name) for name in VOLATILE_ENVIRONMENT}
+            body = pickle.dumps((request_id, slot, deployment_bytes, volatile))
             try:
                 socket.send_fds(self.sock, [_LENGTH.pack(len(body))], [1, 2])
                 self.sock.sendall(body)
