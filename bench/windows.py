@@ -2,16 +2,19 @@
 timestamped batches of `(key, value)` with a watermark after each batch, against a bare Python
 loop that computes the same results with a dict (the ratio is the figure to watch, DESIGN §8).
 
-    .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--json FILE]
+    .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--cases TEXT]
+                                      [--json FILE]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
-and sliding 10 s / 1 s process (all elements kept), session windows (gap 50 ms) reduce. The
-process cases are also compared with a bare loop keeping the elements (a list per key and
-window) and calling the same ProcessWindowFunction on each list ("bare kept"). Timestamps
-are 1 ms apart. Rates are per CPU-second of this process (`time.process_time`: other
-processes' load on a shared machine changes them less than wall time); each case runs the
-operator and the bare loop(s) alternately `--repeats` times and reports the medians and the
-median of the ratios.
+and sliding 10 s / 1 s process (all elements kept), session windows reduce with a gap of 50 ms
+(each element of a key, 100 ms apart, is a session of its own) and of 500 ms (one session per
+key, merged with every element, fired at the end); their bare loop keeps one open session per
+key, as in-order input allows, and must make as many sessions as the operator. The process
+cases are also compared with a bare loop keeping the elements (a list per key and window) and
+calling the same ProcessWindowFunction on each list ("bare kept"). Timestamps are 1 ms apart.
+Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
+shared machine changes them less than wall time); each case runs the operator and the bare
+loop(s) alternately `--repeats` times and reports the medians and the median of the ratios.
 JSON: bench/results/windows.json (`--json`).
 """
 
@@ -98,6 +101,32 @@ def _bare_rate(size: int, slide: int, batches: list) -> float:
     return n / (time.process_time() - start)
 
 
+def _bare_session_rate(gap: int, batches: list) -> tuple[float, int]:
+    """Session windows by hand, for input in time order per key (as here): one open session per
+    key, `[start, end (last timestamp + gap), sum]`, emitted when an element comes at or after
+    its end (a new session starts) or the watermark passes it."""
+    n = sum(len(b) for b in batches)
+    start = time.process_time()
+    sessions: dict = {}
+    emitted = 0
+    for batch in batches:
+        for (key, value), t in zip(batch, batch.timestamps, strict=True):
+            session = sessions.get(key)
+            if session is not None and t < session[1]:
+                session[1] = t + gap
+                session[2] += value
+            else:
+                if session is not None:
+                    emitted += 1
+                sessions[key] = [t, t + gap, value]
+        watermark = batch.timestamps[-1]
+        for k in [k for k, session in sessions.items() if session[1] - 1 <= watermark]:
+            del sessions[k]
+            emitted += 1
+    elapsed = time.process_time() - start
+    return n / elapsed, emitted + len(sessions)
+
+
 def _bare_kept_rate(size: int, slide: int, function: _Sizes, batches: list) -> float:
     """The same windows keeping their elements: a list per (key, window start), and
     `function.process(key, None, elements)` on each list when the watermark passes its end."""
@@ -121,6 +150,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cases", default="", help="only the cases whose name contains this")
     parser.add_argument(
         "--json",
         default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "windows.json"),
@@ -157,20 +187,32 @@ def main() -> None:
         ),
         "session 50ms reduce": (
             WindowSpec(EventTimeSessionWindows.with_gap(50), aggregation=Aggregation(_add)),
-            None,
+            50,
+        ),
+        "session 500ms reduce": (
+            WindowSpec(EventTimeSessionWindows.with_gap(500), aggregation=Aggregation(_add)),
+            500,
         ),
     }
     results = {}
     for name, (spec, bare) in cases.items():
+        if args.cases not in name:
+            continue
         kept = spec.function.kind == "process"  # also against a bare loop keeping elements
         rates, bare_rates, ratios, kept_rates, kept_ratios = [], [], [], [], []
         for _ in range(args.repeats):
             rate, fired = _operator_rate(spec, batches)
             rates.append(rate)
-            if bare:
+            if isinstance(bare, int):  # a session gap
+                bare_rate, sessions = _bare_session_rate(bare, batches)
+                if sessions != fired:
+                    raise SystemExit(f"{name}: the bare loop made {sessions} sessions, not {fired}")
+                bare_rates.append(bare_rate)
+                ratios.append(rate / bare_rates[-1])
+            elif bare:
                 bare_rates.append(_bare_rate(*bare, batches))
                 ratios.append(rate / bare_rates[-1])
-            if bare and kept:
+            if isinstance(bare, tuple) and kept:
                 kept_rates.append(_bare_kept_rate(*bare, spec.function.function, batches))
                 kept_ratios.append(rate / kept_rates[-1])
         rate = statistics.median(rates)

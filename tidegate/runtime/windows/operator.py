@@ -15,7 +15,10 @@ its contents, trigger state and merging-set entry are dropped.
 
 Event-time tumbling and sliding windows with the default trigger take a batched path with the
 same behaviour: slicing.py when pre-aggregated (reduce / aggregate), kept.py when they keep
-their elements (process / apply, or an evictor).
+their elements (process / apply, or an evictor). Event-time session windows with the default
+trigger and no evictor take the steps above with the trigger and the merging inlined
+(`_process_plain_session`, `_on_plain_session_timer`): the same state changes, a fraction of
+the calls.
 
 Everything is keyed state of the operator's backend (contents, trigger state, window state,
 merging sets, timers), so windows checkpoint, restore and rescale with their keys. Outputs
@@ -31,6 +34,7 @@ from typing import Any
 from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain, processing_time_ms
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
+from tidegate.runtime.windows.assigners import MergingWindowAssigner
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.kept import KeptWindows, kept_fits
@@ -92,6 +96,15 @@ class WindowOperator(StreamOperator):
             and spec.evictor is None
             and not hasattr(self.assigner, "merge_windows")
         )
+        #: event-time sessions (the merge rule of TimeWindow.merge_windows) with the default
+        #: trigger and no evictor: merging and trigger inlined
+        self._plain_session = (
+            self._event_time
+            and type(self.trigger) is EventTimeTrigger
+            and spec.evictor is None
+            and isinstance(self.assigner, MergingWindowAssigner)
+            and type(self.assigner).merge_windows is MergingWindowAssigner.merge_windows
+        )
         slice_size = sliced_size(spec, self.trigger)
         #: tumbling/sliding event-time windows with pre-aggregation: one slice per element
         self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None
@@ -113,7 +126,9 @@ class WindowOperator(StreamOperator):
     def open(self) -> None:
         backend = self.keyed_backend
         batched = self.batched
-        on_timer = self._on_timer if batched is None else None
+        on_timer = self._on_plain_session_timer if self._plain_session else self._on_timer
+        if batched is not None:
+            on_timer = None
         derived = None if batched is None else batched.on_timer
         self.timers = WindowTimers(
             backend, on_timer, self._flush, self.clock, derived=derived, unmapped=self._unmapped
@@ -155,6 +170,9 @@ class WindowOperator(StreamOperator):
     def _process_element(self, value: Any, timestamp: int | None) -> None:
         if self._plain_event_time:
             self._process_plain_event_time(value, timestamp)
+            return
+        if self._plain_session:
+            self._process_plain_session(value, timestamp)
             return
         windows = self.assigner.assign_windows(value, timestamp, self.clock_ctx)
         skipped = True
@@ -206,6 +224,55 @@ class WindowOperator(StreamOperator):
                 register(EVENT, end, window)
             if lateness:
                 register(EVENT, min(end + lateness, MAX_WATERMARK), window)
+        if skipped and self._is_element_late(timestamp):
+            self.late_element(value, timestamp)
+
+    def _process_plain_session(self, value: Any, timestamp: int | None) -> None:
+        """`_process_element` for event-time sessions with the default trigger and no evictor:
+        MergingWindowSet.add_window, `_merge` and EventTimeTrigger inlined, with the same
+        state changes. In-flight windows of a key never touch each other (any that did were
+        merged), so the new window merges with exactly those it touches, into their cover."""
+        watermark, lateness = self.current_watermark, self.lateness
+        mapping, timers = self.merging._mapping, self.timers  # type: ignore[union-attr]
+        skipped = True
+        for new in self.assigner.assign_windows(value, timestamp, self.clock_ctx):
+            start, end = new
+            touched = [w for w in mapping if w[0] <= end and w[1] >= start]
+            if not touched:
+                if min(end - 1 + lateness, MAX_WATERMARK) <= watermark:
+                    continue  # late for its only window
+                mapping.put(new, new)
+                window = state_window = new
+            else:
+                touched.sort()
+                window = TimeWindow(min(start, touched[0][0]), max(end, max(w[1] for w in touched)))
+                if len(touched) == 1 and touched[0] == window:  # inside an in-flight window
+                    state_window = mapping.get(window)
+                else:
+                    # the merged contents stay under the earliest merged window's state window
+                    state_windows = [mapping.get(w) for w in touched]
+                    state_window = state_windows[0]
+                    for w in touched:
+                        mapping.remove(w)
+                    mapping.put(window, state_window)
+                    # the trigger's on_merge and clear, the cleanup timers, the contents (the
+                    # result cannot be late: it covers a window in flight)
+                    if window[1] - 1 > watermark:
+                        timers.register(EVENT, window[1] - 1, window)
+                    for w in touched:
+                        timers.delete(EVENT, w[1] - 1, w)
+                        if lateness and w[1] - 1 + lateness < MAX_WATERMARK:
+                            timers.delete(EVENT, w[1] - 1 + lateness, w)
+                    self.contents.merge(state_window, state_windows[1:])
+            skipped = False
+            self.contents.add(state_window, value, timestamp)
+            last = window[1] - 1
+            if last <= watermark:
+                self._fire(window, state_window)  # a late firing within the allowed lateness
+            else:
+                timers.register(EVENT, last, window)
+            if lateness and last + lateness < MAX_WATERMARK:
+                timers.register(EVENT, last + lateness, window)
         if skipped and self._is_element_late(timestamp):
             self.late_element(value, timestamp)
 
@@ -271,6 +338,23 @@ class WindowOperator(StreamOperator):
         self._act(result, window, state_window)
         if event_time == self._event_time and timestamp == self._cleanup_time(window):
             self._clear_all(window, state_window)
+
+    def _on_plain_session_timer(self, window: Any, timestamp: int, domain: TimeDomain) -> None:
+        """`_on_timer` of `_process_plain_session`'s windows, EventTimeTrigger inlined: fire at
+        the window's max timestamp, clear at its cleanup time. (The trigger's `clear` would
+        delete the timer at the max timestamp, which has fired by then.)"""
+        if domain is not EVENT:
+            return  # the trigger ignores processing time; cleanup is in event time
+        state_window = self.merging._mapping.get(window)  # type: ignore[union-attr]
+        if state_window is None:
+            return  # the window merged into another or is gone: a stale timer
+        last = window[1] - 1
+        if timestamp == last:
+            self._fire(window, state_window)
+        if timestamp == min(last + self.lateness, MAX_WATERMARK):
+            self.contents.clear(state_window)
+            self.clear_window_function(window)
+            self.merging._mapping.remove(window)  # type: ignore[union-attr]
 
     def _unmapped(self, timestamp: int, domain: TimeDomain) -> tuple[Any, ...]:
         """The windows of a restored timer of the sliced or kept path (no window-timer entry):
