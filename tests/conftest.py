@@ -3,8 +3,8 @@ slow); and the markers every test gets from where it is and what it uses (pyproj
 them): `unit` (tests/unit), `e2e` (tests/e2e), `spark` (uses the Spark session, directly, as the
 `spark` runner, or in a subprocess it starts), `slow` (named in SLOW: more than SLOW_S seconds
 on a 2-core machine; a run's summary lists the tests that took more than UNMARKED_S without the
-marker, and SLOW entries that name no test). `pytest -m "not slow"` (about 5 minutes instead
-of 12) and `pytest -m unit` are the quick loops; every test runs by default."""
+marker, and SLOW entries that name no test). `pytest -m "not slow"` (about 6 minutes instead
+of 28) and `pytest -m unit` are the quick loops; every test runs by default."""
 
 from __future__ import annotations
 
