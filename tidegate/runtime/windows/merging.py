@@ -26,26 +26,28 @@ class MergingWindowSet:
 
     def __init__(self, assigner: Any, backend: Any) -> None:
         self._assigner = assigner
-        self._mapping = backend.get_map_state(MapStateDescriptor(MERGING_STATE))
+        #: window -> state window, of the current key (the operator's inlined session path
+        #: reads and writes it directly, with the same steps as `add_window`)
+        self.mapping = backend.get_map_state(MapStateDescriptor(MERGING_STATE))
 
     def get_state_window(self, window: Any) -> Any:
         """The state window of `window`, None if the window is not in flight (retired)."""
-        return self._mapping.get(window)
+        return self.mapping.get(window)
 
     def retire_window(self, window: Any) -> None:
         """The window is done (purged for good): forget it."""
-        if not self._mapping.contains(window):
+        if not self.mapping.contains(window):
             raise RuntimeError(f"window {window!r} is not in the merging window set")
-        self._mapping.remove(window)
+        self.mapping.remove(window)
 
     def windows(self) -> list[Any]:
-        return sorted(self._mapping.keys())
+        return sorted(self.mapping.keys())
 
     def add_window(self, new_window: Any, merge_function: MergeFunction) -> Any:
         """Add `new_window`, merging it with the windows it overlaps; returns the window it
         ended up in. `merge_function` runs for each merge, before the mapping changes are
         visible to the caller, to merge trigger state and contents (Flink's steps)."""
-        mapping = self._mapping
+        mapping = self.mapping
         # Step 1: which windows merge, with the new one among the candidates
         merges: list[tuple[Any, set[Any]]] = []
         self._assigner.merge_windows(

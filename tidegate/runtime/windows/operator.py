@@ -233,7 +233,7 @@ class WindowOperator(StreamOperator):
         state changes. In-flight windows of a key never touch each other (any that did were
         merged), so the new window merges with exactly those it touches, into their cover."""
         watermark, lateness = self.current_watermark, self.lateness
-        mapping, timers = self.merging._mapping, self.timers  # type: ignore[union-attr]
+        mapping, timers = self.merging.mapping, self.timers  # type: ignore[union-attr]
         skipped = True
         for new in self.assigner.assign_windows(value, timestamp, self.clock_ctx):
             start, end = new
@@ -345,7 +345,7 @@ class WindowOperator(StreamOperator):
         delete the timer at the max timestamp, which has fired by then.)"""
         if domain is not EVENT:
             return  # the trigger ignores processing time; cleanup is in event time
-        state_window = self.merging._mapping.get(window)  # type: ignore[union-attr]
+        state_window = self.merging.mapping.get(window)  # type: ignore[union-attr]
         if state_window is None:
             return  # the window merged into another or is gone: a stale timer
         last = window[1] - 1
@@ -354,7 +354,7 @@ class WindowOperator(StreamOperator):
         if timestamp == min(last + self.lateness, MAX_WATERMARK):
             self.contents.clear(state_window)
             self.clear_window_function(window)
-            self.merging._mapping.remove(window)  # type: ignore[union-attr]
+            self.merging.mapping.remove(window)  # type: ignore[union-attr]
 
     def _unmapped(self, timestamp: int, domain: TimeDomain) -> tuple[Any, ...]:
         """The windows of a restored timer of the sliced or kept path (no window-timer entry):
