@@ -158,7 +158,7 @@ class KeptWindows:
                 previous, w = start, window_of(start)
             p = pending.get(key)
             if p is None:
-                p = pending[key] = [(w, r, t)]
+                pending[key] = [(w, r, t)]
             elif p[-1][0] is w:  # the key's previous element's window: its timers are set
                 p.append((w, r, t))
                 continue

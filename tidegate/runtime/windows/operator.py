@@ -238,6 +238,7 @@ class WindowOperator(StreamOperator):
         for new in self.assigner.assign_windows(value, timestamp, self.clock_ctx):
             start, end = new
             touched = [w for w in mapping if w[0] <= end and w[1] >= start]
+            merged = False  # whether windows merged (the trigger's on_merge set the timer)
             if not touched:
                 if min(end - 1 + lateness, MAX_WATERMARK) <= watermark:
                     continue  # late for its only window
@@ -249,6 +250,7 @@ class WindowOperator(StreamOperator):
                 if len(touched) == 1 and touched[0] == window:  # inside an in-flight window
                     state_window = mapping.get(window)
                 else:
+                    merged = True
                     # the merged contents stay under the earliest merged window's state window
                     state_windows = [mapping.get(w) for w in touched]
                     state_window = state_windows[0]
@@ -269,7 +271,7 @@ class WindowOperator(StreamOperator):
             last = window[1] - 1
             if last <= watermark:
                 self._fire(window, state_window)  # a late firing within the allowed lateness
-            else:
+            elif not merged:
                 timers.register(EVENT, last, window)
             if lateness and last + lateness < MAX_WATERMARK:
                 timers.register(EVENT, last + lateness, window)
