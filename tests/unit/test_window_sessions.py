@@ -1,8 +1,10 @@
-"""Event-time session windows with the default trigger and no evictor (the inlined merging path
-of runtime/windows/operator.py, `_process_plain_session`): on out-of-order input with late
-data they give the generic per-element path's outputs (values, timestamps, order), late data
-and `clear` calls, hold the same keyed state after every step, and checkpoints of either path
-restore into the other."""
+"""Event-time session windows with the default trigger and no evictor: pre-aggregated ones
+without allowed lateness take the batched path (runtime/windows/sessions.py), the others the
+inlined merging path of runtime/windows/operator.py (`_process_plain_session`). On out-of-order
+input with late data both give the generic per-element path's outputs (values, timestamps,
+order), late data and `clear` calls, hold the same keyed state after every step (the batched
+path: after every batch, without the window-timer map it does not need), and checkpoints of
+either path restore into the generic one and back, also rescaled."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from window_harness import (
     Harness,
     add_values,
     assert_same_results,
+    rescaled_run,
     run,
     script,
     window_state_backend,  # noqa: F401 (autouse: both state backends)
@@ -23,6 +26,8 @@ from tidegate.runtime.windows.assigners import EventTimeSessionWindows, MergingW
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor
 from tidegate.runtime.windows.operator import WindowSpec
+from tidegate.runtime.windows.sessions import SessionWindows
+from tidegate.runtime.windows.window_timers import WINDOW_TIMERS_STATE
 
 ASSIGNERS = {
     "gap": lambda: EventTimeSessionWindows.with_gap(10),
@@ -66,15 +71,21 @@ def state_of(h: Harness) -> dict:
     }
 
 
-@pytest.mark.parametrize("lateness", [0, 15])
-@pytest.mark.parametrize("kind", ["reduce", "aggregate", "in-place", "process"])
+#: (kind, allowed lateness) of the inlined path: the pre-aggregated kinds without allowed
+#: lateness are batched
+INLINED = [(k, 15) for k in ("reduce", "aggregate", "in-place", "process")] + [("process", 0)]
+BATCHED = ["reduce", "aggregate", "in-place"]
+
+
+@pytest.mark.parametrize(("kind", "lateness"), INLINED)
 @pytest.mark.parametrize("assigner", list(ASSIGNERS))
 def test_inlined_sessions_give_the_generic_paths_results_and_state(assigner, kind, lateness):
     for seed in range(2):
         steps = script(seed, 200)
         fast = Harness(spec(assigner, kind, lateness))
         reference = Harness(spec(assigner, kind, lateness, PerWindowTrigger()))
-        assert fast.op._plain_session and not reference.op._plain_session
+        assert fast.op._plain_session and fast.op.batched is None
+        assert not reference.op._plain_session
         for i, (batch, watermark) in enumerate(steps):
             for h in (fast, reference):
                 h.add(*batch)
@@ -83,6 +94,117 @@ def test_inlined_sessions_give_the_generic_paths_results_and_state(assigner, kin
         for h in (fast, reference):
             h.watermark(MAX_WATERMARK)
         assert_same_results(fast, reference, cleared=kind != "reduce")
+
+
+def without_window_timers(state: dict) -> dict:
+    """`state_of` without the window-timer map (the batched path finds a timer's window in the
+    merging set)."""
+    return {name: entries for name, entries in state.items() if name != WINDOW_TIMERS_STATE}
+
+
+@pytest.mark.parametrize("per_batch", [1, 4])
+@pytest.mark.parametrize("kind", BATCHED)
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_batched_sessions_give_the_generic_paths_results_and_state(assigner, kind, per_batch):
+    """`per_batch` script steps in one batch (a watermark after each batch): several elements
+    of a key merge within one batch, windows are made and merged away before it ends."""
+    for seed in range(2):
+        steps = script(seed, 300)
+        steps = [
+            (
+                [e for batch, _ in steps[i : i + per_batch] for e in batch],
+                steps[i : i + per_batch][-1][1],
+            )
+            for i in range(0, len(steps), per_batch)
+        ]
+        fast = Harness(spec(assigner, kind, 0))
+        reference = Harness(spec(assigner, kind, 0, PerWindowTrigger()))
+        assert isinstance(fast.op.batched, SessionWindows) and reference.op.batched is None
+        for i, (batch, watermark) in enumerate(steps):
+            for h in (fast, reference):
+                h.add(*batch)
+            assert state_of(fast) == without_window_timers(state_of(reference)), (seed, i)
+            for h in (fast, reference):
+                h.watermark(watermark)
+            assert state_of(fast) == without_window_timers(state_of(reference)), (seed, i)
+            assert fast.out.records == reference.out.records, (seed, i)
+        assert WINDOW_TIMERS_STATE not in state_of(fast)
+        for h in (fast, reference):
+            h.watermark(MAX_WATERMARK)
+        assert_same_results(fast, reference, cleared=kind != "reduce")
+
+
+def test_batched_sessions_merge_many_windows_of_a_key_in_one_batch():
+    """Out-of-order elements of one key: three separate windows (gap 10), then in the next
+    batch one element whose window touches two of them, one that touches the result and the
+    third, one inside."""
+    elements = [("a", v, t) for v, t in [(1, 0), (2, 20), (3, 40), (4, 10), (5, 30), (6, 25)]]
+    fast = Harness(spec("gap", "in-place", 0))
+    reference = Harness(spec("gap", "in-place", 0, PerWindowTrigger()))
+    for h in (fast, reference):
+        h.add(*elements[:3])
+        h.add(*elements[3:])
+    assert state_of(fast) == without_window_timers(state_of(reference))
+    for h in (fast, reference):
+        h.watermark(MAX_WATERMARK)
+    assert fast.out.values() == reference.out.values() == [("a", 0, 50, (21, 6))]
+
+
+@pytest.mark.parametrize("direction", ["generic to batched", "batched to generic"])
+def test_batched_session_checkpoints_restore_into_the_generic_path_and_back(tmp_path, direction):
+    """The per-element path's window-timer entries restored into the batched path go as their
+    timers fire or their windows merge; the per-element path finds the windows of the batched
+    path's timers in the merging set (WindowOperator._unmapped). No state is left."""
+    steps = script(8)
+    make = {
+        "generic": lambda: spec("gap", "in-place", 0, PerWindowTrigger()),
+        "batched": lambda: spec("gap", "in-place", 0),
+    }
+    reference = run(Harness(make["generic"]()), steps)
+    first, then = direction.split(" to ")
+    for middle in (len(steps) // 3, len(steps) // 2):
+        h = Harness(make[first]())
+        for batch, watermark in steps[:middle]:
+            h.add(*batch)
+            h.watermark(watermark)
+        assert (WINDOW_TIMERS_STATE in state_of(h)) == (first != "batched")
+        restored = h.snapshot_to(tmp_path / f"{middle}.state")
+        rest = run(Harness(make[then](), restored=restored), steps[middle:])
+        assert sorted(h.out.records + rest.out.records, key=repr) == sorted(
+            reference.out.records, key=repr
+        )
+        assert state_of(rest) == {}
+
+
+def test_batched_sessions_restore_and_rescale_with_their_keys(tmp_path):
+    """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
+    one uninterrupted run (the snapshot is written after the subtasks went on)."""
+    make = lambda: spec("dynamic", "in-place", 0)  # noqa: E731
+    steps = script(9)
+    fired = rescaled_run(make, steps, tmp_path)
+    reference = run(Harness(spec("dynamic", "in-place", 0, PerWindowTrigger())), steps)
+    assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
+
+
+def test_every_snapshot_of_a_batched_session_run_holds_its_moment(tmp_path):
+    """Accumulators changed in place after a snapshot (copy on write): snapshots taken after
+    several steps, each restored into the generic path running the rest of the script, give
+    the reference's results."""
+    steps = script(5)
+    reference = run(Harness(spec("gap", "in-place", 0, PerWindowTrigger())), steps)
+    h = Harness(spec("gap", "in-place", 0))
+    for i, (batch, watermark) in enumerate(steps):
+        h.add(*batch)
+        h.watermark(watermark)
+        if i % 7 == 3:
+            restored = h.snapshot_to(tmp_path / f"{i}.state")
+            rest = run(
+                Harness(spec("gap", "in-place", 0, PerWindowTrigger()), restored=restored),
+                steps[i + 1 :],
+            )
+            assert sorted(h.out.records + rest.out.records, key=repr) == sorted(
+                reference.out.records, key=repr
+            ), f"restored after step {i}"
 
 
 @pytest.mark.parametrize("direction", ["generic to inlined", "inlined to generic"])
@@ -127,13 +249,20 @@ class _OwnMerge(MergingWindowAssigner):
         return True
 
 
-def test_only_default_sessions_take_the_inlined_path():
-    def inlined(**kw) -> bool:
+def test_only_default_sessions_take_the_inlined_or_batched_path():
+    def path(**kw) -> str:
         kw.setdefault("aggregation", Aggregation(add_values))
-        return Harness(WindowSpec(kw.pop("assigner", ASSIGNERS["gap"]()), **kw)).op._plain_session
+        op = Harness(WindowSpec(kw.pop("assigner", ASSIGNERS["gap"]()), **kw)).op
+        if op.batched is not None:
+            return type(op.batched).__name__
+        return "inlined" if op._plain_session else "generic"
 
-    assert inlined()
-    assert inlined(assigner=ASSIGNERS["dynamic"]())
-    assert not inlined(trigger=PerWindowTrigger())
-    assert not inlined(evictor=CountEvictor.of(2))
-    assert not inlined(assigner=_OwnMerge())
+    assert path() == "SessionWindows"
+    assert path(assigner=ASSIGNERS["dynamic"]()) == "SessionWindows"
+    assert path(allowed_lateness=1) == "inlined"
+    assert path(aggregation=None, function=InternalWindowFunction("process", Windowed())) == (
+        "inlined"
+    )
+    assert path(trigger=PerWindowTrigger()) == "generic"
+    assert path(evictor=CountEvictor.of(2)) == "generic"
+    assert path(assigner=_OwnMerge()) == "generic"

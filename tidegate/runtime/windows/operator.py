@@ -39,6 +39,7 @@ from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunctio
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.kept import KeptWindows, kept_fits
 from tidegate.runtime.windows.merging import MergingWindowSet
+from tidegate.runtime.windows.sessions import SessionWindows, sessions_fit
 from tidegate.runtime.windows.slicing import SlicedWindows, sliced_size
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
@@ -110,8 +111,12 @@ class WindowOperator(StreamOperator):
         self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None
         #: the same windows keeping their elements (process/apply): batched, see kept.py
         self.kept = KeptWindows(self) if kept_fits(spec, self.trigger) else None
-        #: the batched path taken (sliced or kept), None: element by element
-        self.batched: SlicedWindows | KeptWindows | None = self.sliced or self.kept
+        #: pre-aggregated event-time sessions without allowed lateness: batched, see sessions.py
+        self.sessions = SessionWindows(self) if sessions_fit(spec, self.trigger) else None
+        #: the batched path taken (sliced, kept or sessions), None: element by element
+        self.batched: SlicedWindows | KeptWindows | SessionWindows | None = (
+            self.sliced or self.kept or self.sessions
+        )
         self.clock = clock
         self.merging: MergingWindowSet | None = None
         self.num_late_records_dropped = 0
@@ -136,12 +141,12 @@ class WindowOperator(StreamOperator):
         self.timers.internal.batch = self.ctx.batch
         self.timers.internal.current_watermark = self.current_watermark  # a restored one
         spec = self.spec
+        if hasattr(self.assigner, "merge_windows"):
+            self.merging = MergingWindowSet(self.assigner, backend)
         if batched is not None:
             batched.open()
         else:
             self.contents = make_contents(backend, spec.aggregation, spec.evictor is not None)
-        if hasattr(self.assigner, "merge_windows"):
-            self.merging = MergingWindowSet(self.assigner, backend)
         self.trigger_scope = WindowScope(backend, "__trigger__")
         self.window_state_scope = WindowScope(backend, "__window_state__")
         self.trigger_ctx = TriggerContext(self)
@@ -359,11 +364,20 @@ class WindowOperator(StreamOperator):
             self.merging.mapping.remove(window)  # type: ignore[union-attr]
 
     def _unmapped(self, timestamp: int, domain: TimeDomain) -> tuple[Any, ...]:
-        """The windows of a restored timer of the sliced or kept path (no window-timer entry):
-        for tumbling/sliding assigners, the window ending at `timestamp` and the one whose
-        cleanup time it is, if the key has contents in them."""
+        """The windows of a restored timer of a batched path (no window-timer entry): for
+        tumbling/sliding assigners, the window ending at `timestamp` and the one whose cleanup
+        time it is, if the key has contents in them; for sessions, the key's windows in flight
+        ending or cleaned up then."""
+        if domain is not EVENT:
+            return ()
+        if self.merging is not None:
+            return tuple(
+                w
+                for w in self.merging.windows()
+                if w.max_timestamp() == timestamp or self._cleanup_time(w) == timestamp
+            )
         size = getattr(self.assigner, "size", None)
-        if size is None or domain is not EVENT or self.merging is not None:
+        if size is None:
             return ()
         slide, offset = getattr(self.assigner, "slide", size), self.assigner.offset
         starts = dict.fromkeys(

@@ -10,15 +10,15 @@ An in-memory set of the registered `(domain, timestamp, key, window)` (rebuilt f
 after a restore) answers "already registered?" without reading the state: most elements
 register the timers their window already has.
 
-A timer without an entry in the map was registered by a batched path (slicing.py, kept.py) of
-a checkpoint restored into this one (e.g. after the job's trigger changed): `unmapped(timestamp,
-domain)` gives its windows.
+A timer without an entry in the map was registered by a batched path (slicing.py, kept.py,
+sessions.py) of a checkpoint restored into this one (e.g. after the job's trigger changed):
+`unmapped(timestamp, domain)` gives its windows.
 
-Sliced and kept windows (slicing.py, kept.py) know their window from a timer's timestamp:
-with `derived`, the timer service calls `derived(timestamp, domain)` instead, the map is not
-written, and `pop_event_timers` hands a watermark's due timers to the caller in one list
-(entries of the map restored from a checkpoint of the per-window operator are removed as their
-timers fire).
+Sliced, kept and session windows (slicing.py, kept.py, sessions.py) know their window from a
+timer's timestamp: with `derived`, the timer service calls `derived(timestamp, domain)`
+instead, the map is not written, and `pop_event_timers` hands a watermark's due timers to the
+caller in one list (entries of the map restored from a checkpoint of the per-window operator
+are removed as their timers fire, or as a session path deletes them: `delete_derived`).
 """
 
 from __future__ import annotations
@@ -85,6 +85,14 @@ class WindowTimers:
         else:
             self._windows.remove(key)
             self.internal.delete(domain, timestamp)
+
+    def delete_derived(self, timestamp: int, window: Any) -> None:
+        """Delete the current key's event-time timer at `timestamp` of a derived path's
+        `window` (and the window's entry in the map, if one was restored there)."""
+        if (0, timestamp, self._backend.current_key, window) in self._registered:
+            self.delete(_EVENT, timestamp, window)
+        else:
+            self.internal.delete(_EVENT, timestamp)
 
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
         key = (0 if domain is _EVENT else 1, timestamp)
