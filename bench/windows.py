@@ -8,10 +8,11 @@ loop that computes the same results with a dict (the ratio is the figure to watc
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
 and sliding 10 s / 1 s process (all elements kept), session windows reduce with a gap of 50 ms
 (each element of a key, 100 ms apart, is a session of its own) and of 500 ms (one session per
-key, merged with every element, fired at the end); their bare loop keeps one open session per
-key, as in-order input allows, and must make as many sessions as the operator. The process
-cases are also compared with a bare loop keeping the elements (a list per key and window) and
-calling the same ProcessWindowFunction on each list ("bare kept"). Timestamps are 1 ms apart.
+key, merged with every element, fired at the end; also with process, all elements kept); their
+bare loop keeps one open session per key, as in-order input allows, and must make as many
+sessions as the operator. The tumbling and sliding process cases are also compared with a bare
+loop keeping the elements (a list per key and window) and calling the same
+ProcessWindowFunction on each list ("bare kept"). Timestamps are 1 ms apart.
 Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
 shared machine changes them less than wall time); each case runs the operator and the bare
 loop(s) alternately `--repeats` times and reports the medians and the median of the ratios.
@@ -191,6 +192,13 @@ def main() -> None:
         ),
         "session 500ms reduce": (
             WindowSpec(EventTimeSessionWindows.with_gap(500), aggregation=Aggregation(_add)),
+            500,
+        ),
+        "session 500ms process": (
+            WindowSpec(
+                EventTimeSessionWindows.with_gap(500),
+                function=InternalWindowFunction("process", _Sizes()),
+            ),
             500,
         ),
     }

@@ -71,15 +71,14 @@ def state_of(h: Harness) -> dict:
     }
 
 
-#: (kind, allowed lateness) of the inlined path: the pre-aggregated kinds without allowed
-#: lateness are batched
-INLINED = [(k, 15) for k in ("reduce", "aggregate", "in-place", "process")] + [("process", 0)]
-BATCHED = ["reduce", "aggregate", "in-place"]
+KINDS = ["reduce", "aggregate", "in-place", "process"]
 
 
-@pytest.mark.parametrize(("kind", "lateness"), INLINED)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("assigner", list(ASSIGNERS))
-def test_inlined_sessions_give_the_generic_paths_results_and_state(assigner, kind, lateness):
+def test_inlined_sessions_give_the_generic_paths_results_and_state(assigner, kind):
+    """With allowed lateness (without, sessions are batched)."""
+    lateness = 15
     for seed in range(2):
         steps = script(seed, 200)
         fast = Harness(spec(assigner, kind, lateness))
@@ -103,7 +102,7 @@ def without_window_timers(state: dict) -> dict:
 
 
 @pytest.mark.parametrize("per_batch", [1, 4])
-@pytest.mark.parametrize("kind", BATCHED)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("assigner", list(ASSIGNERS))
 def test_batched_sessions_give_the_generic_paths_results_and_state(assigner, kind, per_batch):
     """`per_batch` script steps in one batch (a watermark after each batch): several elements
@@ -150,15 +149,18 @@ def test_batched_sessions_merge_many_windows_of_a_key_in_one_batch():
     assert fast.out.values() == reference.out.values() == [("a", 0, 50, (21, 6))]
 
 
+@pytest.mark.parametrize("kind", ["in-place", "process"])
 @pytest.mark.parametrize("direction", ["generic to batched", "batched to generic"])
-def test_batched_session_checkpoints_restore_into_the_generic_path_and_back(tmp_path, direction):
+def test_batched_session_checkpoints_restore_into_the_generic_path_and_back(
+    tmp_path, direction, kind
+):
     """The per-element path's window-timer entries restored into the batched path go as their
     timers fire or their windows merge; the per-element path finds the windows of the batched
     path's timers in the merging set (WindowOperator._unmapped). No state is left."""
     steps = script(8)
     make = {
-        "generic": lambda: spec("gap", "in-place", 0, PerWindowTrigger()),
-        "batched": lambda: spec("gap", "in-place", 0),
+        "generic": lambda: spec("gap", kind, 0, PerWindowTrigger()),
+        "batched": lambda: spec("gap", kind, 0),
     }
     reference = run(Harness(make["generic"]()), steps)
     first, then = direction.split(" to ")
@@ -176,13 +178,14 @@ def test_batched_session_checkpoints_restore_into_the_generic_path_and_back(tmp_
         assert state_of(rest) == {}
 
 
-def test_batched_sessions_restore_and_rescale_with_their_keys(tmp_path):
+@pytest.mark.parametrize("kind", ["in-place", "process"])
+def test_batched_sessions_restore_and_rescale_with_their_keys(tmp_path, kind):
     """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
     one uninterrupted run (the snapshot is written after the subtasks went on)."""
-    make = lambda: spec("dynamic", "in-place", 0)  # noqa: E731
+    make = lambda: spec("dynamic", kind, 0)  # noqa: E731
     steps = script(9)
     fired = rescaled_run(make, steps, tmp_path)
-    reference = run(Harness(spec("dynamic", "in-place", 0, PerWindowTrigger())), steps)
+    reference = run(Harness(spec("dynamic", kind, 0, PerWindowTrigger())), steps)
     assert sorted(fired, key=repr) == sorted(reference.out.records, key=repr)
 
 
@@ -260,9 +263,9 @@ def test_only_default_sessions_take_the_inlined_or_batched_path():
     assert path() == "SessionWindows"
     assert path(assigner=ASSIGNERS["dynamic"]()) == "SessionWindows"
     assert path(allowed_lateness=1) == "inlined"
-    assert path(aggregation=None, function=InternalWindowFunction("process", Windowed())) == (
-        "inlined"
-    )
+    process = InternalWindowFunction("process", Windowed())
+    assert path(aggregation=None, function=process) == "SessionWindows"
+    assert path(aggregation=None, function=process, allowed_lateness=1) == "inlined"
     assert path(trigger=PerWindowTrigger()) == "generic"
     assert path(evictor=CountEvictor.of(2)) == "generic"
     assert path(assigner=_OwnMerge()) == "generic"

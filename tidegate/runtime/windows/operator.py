@@ -15,10 +15,11 @@ its contents, trigger state and merging-set entry are dropped.
 
 Event-time tumbling and sliding windows with the default trigger take a batched path with the
 same behaviour: slicing.py when pre-aggregated (reduce / aggregate), kept.py when they keep
-their elements (process / apply, or an evictor). Event-time session windows with the default
-trigger and no evictor take the steps above with the trigger and the merging inlined
-(`_process_plain_session`, `_on_plain_session_timer`): the same state changes, a fraction of
-the calls.
+their elements (process / apply, or an evictor); so do event-time session windows with the
+default trigger, no evictor and no allowed lateness (sessions.py). Other event-time session
+windows with the default trigger and no evictor take the steps above with the trigger and the
+merging inlined (`_process_plain_session`, `_on_plain_session_timer`): the same state changes,
+a fraction of the calls.
 
 Everything is keyed state of the operator's backend (contents, trigger state, window state,
 merging sets, timers), so windows checkpoint, restore and rescale with their keys. Outputs
@@ -111,7 +112,7 @@ class WindowOperator(StreamOperator):
         self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None
         #: the same windows keeping their elements (process/apply): batched, see kept.py
         self.kept = KeptWindows(self) if kept_fits(spec, self.trigger) else None
-        #: pre-aggregated event-time sessions without allowed lateness: batched, see sessions.py
+        #: event-time sessions without allowed lateness: batched, see sessions.py
         self.sessions = SessionWindows(self) if sessions_fit(spec, self.trigger) else None
         #: the batched path taken (sliced, kept or sessions), None: element by element
         self.batched: SlicedWindows | KeptWindows | SessionWindows | None = (

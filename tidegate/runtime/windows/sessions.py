@@ -1,17 +1,19 @@
-"""Pre-aggregated event-time session windows, batch by batch.
+"""Event-time session windows, batch by batch.
 
 Used by WindowOperator where `sessions_fit`: an event-time merging assigner with the standard
 merge rule (EventTimeSessionWindows, static or dynamic gap), the default EventTimeTrigger, no
-evictor, pre-aggregation (reduce / aggregate, with or without a window function) and no
-allowed lateness. Without allowed lateness no element fires a window as it arrives (a window
-in flight ends after the watermark, and a merge only grows it), so a batch's elements can be
-merged key by key. Other sessions take the per-element path (`_process_plain_session`).
+evictor and no allowed lateness; pre-aggregated (reduce / aggregate, with or without a window
+function) or keeping the elements (process / apply). Without allowed lateness no element fires
+a window as it arrives (a window in flight ends after the watermark, and a merge only grows
+it), so a batch's elements can be merged key by key. Other sessions take the per-element path
+(`_process_plain_session`).
 
 Outputs and their order, late data, the window function's calls and the keyed state after each
 batch are the per-element path's: the merging set `__merging_windows__` (window -> state
-window), the contents `__window_contents__` (state window -> accumulator) and one event-time
-timer per window at its max timestamp (its trigger and cleanup timer). What changes is the
-number of calls:
+window), the contents (`__window_contents__`, state window -> accumulator, or the list
+`__window_elements__` of `(state window, value, timestamp)` in arrival order) and one
+event-time timer per window at its max timestamp (its trigger and cleanup timer). What changes
+is the number of calls:
 
 * elements: the batch's elements are gathered per key; each key's merging set is read once,
   its elements merged into it in plain Python with the per-element steps (a new window merges
@@ -37,7 +39,7 @@ from typing import Any
 
 from tidegate.runtime.internal_timers import TimeDomain
 from tidegate.runtime.windows.assigners import EventTimeSessionWindows, MergingWindowAssigner
-from tidegate.runtime.windows.contents import AccumulatingContents
+from tidegate.runtime.windows.contents import ELEMENTS_STATE, make_contents
 from tidegate.runtime.windows.merging import MERGING_STATE
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import private_copy
@@ -58,7 +60,6 @@ def sessions_fit(spec: Any, trigger: Any) -> bool:
         and bool(assigner.is_event_time())
         and type(trigger) is EventTimeTrigger
         and spec.evictor is None
-        and spec.aggregation is not None
         and spec.allowed_lateness == 0
     )
 
@@ -70,6 +71,8 @@ class SessionWindows:
         self.op = operator
         assigner = operator.assigner
         self._agg = operator.spec.aggregation
+        #: the elements are kept (process / apply without pre-aggregation): ListContents
+        self._keep = self._agg is None
         self._clear_function = operator.spec.function.has_clear()
         #: a static gap computed inline; None: the assigner's windows (dynamic gaps, subclasses)
         self._gap = (
@@ -81,7 +84,13 @@ class SessionWindows:
     def open(self) -> None:
         op = self.op
         self.backend = backend = op.keyed_backend
-        self.contents = op.contents = AccumulatingContents(backend, self._agg)
+        self.contents = op.contents = make_contents(backend, self._agg, False)
+        #: (key, state window) of the accumulators ours to change in place (AccumulatingContents)
+        self._private: set[Any] = set() if self._keep else self.contents._private
+        #: the heap backend's live {key: [(state window, value, timestamp)]} (kept elements)
+        self._elements = (
+            backend.table(ELEMENTS_STATE) if self._keep and hasattr(backend, "table") else None
+        )
         self.mapping = op.merging.mapping
         #: the heap backend's live {key: {window: state window}}, read without a copy
         self._table = backend.table(MERGING_STATE) if hasattr(backend, "table") else None
@@ -128,18 +137,23 @@ class SessionWindows:
         A window in flight is a record `[start, end, state window, changed in this batch, its
         window in the state (None: new), accumulator (_UNREAD: not read), accumulator ours to
         change in place, index of the element whose window first ended at `end` (-1: a window
-        in the state did)]`. The last is the timer's place: the per-element path registers a
-        window's timer when its end moves, and a merge result ending where a merged window
-        ended keeps that window's timer. The window and the state window of a new one are
-        plain `(start, end)` tuples until written (equal to, and hashing as, the TimeWindow)."""
-        op, agg, gap, private = self.op, self._agg, self._gap, self.contents._private
+        in the state did), the record it merged into (None: in flight)]`. The timer's place:
+        the per-element path registers a window's timer when its end moves, and a merge result
+        ending where a merged window ended keeps that window's timer. The window and the state
+        window of a new one are plain `(start, end)` tuples until written (equal to, and
+        hashing as, the TimeWindow). Kept elements are appended to the key's list at the end,
+        each with its record's final state window; a merge renames the merged state windows'
+        elements in place, as ListContents.merge does."""
+        op, agg, gap, private = self.op, self._agg, self._gap, self._private
         watermark, state = op.current_watermark, self.contents._state
         table = self._table
         entries = self.mapping.items() if table is None else (table.get(key) or {}).items()
-        recs = [[w[0], w[1], sw, False, w, _UNREAD, False, -1] for w, sw in entries]
+        recs = [[w[0], w[1], sw, False, w, _UNREAD, False, -1, None] for w, sw in entries]
         gone: list[list[Any]] = []  # records of windows in the state merged into others
-        add, merge, fresh = agg.add, agg.merge, agg.aggregate is not None
-        reduce = None if fresh else agg.reduce  # (Aggregation.add of a reduce, inlined)
+        keep, appended = self._keep, []  # kept elements: (record, value, timestamp)
+        if not keep:
+            add, merge, fresh = agg.add, agg.merge, agg.aggregate is not None
+            reduce = None if fresh else agg.reduce  # (Aggregation.add of a reduce, inlined)
         for i in indices:
             value, t = records[i], timestamps[i]
             news = (
@@ -157,7 +171,7 @@ class SessionWindows:
                 if not touched:
                     if end - 1 <= watermark:
                         continue  # late for its only window
-                    rec = [start, end, (start, end), True, None, None, True, i]
+                    rec = [start, end, (start, end), True, None, None, True, i, None]
                     recs.append(rec)
                 elif len(touched) == 1:
                     rec = touched[0]
@@ -171,20 +185,26 @@ class SessionWindows:
                     rec, last = touched[0], max(touched, key=_second)
                     rec[0], rec[3] = min(start, rec[0]), True
                     rec[1], rec[7] = (end, i) if end > last[1] else (last[1], last[7])
-                    merged = rec[5]
-                    if merged is _UNREAD:
-                        merged = state.get(rec[2])
                     for other in touched[1:]:
                         recs.remove(other)
-                        acc = other[5]
-                        if acc is _UNREAD:
-                            acc = state.get(other[2])
-                        if acc is not None:
-                            merged = acc if merged is None else merge(merged, acc)
+                        other[8] = rec
                         if other[4] is not None:
                             gone.append(other)
-                    rec[5], rec[6] = merged, False
+                    if not keep:
+                        merged = rec[5]
+                        if merged is _UNREAD:
+                            merged = state.get(rec[2])
+                        for other in touched[1:]:
+                            acc = other[5]
+                            if acc is _UNREAD:
+                                acc = state.get(other[2])
+                            if acc is not None:
+                                merged = acc if merged is None else merge(merged, acc)
+                        rec[5], rec[6] = merged, False
                 skipped = False
+                if keep:
+                    appended.append((rec, value, t))
+                    continue
                 acc = rec[5]
                 if acc is _UNREAD:
                     acc, mine = state.get(rec[2]), (key, rec[2]) in private
@@ -208,11 +228,15 @@ class SessionWindows:
             mapping.remove(window)
             if window[1] not in kept:
                 delete_timer(window[1] - 1, window)
-            state.remove(sw)
-            private.discard((key, sw))
-        for start, end, sw, changed, window, acc, mine, timer in recs:
-            if type(sw) is tuple:
-                sw = TimeWindow(*sw)
+            if not keep:
+                state.remove(sw)
+                private.discard((key, sw))
+        for rec in recs:
+            if type(rec[2]) is tuple:
+                rec[2] = TimeWindow(*rec[2])
+        if keep:
+            self._write_elements(gone, appended)
+        for start, end, sw, changed, window, acc, mine, timer, _ in recs:
             if changed:
                 if window is not None:
                     mapping.remove(window)
@@ -224,7 +248,7 @@ class SessionWindows:
                     due.append(window)
                 elif timer >= 0:
                     timers.append((timer, end - 1, key))
-            if acc is not _UNREAD:
+            if acc is not _UNREAD and not keep:
                 state.put(sw, acc)
                 if mine:
                     private.add((key, sw))
@@ -235,6 +259,25 @@ class SessionWindows:
             # the window is past its cleanup time, it fires and goes at once
             self._fire(key, window)
 
+    def _write_elements(self, gone: list[list[Any]], appended: list[tuple[Any, Any, int]]) -> None:
+        """The current key's kept elements: the elements of merged state windows (`gone`'s)
+        renamed in place, then the batch's `appended`, each under its record's final state
+        window."""
+
+        def final(rec: list[Any]) -> Any:
+            while rec[8] is not None:
+                rec = rec[8]
+            return rec[2]
+
+        added = [(final(rec), v, t) for rec, v, t in appended]
+        state = self.contents._state
+        if gone:
+            renamed = {rec[2]: final(rec) for rec in gone}
+            get = renamed.get
+            state.update([(get(w, w), v, t) for w, v, t in state.get()] + added)
+        elif added:
+            state.add_all(added)
+
     # firing ------------------------------------------------------------------------------------
     def advance(self, watermark: int) -> None:
         """The watermark moved to `watermark`: the due windows fire and go, in timer order."""
@@ -242,7 +285,12 @@ class SessionWindows:
         if not due:
             return
         op, backend, table, mapping = self.op, self.backend, self._table, self.mapping
-        state, private, result = self.contents._state, self.contents._private, self._agg.result
+        keep, state, private = (
+            self._keep,
+            self.contents._state,
+            self._private,
+        )
+        result = None if keep else self._agg.result
         # without a window function the result itself is emitted (InternalWindowFunction "pass")
         plain = op.spec.function.kind == "pass"
         out, out_ts, emit, clear = op._out, op._out_ts, op.emit_window, self._clear_function
@@ -254,6 +302,9 @@ class SessionWindows:
             if found is None:
                 continue  # no window ends there (a timer restored from elsewhere)
             window, sw = found
+            if keep:
+                self._fire(key, window, sw)
+                continue
             acc = state.get(sw)
             if acc is not None:
                 if plain:
@@ -278,16 +329,26 @@ class SessionWindows:
                 self._fire(key, window)
                 return
 
-    def _fire(self, key: Any, window: Any) -> None:
-        """The current key's `window` fires (if it holds anything) and goes: its contents, its
-        merging-set entry, then the window function's clear() (`advance` inlines this)."""
-        mapping, state = self.mapping, self.contents._state
-        sw = mapping.get(window)
-        acc = state.get(sw)
-        if acc is not None:
-            self.op.emit_window(window, [self._agg.result(acc)])
-            state.remove(sw)
-            self.contents._private.discard((key, sw))
+    def _fire(self, key: Any, window: Any, sw: Any = None) -> None:
+        """The current key's `window` (its state window `sw`, None: looked up) fires if it holds
+        anything, and goes: its contents, its merging-set entry, then the window function's
+        clear() (`advance` inlines this for accumulators)."""
+        mapping, state, op = self.mapping, self.contents._state, self.op
+        if sw is None:
+            sw = mapping.get(window)
+        if self._keep:
+            table = self._elements
+            elements = state.get() if table is None else table.get(key) or ()
+            values = [v for w, v, _ in elements if w == sw]
+            if values:
+                op.emit_window(window, values)
+                state.update([e for e in elements if e[0] != sw])
+        else:
+            acc = state.get(sw)
+            if acc is not None:
+                op.emit_window(window, [self._agg.result(acc)])
+                state.remove(sw)
+                self._private.discard((key, sw))
         mapping.remove(window)
         if self._clear_function:
-            self.op.clear_window_function(window)
+            op.clear_window_function(window)
