@@ -179,6 +179,32 @@ def test_batched_session_checkpoints_restore_into_the_generic_path_and_back(
 
 
 @pytest.mark.parametrize("kind", ["in-place", "process"])
+def test_sessions_kept_for_an_allowed_lateness_go_when_restored_into_a_job_without(tmp_path, kind):
+    """A checkpoint of a job with allowed lateness (windows past their end, kept until their
+    cleanup timers) restored into the same job without it (batched): the first part's windows
+    that had ended go when their cleanup timers fire (or fire once more, late, if an element
+    merges into them); no state is left."""
+    steps = script(6)
+    h = Harness(spec("gap", kind, 15))
+    assert h.op.batched is None
+    middle = len(steps) // 2
+    for batch, watermark in steps[:middle]:
+        h.add(*batch)
+        h.watermark(watermark)
+    ended = [w for k in "abcde" for w in _windows_of(h, k) if w.end - 1 <= h.op.current_watermark]
+    assert ended, "the script leaves windows kept for the allowed lateness"
+    rest = Harness(spec("gap", kind, 0), restored=h.snapshot_to(tmp_path / "lateness.state"))
+    assert isinstance(rest.op.batched, SessionWindows)
+    run(rest, steps[middle:])
+    assert state_of(rest) == {}
+
+
+def _windows_of(h: Harness, key: str) -> list:
+    h.op.keyed_backend.current_key = key
+    return list(h.op.merging.mapping.keys())
+
+
+@pytest.mark.parametrize("kind", ["in-place", "process"])
 def test_batched_sessions_restore_and_rescale_with_their_keys(tmp_path, kind):
     """p=2 until a checkpoint in the middle of the script, then p=3 from it: the results of
     one uninterrupted run (the snapshot is written after the subtasks went on)."""

@@ -30,6 +30,8 @@ is the number of calls:
 Checkpoints of either path restore into the other: a timer the per-element path restores
 without a `__window_timers__` entry finds its windows in the merging set (the operator's
 `_unmapped`), and entries restored into this path go as their timers fire or are deleted.
+Windows restored from a job with allowed lateness that had ended go when their cleanup timers
+fire (`_clear_stale`), where the per-element path (as Flink's) would keep them for good.
 """
 
 from __future__ import annotations
@@ -300,7 +302,8 @@ class SessionWindows:
             end = timestamp + 1
             found = next((entry for entry in windows if entry[0][1] == end), None)
             if found is None:
-                continue  # no window ends there (a timer restored from elsewhere)
+                self._clear_stale(key, timestamp)
+                continue
             window, sw = found
             if keep:
                 self._fire(key, window, sw)
@@ -318,6 +321,25 @@ class SessionWindows:
             if clear:
                 op.clear_window_function(window)
 
+    def _clear_stale(self, key: Any, timestamp: int) -> None:
+        """A timer of the current key with no window ending there: one restored from a job
+        with allowed lateness (a window's cleanup timer) or another trigger. Windows of the key
+        that ended before it are past their cleanup time here and fired when they ended (the
+        watermark passed their end in the job that kept them): they go without firing."""
+        stale = [(w, sw) for w, sw in self.mapping.items() if w[1] - 1 < timestamp]
+        if not stale:
+            return
+        contents, state = self.contents, self.contents._state
+        for window, sw in stale:
+            if self._keep:
+                contents.clear(sw)
+            else:
+                state.remove(sw)
+                self._private.discard((key, sw))
+            self.mapping.remove(window)
+            if self._clear_function:
+                self.op.clear_window_function(window)
+
     def on_timer(self, timestamp: int, domain: TimeDomain) -> None:
         """A timer of the current key fired outside `advance` (restored processing-time timers
         of another trigger do nothing)."""
@@ -328,6 +350,7 @@ class SessionWindows:
             if window[1] == end:
                 self._fire(key, window)
                 return
+        self._clear_stale(key, timestamp)
 
     def _fire(self, key: Any, window: Any, sw: Any = None) -> None:
         """The current key's `window` (its state window `sw`, None: looked up) fires if it holds
