@@ -3,7 +3,7 @@ timestamped batches of `(key, value)` with a watermark after each batch, against
 loop that computes the same results with a dict (the ratio is the figure to watch, DESIGN §8).
 
     .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--cases TEXT]
-                                      [--json FILE]
+                                      [--backend hashmap|rocksdb] [--json FILE]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
 and sliding 10 s / 1 s process (all elements kept), session windows reduce with a gap of 50 ms
@@ -13,6 +13,7 @@ bare loop keeps one open session per key, as in-order input allows, and must mak
 sessions as the operator. The tumbling and sliding process cases are also compared with a bare
 loop keeping the elements (a list per key and window) and calling the same
 ProcessWindowFunction on each list ("bare kept"). Timestamps are 1 ms apart.
+The operator's state is on `--backend` (hashmap by default; rocksdb in a temporary directory).
 Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
 shared machine changes them less than wall time); each case runs the operator and the bare
 loop(s) alternately `--repeats` times and reports the medians and the median of the ratios.
@@ -27,10 +28,12 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tidegate.datastream import EmbeddedRocksDBStateBackend
 from tidegate.runtime.internal_timers import MAX_WATERMARK
 from tidegate.runtime.operators import OperatorRuntime
 from tidegate.runtime.records import TimestampedBatch
@@ -69,9 +72,17 @@ def _first(r):
     return r[0]
 
 
-def _operator_rate(spec: WindowSpec, batches: list) -> tuple[float, int]:
+def _operator_rate(spec: WindowSpec, batches: list, backend: str) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory(prefix="tidegate-bench-windows-") as local_dir:
+        state_backend = None  # hashmap
+        if backend == "rocksdb":
+            state_backend = EmbeddedRocksDBStateBackend(local_dir=local_dir)
+        return _run_operator(spec, batches, state_backend)
+
+
+def _run_operator(spec: WindowSpec, batches: list, state_backend: object) -> tuple[float, int]:
     op = WindowOperator(spec, _first, uid="bench")
-    op.initialize_state(OperatorRuntime(0, 1, 128, 0), None)
+    op.initialize_state(OperatorRuntime(0, 1, 128, 0, state_backend=state_backend), None)
     out = _Count()
     op.outputs = [out]
     op.open()
@@ -81,7 +92,9 @@ def _operator_rate(spec: WindowSpec, batches: list) -> tuple[float, int]:
         op.process_batch(batch)
         op.process_watermark(batch.timestamps[-1])
     op.process_watermark(MAX_WATERMARK)
-    return n / (time.process_time() - start), out.n
+    rate = n / (time.process_time() - start)
+    op.close()  # rocksdb: its files go
+    return rate, out.n
 
 
 def _bare_rate(size: int, slide: int, batches: list) -> float:
@@ -152,6 +165,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default="", help="only the cases whose name contains this")
+    parser.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
     parser.add_argument(
         "--json",
         default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "windows.json"),
@@ -209,7 +223,7 @@ def main() -> None:
         kept = spec.function.kind == "process"  # also against a bare loop keeping elements
         rates, bare_rates, ratios, kept_rates, kept_ratios = [], [], [], [], []
         for _ in range(args.repeats):
-            rate, fired = _operator_rate(spec, batches)
+            rate, fired = _operator_rate(spec, batches, args.backend)
             rates.append(rate)
             if isinstance(bare, int):  # a session gap
                 bare_rate, sessions = _bare_session_rate(bare, batches)

@@ -51,6 +51,9 @@ EVENT = TimeDomain.EVENT_TIME
 #: an accumulator not read from the state yet
 _UNREAD: Any = object()
 _first, _second = itemgetter(0), itemgetter(1)
+_NONE: dict[Any, Any] = {}
+#: keys whose merging sets `_cache` holds at most (beyond, the older half is forgotten)
+_MAX_CACHED_KEYS = 65_536
 
 
 def sessions_fit(spec: Any, trigger: Any) -> bool:
@@ -94,11 +97,41 @@ class SessionWindows:
             backend.table(ELEMENTS_STATE) if self._keep and hasattr(backend, "table") else None
         )
         self.mapping = op.merging.mapping
-        #: the heap backend's live {key: {window: state window}}, read without a copy
+        #: the heap backend's live {key: {window: state window}}, read without a copy; None:
+        #: `_cache` mirrors the keys' merging sets (on rocksdb a scan of a key's map entries
+        #: walks the deletions of all its past windows until a compaction drops them)
         self._table = backend.table(MERGING_STATE) if hasattr(backend, "table") else None
+        self._cache: dict[Any, dict[Any, Any]] = {}
 
     def on_snapshot(self) -> None:
         self.contents.on_snapshot()
+
+    # the merging sets ------------------------------------------------------------------------
+    def _windows(self, key: Any) -> dict[Any, Any]:
+        """The current key's windows in flight -> their state windows (not to be changed)."""
+        table = self._table
+        if table is not None:
+            return table.get(key) or _NONE
+        cache = self._cache
+        windows = cache.get(key)
+        if windows is None:
+            if len(cache) >= _MAX_CACHED_KEYS:
+                for old in list(cache)[: len(cache) // 2]:
+                    del cache[old]
+            windows = cache[key] = dict(self.mapping.items())
+        return windows
+
+    def _put(self, key: Any, window: Any, state_window: Any) -> None:
+        self.mapping.put(window, state_window)
+        windows = self._cache.get(key)  # (the heap backend's table needs nothing)
+        if windows is not None:
+            windows[window] = state_window
+
+    def _remove(self, key: Any, window: Any) -> None:
+        self.mapping.remove(window)
+        windows = self._cache.get(key)
+        if windows is not None:
+            windows.pop(window, None)
 
     # elements ----------------------------------------------------------------------------------
     def process(self, records: list, timestamps: list[int]) -> None:
@@ -148,9 +181,10 @@ class SessionWindows:
         elements in place, as ListContents.merge does."""
         op, agg, gap, private = self.op, self._agg, self._gap, self._private
         watermark, state = op.current_watermark, self.contents._state
-        table = self._table
-        entries = self.mapping.items() if table is None else (table.get(key) or {}).items()
-        recs = [[w[0], w[1], sw, False, w, _UNREAD, False, -1, None] for w, sw in entries]
+        recs = [
+            [w[0], w[1], sw, False, w, _UNREAD, False, -1, None]
+            for w, sw in self._windows(key).items()
+        ]
         gone: list[list[Any]] = []  # records of windows in the state merged into others
         keep, appended = self._keep, []  # kept elements: (record, value, timestamp)
         if not keep:
@@ -223,11 +257,11 @@ class SessionWindows:
             if skipped:
                 late.append(i)
         # write back: the merging set, the contents, the timers
-        mapping, delete_timer, due = self.mapping, op.timers.delete_derived, []
+        put, remove, delete_timer, due = self._put, self._remove, op.timers.delete_derived, []
         kept = {rec[1] for rec in recs if rec[7] < 0}  # ends of timers in place
         for rec in gone:
             window, sw = rec[4], rec[2]
-            mapping.remove(window)
+            remove(key, window)
             if window[1] not in kept:
                 delete_timer(window[1] - 1, window)
             if not keep:
@@ -241,11 +275,11 @@ class SessionWindows:
         for start, end, sw, changed, window, acc, mine, timer, _ in recs:
             if changed:
                 if window is not None:
-                    mapping.remove(window)
+                    remove(key, window)
                     if window[1] not in kept:
                         delete_timer(window[1] - 1, window)
                 window = TimeWindow(start, end)
-                mapping.put(window, sw)
+                put(key, window, sw)
                 if end - 1 <= watermark:
                     due.append(window)
                 elif timer >= 0:
@@ -286,7 +320,7 @@ class SessionWindows:
         due = self.op.timers.pop_event_timers(watermark)
         if not due:
             return
-        op, backend, table, mapping = self.op, self.backend, self._table, self.mapping
+        op, backend, windows_of, remove = self.op, self.backend, self._windows, self._remove
         keep, state, private = (
             self._keep,
             self.contents._state,
@@ -298,7 +332,7 @@ class SessionWindows:
         out, out_ts, emit, clear = op._out, op._out_ts, op.emit_window, self._clear_function
         for timestamp, key in due:
             backend.current_key = key
-            windows = mapping.items() if table is None else (table.get(key) or {}).items()
+            windows = windows_of(key).items()
             end = timestamp + 1
             found = next((entry for entry in windows if entry[0][1] == end), None)
             if found is None:
@@ -317,7 +351,7 @@ class SessionWindows:
                     emit(window, [result(acc)])
                 state.remove(sw)
                 private.discard((key, sw))
-            mapping.remove(window)
+            remove(key, window)
             if clear:
                 op.clear_window_function(window)
 
@@ -326,7 +360,7 @@ class SessionWindows:
         with allowed lateness (a window's cleanup timer) or another trigger. Windows of the key
         that ended before it are past their cleanup time here and fired when they ended (the
         watermark passed their end in the job that kept them): they go without firing."""
-        stale = [(w, sw) for w, sw in self.mapping.items() if w[1] - 1 < timestamp]
+        stale = [(w, sw) for w, sw in self._windows(key).items() if w[1] - 1 < timestamp]
         if not stale:
             return
         contents, state = self.contents, self.contents._state
@@ -336,7 +370,7 @@ class SessionWindows:
             else:
                 state.remove(sw)
                 self._private.discard((key, sw))
-            self.mapping.remove(window)
+            self._remove(key, window)
             if self._clear_function:
                 self.op.clear_window_function(window)
 
@@ -345,7 +379,8 @@ class SessionWindows:
         of another trigger do nothing)."""
         if domain is not EVENT:
             return
-        key, end, windows = self.backend.current_key, timestamp + 1, self.mapping.keys()
+        key, end = self.backend.current_key, timestamp + 1
+        windows = list(self._windows(key))
         for window in windows:
             if window[1] == end:
                 self._fire(key, window)
@@ -356,9 +391,9 @@ class SessionWindows:
         """The current key's `window` (its state window `sw`, None: looked up) fires if it holds
         anything, and goes: its contents, its merging-set entry, then the window function's
         clear() (`advance` inlines this for accumulators)."""
-        mapping, state, op = self.mapping, self.contents._state, self.op
+        state, op = self.contents._state, self.op
         if sw is None:
-            sw = mapping.get(window)
+            sw = self._windows(key)[window]
         if self._keep:
             table = self._elements
             elements = state.get() if table is None else table.get(key) or ()
@@ -372,6 +407,6 @@ class SessionWindows:
                 op.emit_window(window, [self._agg.result(acc)])
                 state.remove(sw)
                 self._private.discard((key, sw))
-        mapping.remove(window)
+        self._remove(key, window)
         if self._clear_function:
             op.clear_window_function(window)
