@@ -121,11 +121,12 @@ class SessionWindows:
             windows = cache[key] = dict(self.mapping.items())
         return windows
 
-    def _put(self, key: Any, window: Any, state_window: Any) -> None:
-        self.mapping.put(window, state_window)
-        windows = self._cache.get(key)  # (the heap backend's table needs nothing)
-        if windows is not None:
-            windows[window] = state_window
+    def _put_all(self, key: Any, windows: dict[Any, Any]) -> None:
+        """Add the current key's `windows` (window -> state window) to its merging set."""
+        self.mapping.put_all(windows)
+        cached = self._cache.get(key)  # (the heap backend's table needs nothing)
+        if cached is not None:
+            cached.update(windows)
 
     def _remove(self, key: Any, window: Any) -> None:
         self.mapping.remove(window)
@@ -257,7 +258,7 @@ class SessionWindows:
             if skipped:
                 late.append(i)
         # write back: the merging set, the contents, the timers
-        put, remove, delete_timer, due = self._put, self._remove, op.timers.delete_derived, []
+        remove, delete_timer, due = self._remove, op.timers.delete_derived, []
         kept = {rec[1] for rec in recs if rec[7] < 0}  # ends of timers in place
         for rec in gone:
             window, sw = rec[4], rec[2]
@@ -272,6 +273,8 @@ class SessionWindows:
                 rec[2] = TimeWindow(*rec[2])
         if keep:
             self._write_elements(gone, appended)
+        made: dict[Any, Any] = {}  # window -> state window, written in one call
+        accs: dict[Any, Any] = {}  # state window -> accumulator, likewise
         for start, end, sw, changed, window, acc, mine, timer, _ in recs:
             if changed:
                 if window is not None:
@@ -279,17 +282,21 @@ class SessionWindows:
                     if window[1] not in kept:
                         delete_timer(window[1] - 1, window)
                 window = TimeWindow(start, end)
-                put(key, window, sw)
+                made[window] = sw
                 if end - 1 <= watermark:
                     due.append(window)
                 elif timer >= 0:
                     timers.append((timer, end - 1, key))
             if acc is not _UNREAD and not keep:
-                state.put(sw, acc)
+                accs[sw] = acc
                 if mine:
                     private.add((key, sw))
                 else:
                     private.discard((key, sw))
+        if made:
+            self._put_all(key, made)
+        if accs:
+            state.put_all(accs)
         for window in due:
             # only after a restore of windows kept for an allowed lateness this job has not:
             # the window is past its cleanup time, it fires and goes at once
