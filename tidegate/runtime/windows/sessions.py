@@ -328,11 +328,7 @@ class SessionWindows:
         if not due:
             return
         op, backend, windows_of, remove = self.op, self.backend, self._windows, self._remove
-        keep, state, private = (
-            self._keep,
-            self.contents._state,
-            self._private,
-        )
+        keep, state, private = self._keep, self.contents._state, self._private
         result = None if keep else self._agg.result
         # without a window function the result itself is emitted (InternalWindowFunction "pass")
         plain = op.spec.function.kind == "pass"
