@@ -12,7 +12,10 @@ register the timers their window already has.
 
 A timer without an entry in the map was registered by a batched path (slicing.py, kept.py,
 sessions.py) of a checkpoint restored into this one (e.g. after the job's trigger changed):
-`unmapped(timestamp, domain)` gives its windows.
+`unmapped(timestamp, domain)` gives its windows. Such a timer stays a timer of those windows
+when the per-window operator later registers a window of its own at the same key and
+timestamp (an entry appears): it then fires both, and deleting the entry's windows does not
+delete it.
 
 Sliced, kept and session windows (slicing.py, kept.py, sessions.py) know their window from a
 timer's timestamp: with `derived`, the timer service calls `derived(timestamp, domain)`
@@ -60,6 +63,20 @@ class WindowTimers:
                 self._registered.update((domain, timestamp, key, w) for w in windows)
         self.internal = InternalTimerService(backend, derived or self._fire, clock)
         self.internal.restore()
+        #: restored timers without an entry (a batched path's: `unmapped` gives their
+        #: windows), here where the entries are the truth: they fire their unmapped windows
+        #: also when an entry was added to their timestamp since, and deleting that entry's
+        #: windows does not delete them
+        self._bare: set[tuple[int, int, Any]] = set()
+        if derived is None and unmapped is not None:
+            mapped = {timer[:3] for timer in self._registered}
+            for domain in (_EVENT, TimeDomain.PROCESSING_TIME):
+                d = 0 if domain is _EVENT else 1
+                self._bare.update(
+                    (d, ts, key)
+                    for ts, key in self.internal.pending(domain)
+                    if (d, ts, key) not in mapped
+                )
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
         d = 0 if domain is _EVENT else 1
@@ -84,7 +101,8 @@ class WindowTimers:
             self._windows.put(key, rest)
         else:
             self._windows.remove(key)
-            self.internal.delete(domain, timestamp)
+            if (d, timestamp, self._backend.current_key) not in self._bare:
+                self.internal.delete(domain, timestamp)
 
     def delete_derived(self, timestamp: int, window: Any) -> None:
         """Delete the current key's event-time timer at `timestamp` of a derived path's
@@ -97,10 +115,15 @@ class WindowTimers:
     def _fire(self, timestamp: int, domain: TimeDomain) -> None:
         key = (0 if domain is _EVENT else 1, timestamp)
         windows = self._windows.get(key)
+        current = self._backend.current_key
+        bare = (*key, current)
         if windows is None:
             windows = self._unmapped(timestamp, domain) if self._unmapped else ()
+        elif bare in self._bare and self._unmapped is not None:
+            # the entry's windows and the restored timer's
+            windows = tuple(dict.fromkeys((*windows, *self._unmapped(timestamp, domain))))
+        self._bare.discard(bare)
         self._windows.remove(key)  # same step as the timer service's removal: fires once
-        current = self._backend.current_key
         self._registered.difference_update((*key, current, w) for w in windows)
         for window in windows:
             self._on_timer(window, timestamp, domain)
