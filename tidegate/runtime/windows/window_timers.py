@@ -62,14 +62,14 @@ class WindowTimers:
             for (domain, timestamp), windows in timers.items():
                 self._registered.update((domain, timestamp, key, w) for w in windows)
         self.internal = InternalTimerService(backend, derived or self._fire, clock)
-        self.internal.restore()
+        restored = self.internal.restore()
         #: restored timers without an entry (a batched path's: `unmapped` gives their
         #: windows), here where the entries are the truth: they fire their unmapped windows
         #: also when an entry was added to their timestamp since, and deleting that entry's
         #: windows does not delete them
         self._bare: set[tuple[int, int, Any]] = set()
-        if derived is None and unmapped is not None:
-            mapped = {timer[:3] for timer in self._registered}
+        mapped = {timer[:3] for timer in self._registered}
+        if derived is None and unmapped is not None and restored != len(mapped):
             for domain in (_EVENT, TimeDomain.PROCESSING_TIME):
                 d = 0 if domain is _EVENT else 1
                 self._bare.update(
