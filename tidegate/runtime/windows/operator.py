@@ -35,12 +35,11 @@ from typing import Any
 from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain, processing_time_ms
 from tidegate.runtime.operators import StreamOperator
 from tidegate.runtime.records import TimestampedBatch, timestamps_of
-from tidegate.runtime.windows.assigners import MergingWindowAssigner
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction, make_contents
 from tidegate.runtime.windows.contexts import ClockContext, TriggerContext, WindowContext
 from tidegate.runtime.windows.kept import KeptWindows, kept_fits
 from tidegate.runtime.windows.merging import MergingWindowSet
-from tidegate.runtime.windows.sessions import SessionWindows, sessions_fit
+from tidegate.runtime.windows.sessions import SessionWindows, plain_sessions, sessions_fit
 from tidegate.runtime.windows.slicing import SlicedWindows, sliced_size
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import WindowScope
@@ -100,13 +99,7 @@ class WindowOperator(StreamOperator):
         )
         #: event-time sessions (the merge rule of TimeWindow.merge_windows) with the default
         #: trigger and no evictor: merging and trigger inlined
-        self._plain_session = (
-            self._event_time
-            and type(self.trigger) is EventTimeTrigger
-            and spec.evictor is None
-            and isinstance(self.assigner, MergingWindowAssigner)
-            and type(self.assigner).merge_windows is MergingWindowAssigner.merge_windows
-        )
+        self._plain_session = plain_sessions(spec, self.trigger)
         slice_size = sliced_size(spec, self.trigger)
         #: tumbling/sliding event-time windows with pre-aggregation: one slice per element
         self.sliced = SlicedWindows(self, slice_size) if slice_size is not None else None

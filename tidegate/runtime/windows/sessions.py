@@ -56,8 +56,10 @@ _NONE: dict[Any, Any] = {}
 _MAX_CACHED_KEYS = 65_536
 
 
-def sessions_fit(spec: Any, trigger: Any) -> bool:
-    """True if `spec`'s sessions can take the batched path with the per-element behaviour."""
+def plain_sessions(spec: Any, trigger: Any) -> bool:
+    """True for event-time sessions with the standard merge rule (TimeWindow.merge_windows),
+    the default trigger and no evictor: the operator inlines their merging and trigger
+    (`WindowOperator._process_plain_session`), or batches them (`sessions_fit`)."""
     assigner = spec.assigner
     return (
         isinstance(assigner, MergingWindowAssigner)
@@ -65,8 +67,12 @@ def sessions_fit(spec: Any, trigger: Any) -> bool:
         and bool(assigner.is_event_time())
         and type(trigger) is EventTimeTrigger
         and spec.evictor is None
-        and spec.allowed_lateness == 0
     )
+
+
+def sessions_fit(spec: Any, trigger: Any) -> bool:
+    """True if `spec`'s sessions can take the batched path with the per-element behaviour."""
+    return plain_sessions(spec, trigger) and spec.allowed_lateness == 0
 
 
 class SessionWindows:
@@ -259,11 +265,11 @@ class SessionWindows:
                 late.append(i)
         # write back: the merging set, the contents, the timers
         remove, delete_timer, due = self._remove, op.timers.delete_derived, []
-        kept = {rec[1] for rec in recs if rec[7] < 0}  # ends of timers in place
+        in_place = {rec[1] for rec in recs if rec[7] < 0}  # ends of timers kept in place
         for rec in gone:
             window, sw = rec[4], rec[2]
             remove(key, window)
-            if window[1] not in kept:
+            if window[1] not in in_place:
                 delete_timer(window[1] - 1, window)
             if not keep:
                 state.remove(sw)
@@ -279,12 +285,12 @@ class SessionWindows:
             if changed:
                 if window is not None:
                     remove(key, window)
-                    if window[1] not in kept:
+                    if window[1] not in in_place:
                         delete_timer(window[1] - 1, window)
                 window = TimeWindow(start, end)
                 made[window] = sw
                 if end - 1 <= watermark:
-                    due.append(window)
+                    due.append((window, sw))
                 elif timer >= 0:
                     timers.append((timer, end - 1, key))
             if acc is not _UNREAD and not keep:
@@ -297,10 +303,10 @@ class SessionWindows:
             self._put_all(key, made)
         if accs:
             state.put_all(accs)
-        for window in due:
+        for window, sw in due:
             # only after a restore of windows kept for an allowed lateness this job has not:
             # the window is past its cleanup time, it fires and goes at once
-            self._fire(key, window)
+            self._fire(key, window, sw)
 
     def _write_elements(self, gone: list[list[Any]], appended: list[tuple[Any, Any, int]]) -> None:
         """The current key's kept elements: the elements of merged state windows (`gone`'s)
@@ -327,7 +333,7 @@ class SessionWindows:
         due = self.op.timers.pop_event_timers(watermark)
         if not due:
             return
-        op, backend, windows_of, remove = self.op, self.backend, self._windows, self._remove
+        op, backend, ending, remove = self.op, self.backend, self._ending, self._remove
         keep, state, private = self._keep, self.contents._state, self._private
         result = None if keep else self._agg.result
         # without a window function the result itself is emitted (InternalWindowFunction "pass")
@@ -335,9 +341,7 @@ class SessionWindows:
         out, out_ts, emit, clear = op._out, op._out_ts, op.emit_window, self._clear_function
         for timestamp, key in due:
             backend.current_key = key
-            windows = windows_of(key).items()
-            end = timestamp + 1
-            found = next((entry for entry in windows if entry[0][1] == end), None)
+            found = ending(key, timestamp)
             if found is None:
                 self._clear_stale(key, timestamp)
                 continue
@@ -382,21 +386,24 @@ class SessionWindows:
         of another trigger do nothing)."""
         if domain is not EVENT:
             return
-        key, end = self.backend.current_key, timestamp + 1
-        windows = list(self._windows(key))
-        for window in windows:
-            if window[1] == end:
-                self._fire(key, window)
-                return
-        self._clear_stale(key, timestamp)
+        key = self.backend.current_key
+        found = self._ending(key, timestamp)
+        if found is None:
+            self._clear_stale(key, timestamp)
+        else:
+            self._fire(key, *found)
 
-    def _fire(self, key: Any, window: Any, sw: Any = None) -> None:
-        """The current key's `window` (its state window `sw`, None: looked up) fires if it holds
-        anything, and goes: its contents, its merging-set entry, then the window function's
-        clear() (`advance` inlines this for accumulators)."""
+    def _ending(self, key: Any, timestamp: int) -> tuple[Any, Any] | None:
+        """(window, state window) of the current key's window whose timer is at `timestamp`
+        (its max timestamp; windows in flight never overlap), None if none ends there."""
+        end = timestamp + 1
+        return next((entry for entry in self._windows(key).items() if entry[0][1] == end), None)
+
+    def _fire(self, key: Any, window: Any, sw: Any) -> None:
+        """The current key's `window` (its state window `sw`) fires if it holds anything, and
+        goes: its contents, its merging-set entry, then the window function's clear()
+        (`advance` inlines this for accumulators)."""
         state, op = self.contents._state, self.op
-        if sw is None:
-            sw = self._windows(key)[window]
         if self._keep:
             table = self._elements
             elements = state.get() if table is None else table.get(key) or ()

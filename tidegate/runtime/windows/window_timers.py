@@ -68,15 +68,16 @@ class WindowTimers:
         #: also when an entry was added to their timestamp since, and deleting that entry's
         #: windows does not delete them
         self._bare: set[tuple[int, int, Any]] = set()
-        mapped = {timer[:3] for timer in self._registered}
-        if derived is None and unmapped is not None and restored != len(mapped):
-            for domain in (_EVENT, TimeDomain.PROCESSING_TIME):
-                d = 0 if domain is _EVENT else 1
-                self._bare.update(
-                    (d, ts, key)
-                    for ts, key in self.internal.pending(domain)
-                    if (d, ts, key) not in mapped
-                )
+        if derived is None and unmapped is not None and restored:
+            mapped = {timer[:3] for timer in self._registered}
+            if restored != len(mapped):
+                for domain in (_EVENT, TimeDomain.PROCESSING_TIME):
+                    d = 0 if domain is _EVENT else 1
+                    self._bare.update(
+                        (d, ts, key)
+                        for ts, key in self.internal.pending(domain)
+                        if (d, ts, key) not in mapped
+                    )
 
     def register(self, domain: TimeDomain, timestamp: int, window: Any) -> None:
         d = 0 if domain is _EVENT else 1
