@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -38,10 +39,34 @@ PYSPARK_DAEMON = b"pyspark.daemon"
 START_TIMEOUT_S = 90.0
 
 
+#: ports free_port has handed out in this process (each at most once)
+_HANDED_OUT: set[int] = set()
+#: the lowest port free_port hands out
+_LOWEST_PORT = 15000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
+    """A port no process of this machine listens on now, for a test server to bind later.
+
+    Taken below the kernel's ephemeral range: a port the kernel handed out (port 0) is free
+    only until it hands it out again, as the local end of any outgoing connection, and a
+    server that binds many ports a while after they were chosen (SeaweedFS binds its S3 port
+    a minute after start on a slow machine, while its own parts connect to each other) then
+    fails with "address already in use". Never the same port twice in one process."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(_LOWEST_PORT, ephemeral_low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in [{_LOWEST_PORT}, {ephemeral_low}) after 1000 tries")
 
 
 def _run(*args: str) -> None:
