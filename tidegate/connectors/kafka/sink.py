@@ -248,11 +248,30 @@ def _produce_all(producer: Any, records: Any, on_delivery: Any) -> list[Producer
 
 
 def _flush(producer: Any) -> None:
-    left = producer.flush(FLUSH_TIMEOUT_S)
+    try:
+        left = producer.flush(FLUSH_TIMEOUT_S)
+    except SystemError as e:
+        raise _fatal_error(e) from None
     if left:
         raise RuntimeError(
             f"{left} record(s) not delivered to Kafka within {FLUSH_TIMEOUT_S:g} s of a checkpoint"
         )
+
+
+def _fatal_error(e: SystemError) -> Exception:
+    """The error to raise for the SystemError confluent-kafka raises from `flush` when the
+    producer has a fatal error (fenced by a newer instance: the KafkaException is its cause).
+    confluent-kafka keeps a reference to that SystemError for good, so its traceback would keep
+    the raising frames alive, and with them the producer and its connections: the leaked
+    errors lose their tracebacks, and a new KafkaException with the same KafkaError is raised."""
+    from confluent_kafka import KafkaException
+
+    cause = e.__cause__ or e.__context__
+    e.__traceback__ = None
+    if isinstance(cause, KafkaException):
+        cause.__traceback__ = None
+        return KafkaException(*cause.args)
+    return RuntimeError(f"the Kafka producer failed: {e}")
 
 
 class TransactionalWriter:
