@@ -4,6 +4,7 @@ loop that computes the same results with a dict (the ratio is the figure to watc
 
     .venv/bin/python bench/windows.py [--records N] [--keys K] [--repeats R] [--cases TEXT]
                                       [--backend hashmap|rocksdb] [--json FILE]
+                                      [--profile N]
 
 Cases: tumbling 1 s reduce, sliding 10 s / 1 s reduce (10 windows per element), tumbling 1 s
 and sliding 10 s / 1 s process (all elements kept), session windows reduce with a gap of 50 ms
@@ -17,15 +18,19 @@ The operator's state is on `--backend` (hashmap by default; rocksdb in a tempora
 Rates are per CPU-second of this process (`time.process_time`: other processes' load on a
 shared machine changes them less than wall time); each case runs the operator and the bare
 loop(s) alternately `--repeats` times and reports the medians and the median of the ratios.
-JSON: bench/results/windows.json (`--json`).
+JSON: bench/results/windows.json (`--json`). `--profile N`: after its rounds, each case's
+operator runs once more under cProfile, which prints its Python calls per element and the N
+functions with the most time of their own (cProfile inflates times, not the call counts).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -97,6 +102,17 @@ def _run_operator(spec: WindowSpec, batches: list, state_backend: object) -> tup
     return rate, out.n
 
 
+def _profile(spec: WindowSpec, batches: list, backend: str, top: int) -> None:
+    profile = cProfile.Profile()
+    profile.enable()
+    _operator_rate(spec, batches, backend)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    n = sum(len(b) for b in batches)
+    print(f"{'':24} cProfile: {stats.total_calls / n:.1f} Python calls per element")
+    stats.sort_stats("tottime").print_stats(top)
+
+
 def _bare_rate(size: int, slide: int, batches: list) -> float:
     """A dict of sums per (key, window start), emitted when the watermark passes the end."""
     n = sum(len(b) for b in batches)
@@ -166,6 +182,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default="", help="only the cases whose name contains this")
     parser.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile: top N")
     parser.add_argument(
         "--json",
         default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "windows.json"),
@@ -263,6 +280,8 @@ def main() -> None:
                 f"{'':24} {'':>12} {'':14} bare kept {kept_rate:>12,.0f}  {'':>7} {'':7}  "
                 f"x bare loop {kept_ratio:.2f}  ({', '.join(f'{r:.2f}' for r in kept_ratios)})"
             )
+        if args.profile:
+            _profile(spec, batches, args.backend, args.profile)
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
     results["_run"] = {
