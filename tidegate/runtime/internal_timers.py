@@ -133,11 +133,12 @@ class InternalTimerService:
     def delete(self, domain: TimeDomain, timestamp: int) -> None:
         """Delete the current key's timer at `timestamp` in `domain`; no timer: nothing to do."""
         timestamp = _check_timestamp(timestamp)
-        timer = (domain.value, timestamp, self._current_key())
+        d = 0 if domain is _EVENT else 1  # (an enum's .value is a property call)
+        timer = (d, timestamp, self._current_key())
         if timer not in self._live:
             return
         self._live.discard(timer)
-        self._timer_state().remove((domain.value, timestamp))
+        self._timer_state().remove((d, timestamp))
         queue = self._queues[domain]
         if len(queue) > 64 and len(queue) > 2 * len(self._live):
             self._compact(domain)
