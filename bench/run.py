@@ -437,18 +437,23 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 # report ----------------------------------------------------------------------------------------
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    bare = results.get("bare_loop", {}).get("function", {}).get("median")
-    tps = {
+def _medians(results: dict[str, Any], field: str) -> dict[tuple, Any]:
+    """(pipeline, parallelism, checkpoint ms, sink) -> the median of `field` of its runs."""
+    return {
         (
             t["params"]["pipeline"],
             t["params"]["parallelism"],
             t["params"]["checkpoint_ms"],
             t["params"]["sink"],
-        ): t["steady_rate"]["median"]
+        ): t[field]["median"]
         for t in results.get("throughput", [])
     }
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    bare = results.get("bare_loop", {}).get("function", {}).get("median")
+    tps = _medians(results, "steady_rate")
     for (pipeline, p, ck, sink), rate in sorted(tps.items(), key=str):
         if ck is None or rate is None:
             continue
@@ -474,15 +479,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": cost <= TARGET_W1_CHECKPOINT_COST,
             }
         )
-    cores = {
-        (
-            t["params"]["pipeline"],
-            t["params"]["parallelism"],
-            t["params"]["checkpoint_ms"],
-            t["params"]["sink"],
-        ): t["own_cores"]["median"]
-        for t in results.get("throughput", [])
-    }
+    cores = _medians(results, "own_cores")
     for (pipeline, p, ck, sink), rate in sorted(tps.items(), key=str):
         two = tps.get((pipeline, 2, ck, sink))
         if p != 1 or not rate or not two:
