@@ -22,7 +22,7 @@ from window_harness import (
 
 from tidegate.datastream.output_tag import OutputTag
 from tidegate.runtime.internal_timers import MAX_WATERMARK
-from tidegate.runtime.windows import sessions
+from tidegate.runtime.windows import mirror
 from tidegate.runtime.windows.assigners import EventTimeSessionWindows, MergingWindowAssigner
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.evictors import CountEvictor
@@ -134,11 +134,11 @@ def test_batched_sessions_give_the_generic_paths_results_and_state(assigner, kin
         assert_same_results(fast, reference, cleared=kind != "reduce")
 
 
-def test_batched_sessions_with_few_merging_sets_cached_give_the_same_results(monkeypatch):
+def test_batched_sessions_with_few_merging_sets_mirrored_give_the_same_results(monkeypatch):
     """On rocksdb the batched path mirrors the keys' merging sets in memory, at most
-    `_MAX_CACHED_KEYS` keys (then the older half is forgotten and read again when needed):
+    `MAX_MIRRORED_KEYS` keys (then the older half is forgotten and read again when needed):
     with 2 for 5 keys, most reads go to the state."""
-    monkeypatch.setattr(sessions, "_MAX_CACHED_KEYS", 2)
+    monkeypatch.setattr(mirror, "MAX_MIRRORED_KEYS", 2)
     steps = script(3, 300)
     fast = Harness(spec("dynamic", "process", 0))
     reference = Harness(spec("dynamic", "process", 0, PerWindowTrigger()))
@@ -147,7 +147,8 @@ def test_batched_sessions_with_few_merging_sets_cached_give_the_same_results(mon
             h.add(*batch)
             h.watermark(watermark)
         assert state_of(fast) == without_window_timers(state_of(reference)), i
-        assert len(fast.op.batched._cache) <= 2
+        if fast.op.batched._mirror is not None:
+            assert len(fast.op.batched._mirror._keys) <= 2
     for h in (fast, reference):
         h.watermark(MAX_WATERMARK)
     assert_same_results(fast, reference, cleared=True)

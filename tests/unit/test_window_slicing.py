@@ -17,6 +17,7 @@ from window_harness import (
 )
 
 from tidegate.datastream.output_tag import OutputTag
+from tidegate.runtime.windows import mirror
 from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 from tidegate.runtime.windows.contents import Aggregation, InternalWindowFunction
 from tidegate.runtime.windows.operator import WindowSpec
@@ -117,6 +118,35 @@ def test_sliced_windows_give_the_per_window_operators_results_in_its_order(
         )
         assert sliced.op.sliced is not None and reference.op.sliced is None
         assert_same_results(sliced, reference, cleared=kind != "reduce")
+        assert_mirror_is_the_state(sliced)
+
+
+def assert_mirror_is_the_state(h: Harness) -> None:
+    """On rocksdb, every key the slices' mirror holds has the state's entries there."""
+    sliced = h.op.sliced
+    if sliced._mirror is None:
+        return
+    for key, entries in sliced._mirror._keys.items():
+        h.op.keyed_backend.current_key = key
+        assert entries == dict(sliced.state.items()), key
+
+
+@pytest.mark.parametrize("lateness", [0, 15])
+def test_sliced_windows_with_few_keys_mirrored_give_the_same_results(monkeypatch, lateness):
+    """On rocksdb the slices of at most `MAX_MIRRORED_KEYS` keys are mirrored in memory (then
+    the older half is forgotten and read again): with 2 for 5 keys, most reads go to the
+    state, and accumulators changed in place must be in RocksDB, not only in the mirror."""
+    monkeypatch.setattr(mirror, "MAX_MIRRORED_KEYS", 2)
+    for seed in range(2):
+        steps = script(seed)
+        sliced = run(Harness(spec(ASSIGNERS["sliding"], "in-place", lateness)), steps)
+        reference = run(
+            Harness(spec(ASSIGNERS["sliding"], "in-place", lateness, PerWindowTrigger())), steps
+        )
+        if sliced.op.sliced._mirror is not None:
+            assert len(sliced.op.sliced._mirror._keys) <= 2
+        assert_same_results(sliced, reference, cleared=True)
+        assert_mirror_is_the_state(sliced)
 
 
 def test_slicing_is_used_only_where_the_results_stay_the_per_window_ones():

@@ -43,6 +43,7 @@ from tidegate.runtime.internal_timers import TimeDomain
 from tidegate.runtime.windows.assigners import EventTimeSessionWindows, MergingWindowAssigner
 from tidegate.runtime.windows.contents import ELEMENTS_STATE, make_contents
 from tidegate.runtime.windows.merging import MERGING_STATE
+from tidegate.runtime.windows.mirror import KeyMirror
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import private_copy
 from tidegate.runtime.windows.windows import TimeWindow
@@ -52,8 +53,6 @@ EVENT = TimeDomain.EVENT_TIME
 _UNREAD: Any = object()
 _first, _second = itemgetter(0), itemgetter(1)
 _NONE: dict[Any, Any] = {}
-#: keys whose merging sets `_cache` holds at most (beyond, the older half is forgotten)
-_MAX_CACHED_KEYS = 65_536
 
 
 def plain_sessions(spec: Any, trigger: Any) -> bool:
@@ -103,11 +102,10 @@ class SessionWindows:
             backend.table(ELEMENTS_STATE) if self._keep and hasattr(backend, "table") else None
         )
         self.mapping = op.merging.mapping
-        #: the heap backend's live {key: {window: state window}}, read without a copy; None:
-        #: `_cache` mirrors the keys' merging sets (on rocksdb a scan of a key's map entries
-        #: walks the deletions of all its past windows until a compaction drops them)
-        self._table = backend.table(MERGING_STATE) if hasattr(backend, "table") else None
-        self._cache: dict[Any, dict[Any, Any]] = {}
+        #: {key: {window: state window}}: the heap backend's live table, read without a copy;
+        #: on others a mirror, told of every change (mirror.py)
+        self._mirror = None if hasattr(backend, "table") else KeyMirror(self.mapping)
+        self._table = backend.table(MERGING_STATE) if self._mirror is None else self._mirror
 
     def on_snapshot(self) -> None:
         self.contents.on_snapshot()
@@ -115,30 +113,18 @@ class SessionWindows:
     # the merging sets ------------------------------------------------------------------------
     def _windows(self, key: Any) -> dict[Any, Any]:
         """The current key's windows in flight -> their state windows (not to be changed)."""
-        table = self._table
-        if table is not None:
-            return table.get(key) or _NONE
-        cache = self._cache
-        windows = cache.get(key)
-        if windows is None:
-            if len(cache) >= _MAX_CACHED_KEYS:
-                for old in list(cache)[: len(cache) // 2]:
-                    del cache[old]
-            windows = cache[key] = dict(self.mapping.items())
-        return windows
+        return self._table.get(key) or _NONE
 
     def _put_all(self, key: Any, windows: dict[Any, Any]) -> None:
         """Add the current key's `windows` (window -> state window) to its merging set."""
         self.mapping.put_all(windows)
-        cached = self._cache.get(key)  # (the heap backend's table needs nothing)
-        if cached is not None:
-            cached.update(windows)
+        if self._mirror is not None:  # (the heap backend's table needs nothing)
+            self._mirror.put_all(key, windows)
 
     def _remove(self, key: Any, window: Any) -> None:
         self.mapping.remove(window)
-        windows = self._cache.get(key)
-        if windows is not None:
-            windows.pop(window, None)
+        if self._mirror is not None:
+            self._mirror.remove(key, window)
 
     # elements ----------------------------------------------------------------------------------
     def process(self, records: list, timestamps: list[int]) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 from tidegate.runtime.internal_timers import MAX_WATERMARK, TimeDomain
 from tidegate.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 from tidegate.runtime.windows.contents import CONTENTS_STATE, Aggregation
+from tidegate.runtime.windows.mirror import KeyMirror
 from tidegate.runtime.windows.triggers import EventTimeTrigger
 from tidegate.runtime.windows.window_state import private_copy
 from tidegate.runtime.windows.windows import TimeWindow
@@ -110,11 +111,25 @@ class SlicedWindows:
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
         self.state = backend.get_map_state(MapStateDescriptor(CONTENTS_STATE))
-        self._get, self._put, self._remove = self.state.get, self.state.put, self.state.remove
-        #: the heap backend's live {key: {slice: accumulator}} dict, to read from (changes go
-        #: through the state object); None on other backends
-        self._table = backend.table(CONTENTS_STATE) if hasattr(backend, "table") else None
-        self._reader = _StateReader(backend, self.state)
+        self._get, put, remove = self.state.get, self.state.put, self.state.remove
+        #: {key: {slice: accumulator}} to read from (changes go through the state object): the
+        #: heap backend's live table; on others a mirror, told of every change (mirror.py)
+        self._mirror = None if hasattr(backend, "table") else KeyMirror(self.state)
+        if self._mirror is None:
+            self._table = backend.table(CONTENTS_STATE)
+            self._put, self._remove = put, remove
+        else:
+            self._table = mirror = self._mirror
+
+            def put_through(window: Any, acc: Any) -> None:
+                put(window, acc)
+                mirror.put(backend.current_key, window, acc)
+
+            def remove_through(window: Any) -> None:
+                remove(window)
+                mirror.remove(backend.current_key, window)
+
+            self._put, self._remove = put_through, remove_through
         self._register = self.op.timers.internal.register
         #: contents of whole sliding windows restored from the per-window operator
         g = self.g
@@ -282,17 +297,13 @@ class SlicedWindows:
             return
         backend, lateness = self.backend, self.lateness
         size, slide, offset, g = self.size, self.slide, self.offset, self.g
-        if self._table is None or self.legacy or self._clear_function or lateness:
-            self._reader.caching = self._table is None
-            try:
-                for timestamp, key in due:
-                    backend.current_key = key
-                    self.on_timer(timestamp, EVENT)
-            finally:
-                self._reader.stop()
+        if self.legacy or self._clear_function or lateness:
+            for timestamp, key in due:
+                backend.current_key = key
+                self.on_timer(timestamp, EVENT)
             return
-        # the common case inlined: heap state (a plain tuple finds a TimeWindow key), no
-        # allowed lateness, nothing to call at cleanup
+        # the common case inlined: no allowed lateness, nothing to call at cleanup (a plain
+        # tuple finds a TimeWindow key)
         table, remove, owned, emit = self._table, self._remove, self._owned, self.op.emit_window
         result, merge, op = self._result, self._merge, self.op
         out, out_ts = op._out, op._out_ts
@@ -351,9 +362,7 @@ class SlicedWindows:
     def _slices(self, key: Any) -> Any:
         """The current key's {slice: accumulator} to read from (a TimeWindow is a tuple: plain
         `(start, end)` tuples find it)."""
-        if self._table is not None:
-            return self._table.get(key, _NONE)
-        return self._reader
+        return self._table.get(key, _NONE)
 
     def _parts(self, window: TimeWindow) -> list[Any]:
         """The accumulators of `window`'s slices of the current key, in time order."""
@@ -378,9 +387,10 @@ class SlicedWindows:
         window = TimeWindow(window_start, window_start + self.size)
         if self._clear_function and self._parts(window):
             self.op.clear_window_function(window)
-        key, reader = self.backend.current_key, self._reader
+        key = self.backend.current_key
+        slices = self._slices(key)
         for a in range(window_start, window_start + self.slide, g):
-            if reader.forget(key, (a, a + g)):
+            if (a, a + g) in slices:
                 remove(TimeWindow(a, a + g))
             owned.discard((key, a))
         if self.legacy:
@@ -397,35 +407,3 @@ class SlicedWindows:
                 starts.update(self._window_starts(w.start))
         for s in sorted(starts):
             self.clear(s)
-
-
-class _StateReader:
-    """`.get((start, end))` of the current key's map state, for backends without a heap table
-    (each read decodes). While `caching` (a round of firing timers, which only reads and
-    removes slices), a key's slices are read once, in one scan of its entries."""
-
-    __slots__ = ("_backend", "_cache", "_get", "_items", "caching")
-
-    def __init__(self, backend: Any, state: Any) -> None:
-        self._backend = backend
-        self._get, self._items = state.get, state.items
-        self._cache: dict[Any, dict[Any, Any]] = {}
-        self.caching = False
-
-    def get(self, window: tuple[int, int]) -> Any:
-        if not self.caching:
-            return self._get(TimeWindow(*window))
-        key = self._backend.current_key
-        slices = self._cache.get(key)
-        if slices is None:
-            slices = self._cache[key] = dict(self._items())
-        return slices.get(window)
-
-    def forget(self, key: Any, window: tuple[int, int]) -> bool:
-        """Drop a slice being removed; False if it is known not to exist."""
-        slices = self._cache.get(key)
-        return slices is None or slices.pop(window, _EMPTY) is not _EMPTY
-
-    def stop(self) -> None:
-        self.caching = False
-        self._cache.clear()
