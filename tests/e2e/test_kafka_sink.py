@@ -15,14 +15,16 @@ answer "not committed" for a transaction the failed attempt had committed (Tansu
 committed offset for its marker group: tests/support/kafka.py), and the transaction was
 re-produced. The test cannot tell these copies from aborted ones on Tansu.
 
-read_committed consumers missed records in 2 of 54 runs of the kill -9 test and once in a CI
-run of the exceptions test (they stopped at an offset near the failure in every partition
-while read_uncommitted held every record: a transaction nothing aborted). One way to get there
-was ours, and is closed: a writer of the failed attempt still running after the restore's
+read_committed consumers missed records in 2 of 54 runs of the kill -9 test and twice in CI
+runs of the exceptions test (they stopped at an offset near the failure in every partition
+while read_uncommitted held every record: a transaction nothing aborted; on 2026-11-27 they
+stopped instead in the middle of the last attempt, ~2,800 records before the end, after which
+every record was the last attempt's; 6 runs of the test right after all passed). One way to get
+there was ours, and is closed: a writer of the failed attempt still running after the restore's
 fence initialised an id for the first time, took the newest epoch, and left its transaction
 open (writers now initialise every id when created; test_kafka_clients.py shows the lingering
-writer fenced). Should it happen again, the failure says where each partition's
-read_committed view stops and what follows (`hidden_records`).
+writer fenced). Should it happen again, the failure says where each partition's read_committed
+view stops and what follows (`hidden_records`).
 """
 
 from __future__ import annotations
