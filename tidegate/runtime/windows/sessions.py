@@ -103,9 +103,14 @@ class SessionWindows:
         )
         self.mapping = op.merging.mapping
         #: {key: {window: state window}}: the heap backend's live table, read without a copy;
-        #: on others a mirror, told of every change (mirror.py)
-        self._mirror = None if hasattr(backend, "table") else KeyMirror(self.mapping)
-        self._table = backend.table(MERGING_STATE) if self._mirror is None else self._mirror
+        #: on others a mirror, which the merging set's changes go through (mirror.py)
+        self._mirror = None if hasattr(backend, "table") else KeyMirror(backend, self.mapping)
+        if self._mirror is None:
+            self._table, merging = backend.table(MERGING_STATE), self.mapping
+        else:
+            self._table = merging = self._mirror
+        #: the current key's merging set changes: (window -> state window) added, one removed
+        self._put_all, self._remove = merging.put_all, merging.remove
 
     def on_snapshot(self) -> None:
         self.contents.on_snapshot()
@@ -114,17 +119,6 @@ class SessionWindows:
     def _windows(self, key: Any) -> dict[Any, Any]:
         """The current key's windows in flight -> their state windows (not to be changed)."""
         return self._table.get(key) or _NONE
-
-    def _put_all(self, key: Any, windows: dict[Any, Any]) -> None:
-        """Add the current key's `windows` (window -> state window) to its merging set."""
-        self.mapping.put_all(windows)
-        if self._mirror is not None:  # (the heap backend's table needs nothing)
-            self._mirror.put_all(key, windows)
-
-    def _remove(self, key: Any, window: Any) -> None:
-        self.mapping.remove(window)
-        if self._mirror is not None:
-            self._mirror.remove(key, window)
 
     # elements ----------------------------------------------------------------------------------
     def process(self, records: list, timestamps: list[int]) -> None:
@@ -254,7 +248,7 @@ class SessionWindows:
         in_place = {rec[1] for rec in recs if rec[7] < 0}  # ends of timers kept in place
         for rec in gone:
             window, sw = rec[4], rec[2]
-            remove(key, window)
+            remove(window)
             if window[1] not in in_place:
                 delete_timer(window[1] - 1, window)
             if not keep:
@@ -270,7 +264,7 @@ class SessionWindows:
         for start, end, sw, changed, window, acc, mine, timer, _ in recs:
             if changed:
                 if window is not None:
-                    remove(key, window)
+                    remove(window)
                     if window[1] not in in_place:
                         delete_timer(window[1] - 1, window)
                 window = TimeWindow(start, end)
@@ -286,7 +280,7 @@ class SessionWindows:
                 else:
                     private.discard((key, sw))
         if made:
-            self._put_all(key, made)
+            self._put_all(made)
         if accs:
             state.put_all(accs)
         for window, sw in due:
@@ -344,7 +338,7 @@ class SessionWindows:
                     emit(window, [result(acc)])
                 state.remove(sw)
                 private.discard((key, sw))
-            remove(key, window)
+            remove(window)
             if clear:
                 op.clear_window_function(window)
 
@@ -363,7 +357,7 @@ class SessionWindows:
             else:
                 state.remove(sw)
                 self._private.discard((key, sw))
-            self._remove(key, window)
+            self._remove(window)
             if self._clear_function:
                 self.op.clear_window_function(window)
 
@@ -403,6 +397,6 @@ class SessionWindows:
                 op.emit_window(window, [self._agg.result(acc)])
                 state.remove(sw)
                 self._private.discard((key, sw))
-        self._remove(key, window)
+        self._remove(window)
         if self._clear_function:
             op.clear_window_function(window)

@@ -111,25 +111,15 @@ class SlicedWindows:
     def open(self) -> None:
         self.backend = backend = self.op.keyed_backend
         self.state = backend.get_map_state(MapStateDescriptor(CONTENTS_STATE))
-        self._get, put, remove = self.state.get, self.state.put, self.state.remove
-        #: {key: {slice: accumulator}} to read from (changes go through the state object): the
-        #: heap backend's live table; on others a mirror, told of every change (mirror.py)
-        self._mirror = None if hasattr(backend, "table") else KeyMirror(self.state)
+        self._get = self.state.get
+        #: {key: {slice: accumulator}} to read from: the heap backend's live table (changes go
+        #: through the state object); on others a mirror, which changes go through (mirror.py)
+        self._mirror = None if hasattr(backend, "table") else KeyMirror(backend, self.state)
         if self._mirror is None:
-            self._table = backend.table(CONTENTS_STATE)
-            self._put, self._remove = put, remove
+            self._table, contents = backend.table(CONTENTS_STATE), self.state
         else:
-            self._table = mirror = self._mirror
-
-            def put_through(window: Any, acc: Any) -> None:
-                put(window, acc)
-                mirror.put(backend.current_key, window, acc)
-
-            def remove_through(window: Any) -> None:
-                remove(window)
-                mirror.remove(backend.current_key, window)
-
-            self._put, self._remove = put_through, remove_through
+            self._table = contents = self._mirror
+        self._put, self._remove = contents.put, contents.remove
         self._register = self.op.timers.internal.register
         #: contents of whole sliding windows restored from the per-window operator
         g = self.g
